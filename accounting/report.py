@@ -16,14 +16,14 @@ from .errors import InvalidParameterError, UnsupportedEventError
 from .events import DpEvent, is_data_dependent
 from .orders import ORDERS
 from .rdp import epsilon_from_rdp, rdp_curve, supports_rdp
-from .tight import DEFAULT_PLD_INTERVAL, tight_epsilon, tight_method
+from .tight import tight_epsilon, tight_method
 
 __all__ = ["TIGHT_MAX_RDP_EPSILON", "EpsilonReport", "compute_epsilon"]
 
-#: The PLD is skipped when the RDP bound already exceeds this: there its grid grows with ε (seconds
-#: per call), and a tighter figure in that regime changes no decision. (The exact Gaussian profile,
-#: which needs no grid, is always computed.)
-TIGHT_MAX_RDP_EPSILON = 64.0
+#: The PLD is skipped when the RDP bound already exceeds this: its support, hence its cost, grows
+#: with ε even on a grid relative to ε, and a tighter figure in that regime changes no decision.
+#: (The exact Gaussian profile, which needs no grid, is always computed.)
+TIGHT_MAX_RDP_EPSILON = 1000.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +73,7 @@ def compute_epsilon(
     delta: float,
     tight: bool = True,
     orders: Sequence[float] = ORDERS,
-    value_discretization_interval: float = DEFAULT_PLD_INTERVAL,
+    value_discretization_interval: float | None = None,
 ) -> EpsilonReport:
     """ε of ``event`` at ``delta``: the min of the RDP bound and (if asked) the tight bound.
 
@@ -84,7 +84,9 @@ def compute_epsilon(
             skipped (``tight_epsilon`` None) when it needs a PLD and the RDP ε exceeds
             :data:`TIGHT_MAX_RDP_EPSILON`.
         orders: the RDP grid.
-        value_discretization_interval: the PLD grid step.
+        value_discretization_interval: a fixed PLD grid step; None (default) refines the grid
+            relative to ε, starting from the RDP figure
+            (:func:`dpfl.accounting.tight.adaptive_pld_epsilon`).
 
     Returns:
         The :class:`EpsilonReport`.
@@ -107,7 +109,10 @@ def compute_epsilon(
         path = None
     if path is not None:
         result = tight_epsilon(
-            event, delta=delta, value_discretization_interval=value_discretization_interval
+            event,
+            delta=delta,
+            value_discretization_interval=value_discretization_interval,
+            epsilon_hint=rdp_eps,
         )
         tight_eps, tight_name = result.epsilon, result.method
     if rdp_eps is None and tight_eps is None:

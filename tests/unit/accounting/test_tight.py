@@ -193,16 +193,52 @@ def test_unsupported_and_bad_inputs() -> None:
 
 
 def test_tight_path_is_skipped_for_enormous_epsilon() -> None:
+    from dpfl.accounting.report import TIGHT_MAX_RDP_EPSILON
+
     r = compute_epsilon(
-        SelfComposedEvent(PoissonSampledEvent(0.5, GaussianEvent.from_multiplier(0.5)), 1000),
+        SelfComposedEvent(PoissonSampledEvent(0.5, GaussianEvent.from_multiplier(0.3)), 1000),
         delta=1e-5,
     )
     assert r.rdp_epsilon is not None
-    assert r.rdp_epsilon > 64
+    assert r.rdp_epsilon > TIGHT_MAX_RDP_EPSILON
     assert r.tight_epsilon is None
     assert r.method == "rdp"
+    # below the threshold the PLD is used however large ε is (its grid follows ε)
+    big = compute_epsilon(
+        SelfComposedEvent(PoissonSampledEvent(0.5, GaussianEvent.from_multiplier(0.5)), 1000),
+        delta=1e-5,
+    )
+    assert big.rdp_epsilon is not None
+    assert 64 < big.rdp_epsilon < TIGHT_MAX_RDP_EPSILON
+    assert big.method == "pld"
+    assert big.tight_epsilon is not None
+    assert big.tight_epsilon < big.rdp_epsilon
     # the exact Gaussian profile needs no grid and is always used
-    g = compute_epsilon(GaussianEvent(sigma=0.05), delta=1e-5)
+    g = compute_epsilon(GaussianEvent(sigma=0.01), delta=1e-5)
     assert g.rdp_epsilon is not None
-    assert g.rdp_epsilon > 64
+    assert g.rdp_epsilon > TIGHT_MAX_RDP_EPSILON
     assert g.method == "analytic_gaussian"
+
+
+def test_adaptive_grid_follows_small_epsilon() -> None:
+    """q = 0.001, z = 4, 100 steps: a fixed 1e-3 step gives ~0.011 where the limit is ~0.006."""
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    from dpfl.accounting.tight import adaptive_pld_epsilon
+
+    q, z, steps = 0.001, 4.0, 100
+    event = SelfComposedEvent(PoissonSampledEvent(q, GaussianEvent.from_multiplier(z)), steps)
+    fine = (
+        pld_lib.from_gaussian_mechanism(z, sampling_prob=q, value_discretization_interval=5e-7)
+        .self_compose(steps)
+        .get_epsilon_for_delta(1e-5)
+    )
+    got = tight_epsilon(event, delta=1e-5)
+    assert fine * (1 - 1e-9) <= got.epsilon <= fine * 1.01
+    assert got.interval is not None
+    assert got.interval < 1e-4 * 1.0  # far below the old fixed step
+    # without a hint it starts coarse and still gets there; every grid tried is a bound
+    adaptive = adaptive_pld_epsilon(event, delta=1e-5)
+    assert len(adaptive.tried) > 2
+    assert adaptive.epsilon == min(e for _, e in adaptive.tried)
+    assert fine * (1 - 1e-9) <= adaptive.epsilon <= fine * 1.01
