@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from scipy import optimize, special
@@ -80,16 +81,36 @@ class _Parts:
     sampled: Counter[tuple[float, float]] = field(default_factory=Counter)
 
 
+def _parts_of(event: DpEvent) -> _Parts:
+    parts = _Parts()
+    _flatten(event, 1, parts)
+    return parts
+
+
+def _coefficient(compute: Callable[[], float | None]) -> float | None:
+    """A ρ, +inf where it overflows (noise negligible next to the sensitivity: no finite ε is
+    claimed, and +inf is an upper bound)."""
+    try:
+        return compute()
+    except ArithmeticError:
+        return math.inf
+
+
+def _unbounded(parts: _Parts) -> bool:
+    """Some composed Gaussian has a vanishing noise: no finite ε is claimed (+inf is a bound)."""
+    return not math.isfinite(parts.rho) or any(z <= 0.0 for _, z in parts.sampled)
+
+
 def _flatten(event: DpEvent, count: int, parts: _Parts) -> None:
     if count == 0:
         return
     if isinstance(event, NoPrivacyEvent):
         return
     if isinstance(event, GaussianEvent):
-        parts.rho += count * 0.5 * (event.sensitivity / event.sigma) ** 2
+        parts.rho += count * (_coefficient(lambda: gaussian_coefficient(event)) or 0.0)
         return
     if isinstance(event, VotingEvent):
-        parts.rho += count * voting_rdp_coefficient(event)
+        parts.rho += count * (_coefficient(lambda: voting_rdp_coefficient(event)) or 0.0)
         return
     if isinstance(event, DataDependentVotingEvent):
         # The data-independent bound is a worst-case one, hence also a bound here.
@@ -103,14 +124,15 @@ def _flatten(event: DpEvent, count: int, parts: _Parts) -> None:
             _flatten(e, count, parts)
         return
     if isinstance(event, PoissonSampledEvent):
-        rho = gaussian_coefficient(event.event)
+        inner = event.event
+        rho = _coefficient(lambda: gaussian_coefficient(inner))
         if rho is None:
             raise UnsupportedEventError(
                 f"no tight path for PoissonSampledEvent of {type(event.event).__name__} "
                 "(only compositions of Gaussians)"
             )
         if rho > 0.0:
-            if event.sampling_rate >= 1.0:
+            if event.sampling_rate >= 1.0 or not math.isfinite(rho):
                 parts.rho += count * rho
             else:
                 parts.sampled[(event.sampling_rate, 1.0 / math.sqrt(2.0 * rho))] += count
@@ -153,6 +175,8 @@ def gaussian_epsilon(mu: float, delta: float) -> float:
     """
     if mu <= 0.0:
         return 0.0
+    if not math.isfinite(mu):
+        return math.inf
     log_delta = math.log(delta)
     if _log_gaussian_delta(0.0, mu) <= log_delta:
         return 0.0
@@ -241,8 +265,9 @@ def adaptive_pld_epsilon(
         InvalidParameterError: on a bad δ.
     """
     _check_delta(delta)
-    parts = _Parts()
-    _flatten(event, 1, parts)
+    parts = _parts_of(event)
+    if _unbounded(parts):
+        return PldEpsilon(math.inf, _COARSE_INTERVAL, ())
     if epsilon_hint is not None and math.isfinite(epsilon_hint) and epsilon_hint > 0.0:
         interval = min(_MAX_INTERVAL, max(_MIN_INTERVAL, 5e-4 * float(epsilon_hint)))
     else:
@@ -298,8 +323,9 @@ def tight_epsilon(
         0.0 < value_discretization_interval <= 0.1
     ):
         raise InvalidParameterError("value_discretization_interval must be in (0, 0.1]")
-    parts = _Parts()
-    _flatten(event, 1, parts)
+    parts = _parts_of(event)
+    if _unbounded(parts):
+        return TightResult(math.inf, "analytic_gaussian" if not parts.sampled else "pld")
     if not parts.sampled and not force_pld:
         return TightResult(gaussian_epsilon(math.sqrt(2.0 * parts.rho), delta), "analytic_gaussian")
     if value_discretization_interval is not None:

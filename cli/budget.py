@@ -167,10 +167,10 @@ def _one_client(report: dict[str, Any], *, events: bool) -> None:
     console.print(summary)
     if report["by_job"]:
         jobs = Table(title="per job")
-        for column in ("job", "ε", "events"):
+        for column in ("job", "ε", "bound", "events"):
             jobs.add_column(column, justify="left" if column == "job" else "right")
         for job_id, j in report["by_job"].items():
-            jobs.add_row(job_id, _eps(j["epsilon"]), str(j["entries"]))
+            jobs.add_row(job_id, _eps(j["epsilon"]), str(j.get("method", "rdp")), str(j["entries"]))
         console.print(jobs)
     if events and report["events"]:
         table = Table(title="events")

@@ -141,6 +141,8 @@ def budget_report(
             job_id: JobEpsilonPublic(
                 job_id=j.job_id,
                 epsilon=j.epsilon,
+                method=j.method,
+                rdp_epsilon=j.rdp_epsilon,
                 order=j.order,
                 entries=j.entries,
                 data_dependent_epsilon=j.data_dependent_epsilon,

@@ -86,8 +86,16 @@ class ClientPublic(ClientSummary):
 
 class JobEpsilonPublic(_Public):
     job_id: str
-    epsilon: float
-    order: float | None = Field(description="The Rényi order that gave ε (null: nothing spent).")
+    epsilon: float = Field(
+        description="ε of this job alone: the smaller of 'rdp_epsilon' and, when every event of "
+        "the job has a tight path (Gaussian, voting, Poisson-subsampled Gaussian), the exact "
+        "Gaussian or pessimistic PLD figure of the same events composed; 'method' says which."
+    )
+    method: str = Field(description="'rdp', 'pld' or 'analytic_gaussian': the bound in 'epsilon'.")
+    rdp_epsilon: float | None = Field(description="The job's summed RDP curve, converted.")
+    order: float | None = Field(
+        description="The Rényi order of the RDP figure (null: nothing spent)."
+    )
     entries: int
     data_dependent_epsilon: float | None
 
@@ -123,8 +131,9 @@ class BudgetReport(_Public):
 
     client_id: str
     epsilon: float = Field(
-        description="Total ε over every job (RDP curves add across jobs); valid when the "
-        "client's jobs share one neighbouring relation (docs/accounting.md)."
+        description="Total ε over every job (RDP curves add across jobs; with ?tight=true the "
+        "smaller of that and the PLD of every event composed); valid when the client's jobs "
+        "share one neighbouring relation (docs/accounting.md). Budgets use the RDP total."
     )
     replace_one_epsilon: float = Field(
         description="ε for replacing one record of the client, valid whatever neighbouring "
@@ -153,8 +162,13 @@ class EpsilonPoint(_Public):
     round_number: int
     attempt: int
     created_at: datetime
-    epsilon: float = Field(description="Total ε over every job so far, at the history's δ.")
-    job_epsilon: float = Field(description="ε within this entry's job so far.")
+    epsilon: float = Field(
+        description="Total ε over every job so far, at the history's δ (RDP curves summed)."
+    )
+    job_epsilon: float = Field(
+        description="ε within this entry's job so far (its RDP curves summed; the job's tight "
+        "figure is in the budget report's by_job)."
+    )
 
 
 class EpsilonHistory(_Public):
@@ -181,7 +195,9 @@ class JobDetail(JobPublic):
     spec: dict[str, Any] = Field(description="The validated job document, defaults filled in.")
     members: list[str]
     epsilons: dict[str, float] = Field(
-        description="Each charged client's ε in this job alone, at the job's δ."
+        description="Each charged client's ε in this job alone, at the job's δ: the smaller of "
+        "its RDP figure and the tight (exact Gaussian / pessimistic PLD) figure of the same "
+        "events where every event has one."
     )
 
 
@@ -209,8 +225,9 @@ class RoundPublic(_Public):
     noise: dict[str, Any]
     accuracy: float | None
     epsilon: float | None = Field(
-        description="Largest per-job ε (at the job's δ) among the clients charged by this round, "
-        "after the charge; null when the round was never charged."
+        description="Largest per-job RDP ε (at the job's δ) among the clients charged by this "
+        "round, after the charge, fixed at commit; null when the round was never charged. The "
+        "job's ε (job detail 'epsilons') may be tighter (min with the PLD)."
     )
     model_version: int | None
     abort_reason: str | None

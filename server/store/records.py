@@ -286,13 +286,22 @@ class EventReport:
 
 @dataclass(frozen=True, slots=True)
 class JobEpsilon:
-    """A client's spending on one job: its curves composed, converted at the report's δ."""
+    """A client's spending on one job at the report's δ.
+
+    ``epsilon`` is the smaller of two upper bounds on the whole job (one neighbouring relation):
+    ``rdp_epsilon``, the job's summed RDP curve converted, and, when every event of the job has a
+    tight path (Gaussian, voting, Poisson-subsampled Gaussian), the tight figure of the same
+    events composed (exact Gaussian profile or pessimistic PLD); ``method`` names the winner
+    (``"rdp"``, ``"pld"``, ``"analytic_gaussian"``) and ``order`` is the RDP bound's order.
+    """
 
     job_id: str
     epsilon: float
     order: float | None
     entries: int
     data_dependent_epsilon: float | None
+    method: str = "rdp"
+    rdp_epsilon: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,20 @@
 """Reading the ledger: ε per client and per job, budget checks, and verification.
 
-Every ε here is recomputed on demand from the cached curves by the RDP conversion of
-``dpfl.accounting`` (never stored as a number, so it cannot go stale); ``verify_ledger`` proves the
-cache right by recomputing every curve from the stored event parameters (rule 2) and every
-running sum from the entries.
+Every ε here is recomputed on demand (never stored as a number, so it cannot go stale):
+``verify_ledger`` proves the curve cache right by recomputing every curve from the stored event
+parameters (rule 2) and every running sum from the entries.
+
+Which bound each figure is (docs/accounting.md, "Which bound each ledger figure is"):
+
+- a client's ε in one job (``JobEpsilon``, ``job_epsilons``) is the smaller of the job's summed
+  RDP curve converted and, when every event of the job has a tight path, the tight figure of the
+  same events composed (``compute_epsilon``: exact Gaussian profile or pessimistic PLD); both
+  bound the whole job, so their minimum does. Computed from the stored events, cached per
+  (multiset of events, δ): a population charged the same rounds shares one computation;
+- totals across jobs, budgets, ``replace_one_epsilon``, the history and per-entry figures stay
+  RDP (curves add across jobs; the conversion of the weak triangle inequality needs curves);
+  ``client_budget(tight=True)`` reports the min with the tight composition of every entry, which
+  holds under the same one-relation condition as the RDP sum, but budgets never use it.
 
 Budgets are enforced on the *guaranteed* curves; the data-dependent figures (PATE/kNN margins)
 are reported beside them and used only where the caller opts in.
@@ -11,9 +22,10 @@ are reported beside them and used only where the caller opts in.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -21,9 +33,11 @@ from dpfl.accounting import (
     AccountingError,
     ComposedEvent,
     DpEvent,
+    EpsilonReport,
     SelfComposedEvent,
     compute_epsilon,
     event_from_json,
+    supports_tight,
 )
 from dpfl.server.errors import LedgerIntegrityError
 from dpfl.server.store.core import StoreCore
@@ -66,6 +80,49 @@ RDP_METHOD = "rdp"
 
 def _array(values: Sequence[float]) -> Curve:
     return np.asarray(values, dtype=np.float64)
+
+
+#: A multiset of stored events: (canonical event JSON, count), sorted.
+Composition = tuple[tuple[str, int], ...]
+
+
+def _composition(entries: Iterable[LedgerEntry]) -> Composition:
+    counts: dict[str, int] = defaultdict(int)
+    for e in entries:
+        counts[canonical_json(e.event)] += 1
+    return tuple(sorted(counts.items()))
+
+
+@functools.lru_cache(maxsize=1024)
+def _tight_report(composition: Composition, delta: float) -> EpsilonReport | None:
+    """``compute_epsilon`` of the events composed, or None when one of them has no tight path.
+
+    Identical events become one self-composition, which the PLD composes by repeated squaring.
+    """
+    if not composition:
+        return None
+    try:
+        events = tuple(SelfComposedEvent(event_from_json(json.loads(k)), n) for k, n in composition)
+        event: DpEvent = events[0] if len(events) == 1 else ComposedEvent(events)
+        if not supports_tight(event):
+            return None
+        return compute_epsilon(event, delta=delta, tight=True)
+    except AccountingError:
+        return None
+
+
+def _job_epsilon(
+    job_id: str, s: CurveSum, entries: Sequence[LedgerEntry] | None, delta: float
+) -> JobEpsilon:
+    """One job's figure: min(RDP of the summed curve, tight of the same events) when given."""
+    rdp_eps, order = epsilon_of(s.curve, delta)
+    dd_eps = epsilon_of(s.data_dependent_curve, delta)[0] if s.data_dependent_entries else None
+    eps, method = rdp_eps, RDP_METHOD
+    if entries:
+        report = _tight_report(_composition(entries), delta)
+        if report is not None and report.epsilon < eps:
+            eps, method = float(report.epsilon), str(report.method)
+    return JobEpsilon(job_id, eps, order, s.entries, dd_eps, method, rdp_eps)
 
 
 def _check_entry(e: LedgerEntry) -> tuple[list[Mismatch], tuple[Curve, Curve | None] | None]:
@@ -125,9 +182,11 @@ class ReportsMixin(StoreCore):
             agent_id: the client.
             delta: the δ to report ε at (default: the client's budget δ, else 1e-5).
             include_events: list every entry with its own ε (one conversion each).
-            tight: also compose the client's events and ask ``compute_epsilon`` for its tightest
-                valid bound; the reported ε is the smaller of that and the RDP figure, and
-                ``method`` says which. Budgets are always enforced on the RDP figure.
+            tight: also compose all the client's events, across jobs, and ask
+                ``compute_epsilon`` for its tightest valid bound; the reported total is the
+                smaller of that and the RDP figure, and ``method`` says which. Budgets are
+                always enforced on the RDP figure. (``by_job`` always carries each job's tight
+                figure where one applies.)
 
         Raises:
             NotFound: no such client.
@@ -136,23 +195,27 @@ class ReportsMixin(StoreCore):
         with self._transaction(write=False) as tx:
             agent = self._agent_of(tx, agent_id)
             sums = tx.curve_sums([agent_id])
-            entries = tx.entries(agent_id=agent_id) if (include_events or tight) else []
+            entries = tx.entries(agent_id=agent_id)
         return self._client_budget(agent, sums, entries, delta, include_events, tight)
 
     def list_client_budgets(self, *, delta: float | None = None) -> list[ClientBudget]:
-        """Every client's totals (without events), oldest client first."""
+        """Every client's totals (without events), oldest client first.
+
+        ``by_job`` here is the RDP figure of each job (method ``"rdp"``): the tight one needs the
+        entries, which :meth:`client_budget` reads for one client.
+        """
         with self._transaction(write=False) as tx:
             agents = tx.list_agents()
             by_agent: dict[str, list[CurveSum]] = defaultdict(list)
             for s in tx.curve_sums(None):
                 by_agent[s.agent_id].append(s)
-        return [self._client_budget(a, by_agent[a.id], [], delta, False, False) for a in agents]
+        return [self._client_budget(a, by_agent[a.id], None, delta, False, False) for a in agents]
 
     def _client_budget(
         self,
         agent: Agent,
         sums: Sequence[CurveSum],
-        entries: Sequence[LedgerEntry],
+        entries: Sequence[LedgerEntry] | None,
         delta: float | None,
         include_events: bool,
         tight: bool,
@@ -167,28 +230,19 @@ class ReportsMixin(StoreCore):
         replace_one, _ = epsilon_of(replace_one_curve(curve), delta)
         method = RDP_METHOD
         if tight and entries:
-            # identical events (a population charged round after round) as self-compositions,
-            # which the tight (PLD) path composes by repeated squaring
-            counts: dict[str, int] = {}
-            for e in entries:
-                key = canonical_json(e.event)
-                counts[key] = counts.get(key, 0) + 1
-            events = tuple(
-                SelfComposedEvent(event_from_json(json.loads(k)), n) for k, n in counts.items()
-            )
-            try:
-                report = compute_epsilon(ComposedEvent(events), delta=delta, tight=True)
-            except AccountingError:
-                report = None
+            # across jobs: valid under the same one-relation condition as the RDP sum
+            report = _tight_report(_composition(entries), delta)
             if report is not None and report.epsilon < epsilon:
                 epsilon, method = float(report.epsilon), str(report.method)
-        by_job = {}
-        for s in sums:
-            eps, o = epsilon_of(s.curve, delta)
-            dd_eps = (
-                epsilon_of(s.data_dependent_curve, delta)[0] if s.data_dependent_entries else None
+        per_job: dict[str, list[LedgerEntry]] = defaultdict(list)
+        for e in entries or ():
+            per_job[e.job_id].append(e)
+        by_job = {
+            s.job_id: _job_epsilon(
+                s.job_id, s, None if entries is None else per_job[s.job_id], delta
             )
-            by_job[s.job_id] = JobEpsilon(s.job_id, eps, o, s.entries, dd_eps)
+            for s in sums
+        }
         reports: tuple[EventReport, ...] = ()
         if include_events:
             reports = tuple(
@@ -199,7 +253,7 @@ class ReportsMixin(StoreCore):
                     if e.data_dependent_curve is None
                     else epsilon_of(_array(e.data_dependent_curve), delta)[0],
                 )
-                for e in entries
+                for e in entries or ()
             )
         at_budget = remaining = None
         exceeded = False
@@ -224,7 +278,8 @@ class ReportsMixin(StoreCore):
         )
 
     def job_epsilons(self, job_id: str, *, delta: float | None = None) -> dict[str, float]:
-        """Each charged client's ε in this job alone, at ``delta`` (default: the job's δ).
+        """Each charged client's ε in this job alone, at ``delta`` (default: the job's δ): the
+        min of the RDP figure and the tight one of the same events (see :class:`JobEpsilon`).
 
         Raises:
             NotFound: no such job.
@@ -232,8 +287,14 @@ class ReportsMixin(StoreCore):
         with self._transaction(write=False) as tx:
             job = self._job_of(tx, job_id)
             sums = tx.curve_sums(None, job_id)
+            entries = tx.entries(job_id=job_id)
         at = check_delta(job.delta if delta is None else delta)
-        return {s.agent_id: epsilon_of(s.curve, at)[0] for s in sums}
+        per_agent: dict[str, list[LedgerEntry]] = defaultdict(list)
+        for e in entries:
+            per_agent[e.agent_id].append(e)
+        return {
+            s.agent_id: _job_epsilon(job_id, s, per_agent[s.agent_id], at).epsilon for s in sums
+        }
 
     def check_budgets(
         self, events: Mapping[str, DpEvent], *, data_dependent: bool = False

@@ -130,12 +130,17 @@ class LedgerContract:
         assert report.method == "rdp"
         assert report.order is not None
         assert report.by_job[job_id].entries == 3
-        assert report.by_job[job_id].epsilon == pytest.approx(report.epsilon, rel=1e-12)
+        assert report.by_job[job_id].rdp_epsilon == pytest.approx(report.epsilon, rel=1e-12)
+        job_tight = compute_epsilon(SelfComposedEvent(ROUND_EVENT, 3), delta=1e-6).epsilon
+        assert report.by_job[job_id].epsilon == pytest.approx(job_tight, rel=1e-12)
+        assert report.by_job[job_id].method == "pld"
         assert [ev.entry.round_number for ev in report.events] == [1, 2, 3]
         single = accountant_epsilon([ROUND_EVENT], 1e-6)
         assert all(ev.epsilon == pytest.approx(single, rel=1e-12) for ev in report.events)
+        job_at_its_delta = compute_epsilon(SelfComposedEvent(ROUND_EVENT, 3), delta=1e-5).epsilon
+        assert job_at_its_delta < accountant_epsilon(stored_events, 1e-5)
         assert store.job_epsilons(job_id) == {
-            p: pytest.approx(accountant_epsilon(stored_events, 1e-5), rel=1e-12) for p in population
+            p: pytest.approx(job_at_its_delta, rel=1e-12) for p in population
         }
         json.dumps(to_json(report))  # the REST layer can serialise it
 
@@ -355,6 +360,44 @@ class LedgerContract:
         assert tight.epsilon_at_budget_delta == rdp.epsilon_at_budget_delta  # budgets stay RDP
         expected = compute_epsilon(SelfComposedEvent(ROUND_EVENT, 3), delta=1e-5, tight=True)
         assert tight.epsilon == pytest.approx(min(expected.epsilon, rdp.epsilon), rel=1e-9)
+
+    def test_a_gaussian_job_shows_its_tight_figure_and_budgets_stay_rdp(
+        self, store: Store, population: list[str]
+    ) -> None:
+        """DP-FedAvg with Gaussian noise, q = 0.3, z = 1.54, 10 rounds: 3.52 (PLD), not 3.97."""
+        job = store.create_job(FEDAVG, members=population[:2])
+        store.set_job_status(job.id, JobStatus.RUNNING)
+        gaussian = PoissonSampledEvent(0.3, GaussianEvent.from_multiplier(1.54))
+        for number in range(1, 11):
+            self.charge_all(store, job.id, number, population[:2], event=gaussian)
+        report = store.client_budget(population[0], delta=1e-5)
+        j = report.by_job[job.id]
+        assert j.method == "pld"
+        assert j.rdp_epsilon == pytest.approx(3.971, abs=1e-3)
+        assert j.epsilon == pytest.approx(3.523, abs=2e-3)
+        assert j.epsilon == pytest.approx(
+            compute_epsilon(SelfComposedEvent(gaussian, 10), delta=1e-5).epsilon, rel=1e-12
+        )
+        assert store.job_epsilons(job.id) == {
+            a: pytest.approx(j.epsilon, rel=1e-12) for a in population[:2]
+        }
+        # the total and the budget stay on the RDP curves (said so in the report's method)
+        assert report.method == "rdp"
+        assert report.epsilon == pytest.approx(j.rdp_epsilon, rel=1e-12)
+        assert report.epsilon_at_budget_delta == pytest.approx(j.rdp_epsilon, rel=1e-12)
+        # a Skellam job has no tight path: its figure is RDP and says so
+        skellam = PoissonSampledEvent(
+            0.3, SkellamEvent(mu=1e4, l1_sensitivity=50.0, l2_sensitivity=10.0, dimension=100)
+        )
+        other = store.create_job(FEDAVG, members=population[2:3])
+        store.set_job_status(other.id, JobStatus.RUNNING)
+        self.charge_all(store, other.id, 1, population[2:3], event=skellam)
+        sk = store.client_budget(population[2], delta=1e-5).by_job[other.id]
+        assert sk.method == "rdp"
+        assert sk.epsilon == sk.rdp_epsilon
+        # the summary listing keeps RDP per job (no entries read)
+        listed = {b.agent_id: b for b in store.list_client_budgets(delta=1e-5)}
+        assert listed[population[0]].by_job[job.id].method == "rdp"
 
     def test_reports_at_other_deltas_and_without_budget(
         self, store: Store, job_id: str, population: list[str]

@@ -242,3 +242,21 @@ def test_adaptive_grid_follows_small_epsilon() -> None:
     assert len(adaptive.tried) > 2
     assert adaptive.epsilon == min(e for _, e in adaptive.tried)
     assert fine * (1 - 1e-9) <= adaptive.epsilon <= fine * 1.01
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        GaussianEvent(sigma=1e-300),
+        PoissonSampledEvent(0.1, GaussianEvent(sigma=1e-300)),
+        VotingEvent(queries=10, sigma=1e-300, level="agent"),
+    ],
+)
+def test_vanishing_noise_reads_infinity_instead_of_raising(event: object) -> None:
+    """A coefficient that overflows is no finite ε (the ledger reads every stored event)."""
+    from dpfl.accounting import DpEvent
+
+    assert isinstance(event, DpEvent)
+    report = compute_epsilon(event, delta=1e-5)
+    assert report.epsilon == math.inf
+    assert gaussian_epsilon(math.inf, 1e-5) == math.inf
