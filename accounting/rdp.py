@@ -32,6 +32,7 @@ from .events import (
 from .orders import ORDERS, validate_orders
 from .rdp_gaussian import poisson_subsampled_gaussian_rdp
 from .rdp_mechanisms import data_dependent_voting_rdp, skellam_rdp, voting_rdp
+from .rdp_moments import fractional_moment_log_bound
 from .rdp_subsampling import (
     integer_orders_needed,
     interpolate_fractional,
@@ -136,7 +137,26 @@ def _poisson(event: PoissonSampledEvent, orders: tuple[float, ...]) -> FloatArra
             cache[m] = (m - 1) * bound
         return cache[m]
 
-    return interpolate_fractional(cgf, orders)
+    out = interpolate_fractional(cgf, orders)
+    if symmetric:
+        # Fractional orders: the moment bound of rdp_moments on X = 1 − γ + γL (E_Q[X] = 1,
+        # X ≥ 1 − γ, E_Q[X^j] ≤ e^{cgf(j)}) bounds the remove direction at real α, and the
+        # symmetric lemma makes it bound the add direction too; the min with the interpolation.
+        for i, a in enumerate(orders):
+            if float(a).is_integer() or a >= _MOMENT_MAX_ORDER:
+                continue
+            n = math.floor(a)
+            moments = {m: cgf(m) for m in range(2, min(top, n + _MOMENT_EXTRA) + 1)}
+            k = fractional_moment_log_bound(float(a), 1.0 - event.sampling_rate, moments)
+            if math.isfinite(k):
+                out[i] = min(out[i], max(k, 0.0) / (a - 1.0))
+    return out
+
+
+#: The moment bound is evaluated at fractional orders below this (the grid's fractional part).
+_MOMENT_MAX_ORDER = 11.0
+#: Integer moments used above the order: ⌊α⌋ + 1 ... ⌊α⌋ + 6.
+_MOMENT_EXTRA = 6
 
 
 def _without_replacement(
