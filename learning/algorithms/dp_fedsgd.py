@@ -44,7 +44,10 @@ as for every algorithm's Gaussian option (a sum of discrete Gaussians is only cl
 
 **Ring.** No clipping follows training, so the ring is sized for the worst case: per coordinate
 ``|Z_i| ≤ S·M_max·⌈C·2^b⌉`` plus κ = 10 standard deviations of the S steps' summed noise, with
-M_max = ``max_local_size`` (an agent with more records refuses). b is the smallest scale whose
+M_max = ``max_local_size``. An agent with more records does not refuse (that would make the
+guarantee depend on its size): each step's integer sum is clamped per coordinate to
+``M_max·⌈C·2^b⌉``, which leaves the step's sensitivities as they are
+(:mod:`~dpfl.learning.algorithms.integer_dpsgd`). b is the smallest scale whose
 rounding inflates Δ₂ by ≤ 0.1 %, lowered while the population's worst case would not fit 64 bits.
 
 Task parameters::
@@ -535,12 +538,6 @@ class DpFedSgd(Algorithm):
             raise AlgorithmError(f"{self.name} needs the global model")
         if encoding.clip != task["clip"] or encoding.scale_bits != task["scale_bits"]:
             raise AlgorithmError("the encoding's clip or scale differs from the task's")
-        size = len(data.y)
-        if size > task["max_local_size"]:
-            raise AlgorithmError(
-                f"this agent holds {size} records, more than the max_local_size "
-                f"{task['max_local_size']} the ring was sized for"
-            )
         from dpfl.learning.params import model_from_bytes
 
         net = common.build_model(task["model"], data.input_shape, data.num_classes, seed=0)
@@ -562,6 +559,7 @@ class DpFedSgd(Algorithm):
             noise=encoding.noise,
             stream=stream,
             device=device,
+            coordinate_limit=task["max_local_size"] * encoding.coordinate_bound,
         )
         if result.total.shape != (task["dimension"],):
             raise AlgorithmError(

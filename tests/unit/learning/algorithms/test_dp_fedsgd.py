@@ -31,7 +31,13 @@ from dpfl.learning.algorithms.base import (
 from dpfl.learning.algorithms.dp_fedsgd import ALGORITHM, DpFedSgd, required_ring_bits
 from dpfl.learning.algorithms.federation import mean_local_size
 from dpfl.learning.algorithms.fedsgd_accounting import CLAIM_LABEL
-from dpfl.learning.algorithms.integer_dpsgd import integer_dp_sgd, round_rows
+from dpfl.learning.algorithms.integer_dpsgd import (
+    _per_sample_gradients,
+    clamped_sum,
+    clip_rows,
+    integer_dp_sgd,
+    round_rows,
+)
 from dpfl.learning.jobs import parse_job
 from dpfl.learning.models import build_model
 from dpfl.learning.params import flatten_parameters, model_from_bytes
@@ -476,16 +482,17 @@ def test_agent_contribution_is_the_ring_vector_of_its_noisy_steps(
     signed = centre(vector, config.ring_bits)
     # three steps of the agent's noise share (std √(2μ_share) each) plus its clipped gradients
     assert np.std(signed) >= 0.9 * math.sqrt(3 * config.noise.variance)
-    with pytest.raises(AlgorithmError, match="max_local_size"):
-        ALGORITHM.agent_contribution(
-            {**params, "max_local_size": 10},
-            agent,
-            model=state.model,
-            public_x=None,
-            device="cpu",
-            encoding=config,
-            stream=_stream("refused"),
-        )
+    # more records than max_local_size: no refusal (it would depend on the data set's size)
+    larger = ALGORITHM.agent_contribution(
+        {**params, "max_local_size": 10},
+        agent,
+        model=state.model,
+        public_x=None,
+        device="cpu",
+        encoding=config,
+        stream=_stream("larger"),
+    )
+    assert larger.shape == (650,)
     with pytest.raises(AlgorithmError, match="global model"):
         ALGORITHM.agent_contribution(
             params,
@@ -612,3 +619,71 @@ def test_the_normaliser_must_be_stated_when_the_data_is_not_here(
     )
     plan = ALGORITHM.plan(stated, population=10, data=digits_coordinator)
     assert plan.details["expected_batch_size"] == 12.5
+
+
+def _clamped_steps(x: Any, y: Any, *, limit: int | None, seed: str, steps: int = 2) -> Any:
+    net = build_model("logreg", input_shape=(1, 8, 8), num_classes=10, seed=0)
+    return integer_dp_sgd(
+        net,
+        x,
+        y,
+        steps=steps,
+        sampling_rate=1.0,
+        clip=1.0,
+        learning_rate=0.5,
+        normalizer=10.0,
+        scale_bits=4,
+        rounding_bound=EncodingConfig(clip=1.0, scale_bits=4, ring_bits=64).rounded_l2_bound(650),
+        noise=NoiseSpec.none(),
+        stream=_stream(seed),
+        coordinate_limit=limit,
+    )
+
+
+def test_max_local_size_clamps_each_step_instead_of_refusing(
+    digits_agents: list[AgentData],
+) -> None:
+    """The ring bound ``M_max·⌈C·2^b⌉`` per coordinate and step holds for any data set size, the
+    clamp never acts at or below M_max records, and a larger agent still takes part."""
+    agent = digits_agents[0]
+    bound = EncodingConfig(clip=1.0, scale_bits=4, ring_bits=64).coordinate_bound
+    m_max = 5
+    limit = m_max * bound
+    # 40 copies of one record: the unclamped sum would reach 40·⌈C·2^b⌉ in some coordinate
+    x = np.repeat(agent.x[:1], 40, axis=0)
+    y = np.repeat(agent.y[:1], 40, axis=0)
+    free = _clamped_steps(x, y, limit=None, seed="clamp", steps=1)
+    assert np.abs(free.total).max() > limit
+    clamped = _clamped_steps(x, y, limit=limit, seed="clamp", steps=1)
+    assert np.abs(clamped.total).max() <= limit
+    assert np.array_equal(clamped.total, np.clip(free.total, -limit, limit))
+    # at most M_max records: identical with or without the clamp
+    small = _clamped_steps(agent.x[:m_max], agent.y[:m_max], limit=limit, seed="small")
+    plain = _clamped_steps(agent.x[:m_max], agent.y[:m_max], limit=None, seed="small")
+    assert np.array_equal(small.total, plain.total)
+    with pytest.raises(AlgorithmError, match="coordinate_limit"):
+        _clamped_steps(x, y, limit=0, seed="bad")
+
+
+def test_the_clamp_keeps_one_records_sensitivity(digits_agents: list[AgentData]) -> None:
+    """Add/remove one record at an agent far above M_max: the clamped step sums (of the real
+    clipped, rounded per-record gradients) differ by at most that record's rounded vector per
+    coordinate, so by at most Δ₁ in L1 and Δ₂ in L2."""
+    agent = digits_agents[1]
+    config = EncodingConfig(clip=1.0, scale_bits=4, ring_bits=64)
+    net = build_model("logreg", input_shape=(1, 8, 8), num_classes=10, seed=0)
+    names = [name for name, _ in net.named_parameters()]
+    xt = torch.as_tensor(np.concatenate([np.repeat(agent.x[:1], 30, axis=0), agent.x[1:9]]))
+    yt = torch.as_tensor(np.concatenate([np.repeat(agent.y[:1], 30, axis=0), agent.y[1:9]]))
+    grads = _per_sample_gradients(net, names, xt, yt).detach().to(torch.float64).numpy()
+    rows = round_rows(
+        np.ldexp(clip_rows(grads, 1.0), 4), config.rounded_l2_bound(650), _stream("rows")
+    )
+    limit = 3 * config.coordinate_bound
+    for k in range(30, 38):  # remove each of the 8 distinct records in turn
+        without = clamped_sum(np.delete(rows, k, axis=0), limit)
+        gap = (clamped_sum(rows, limit) - without).astype(np.float64)
+        assert np.all(np.abs(gap) <= np.abs(rows[k]))
+        assert np.abs(gap).sum() <= config.rounded_l1_bound(650)
+        assert np.linalg.norm(gap) <= config.rounded_l2_bound(650)
+    assert np.abs(rows.sum(axis=0)).max() > limit  # the clamp acted
