@@ -13,10 +13,10 @@ number of summed agents: that average is the model (``done`` after round 1).
 (``agent``). M is the job's ``params.min_local_size`` (default: the smallest share of the job's
 simulated federation, which the coordinator derives from the data spec): every agent with at
 least M records has sensitivity ≤ s (it decreases in M), and an agent with fewer refuses the
-task before sending anything — the refusal depends on its size only, which replacing a record does not change, so both data sets of
-a record-level pair refuse or both take part. At agent level (any data set for any other, sizes
-may differ) nothing depends on the size: no minimum, and an empty data set sends the zero models
-(in the R-ball) instead of refusing. The coordinator
+task before sending anything — the refusal depends on its size only, which replacing a record
+does not change, so both data sets of a record-level pair refuse or both take part. At agent
+level (any data set for any other, sizes may differ) nothing depends on the size: no minimum,
+and an empty data set sends the zero models (in the R-ball) instead of refusing. The coordinator
 never learns the agents' sizes, and the noise is not a function of private data.
 
 **Encoding and exact accounting.** The agent's block has L2 norm ≤ R·√K (each row is in the
