@@ -9,11 +9,14 @@ ONE secure summation with its share of the noise. The coordinator divides the de
 number of summed agents: that average is the model (``done`` after round 1).
 
 **Sensitivity** per class model (replace one record, or the whole data set):
-``s = 2(c + RΛ)/(MΛ)`` (``privacy.unit: record``) or ``s = 2R`` (``agent``). M is the job's
-``params.min_local_size`` (default: the smallest share of the job's simulated federation, which
-the coordinator derives from the data spec): every agent with at least M records has sensitivity
-≤ s (it decreases in M), and an agent with fewer refuses the task before sending anything — the
-refusal depends on its size only, which replacing a record does not change. The coordinator
+``s = 2c/(MΛ)`` (``privacy.unit: record``; docs/accounting.md proves it) or ``s = 2R``
+(``agent``). M is the job's ``params.min_local_size`` (default: the smallest share of the job's
+simulated federation, which the coordinator derives from the data spec): every agent with at
+least M records has sensitivity ≤ s (it decreases in M), and an agent with fewer refuses the
+task before sending anything — the refusal depends on its size only, which replacing a record
+does not change, so both data sets of a record-level pair refuse or both take part. At agent
+level (any data set for any other, sizes may differ) nothing depends on the size: no minimum,
+and an empty data set sends the zero models (in the R-ball) instead of refusing. The coordinator
 never learns the agents' sizes, and the noise is not a function of private data.
 
 **Encoding and exact accounting.** The agent's block has L2 norm ≤ R·√K (each row is in the
@@ -480,6 +483,8 @@ class DpHelmet(Algorithm):
                 f"features {task['features']!r} give {extractor.dim} values, the task "
                 f"{task['feature_dim']}"
             )
+        if size == 0:  # agent level: an empty data set is one of the data sets protected
+            return np.zeros(task["dimension"], dtype=np.float64)
         inputs = augment_and_clip(extractor(data.x), task["input_clip"])
         models = train_one_vs_rest(
             inputs,

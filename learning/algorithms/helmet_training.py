@@ -13,18 +13,18 @@ or the logistic loss ``log(1 + e^{−z})``. Training is projected SGD with one r
 t-th step (t = 1, 2, ...) with ``β = √((c²·κ + Λ)² + p·Λ²)``, κ = 1/(2h) (Huber) or 1/4
 (logistic) bounding ℓ'', and projection of every f_k onto the ball of radius R after each step.
 
-**Sensitivity** (replace one record; Wu et al. 2017, "Bolt-on Differential Privacy for Scalable
-Stochastic Gradient Descent-based Analytics", strongly convex case with decreasing steps, as
-DP-Helmet uses it): on the R-ball the per-record objective ``(Λ/2)‖f‖² + ℓ(y fᵀa)`` is
-L = (c + RΛ)-Lipschitz (|ℓ'| ≤ 1, ‖a‖ ≤ c), Λ-strongly convex and β-smooth (β above is at least
-the smoothness c²κ + Λ), so every gradient step with ``η_t ≤ 1/β`` is (1 − η_tΛ)-contractive and
-the projection is non-expansive. The differing record is met once per pass and adds at most
-``2η_tL``; the later steps shrink that by ``Π(1 − η_sΛ) = t/T`` (η_s = 1/(Λs)), so each pass
-contributes at most ``2L/(ΛT)`` and E passes of M steps give
+**Sensitivity** (replace one record; the contraction argument of Wu et al. 2017, "Bolt-on
+Differential Privacy for Scalable Stochastic Gradient Descent-based Analytics", strongly convex
+case with decreasing steps; proof in docs/accounting.md, "DP-Helmet: record-level sensitivity"):
+every step ``f ↦ (1 − η_tΛ)f − η_t∇ℓ(f)`` with ``η_t ≤ 1/β`` is (1 − η_tΛ)-contractive and the
+projection is non-expansive. At the differing record the two runs apply the SAME regulariser
+term, which cancels, so the step adds at most ``η_t‖∇ℓ − ∇ℓ'‖ ≤ 2η_t·c`` (|ℓ'| ≤ 1, ‖a‖ ≤ c);
+the later steps shrink that to at most ``2c/(ΛT)`` per meeting, and E passes of M steps give
 
-    ‖f − f'‖ ≤ s = 2(c + R·Λ)/(M·Λ)   per class,
+    ‖f − f'‖ ≤ s = 2c/(M·Λ)   per class,
 
-whatever the (data-independent) order of the records. Protecting a whole data set, both models
+whatever the (data-independent) order of the records (the bound of the exact minimiser,
+Chaudhuri, Monteleoni & Sarwate 2011, Cor. 8). Protecting a whole data set, both models
 lie in the R-ball: ``s = 2R``. Training never reads anything but the agent's own records, the
 task's hyper-parameters and a public seed for the order. ``test_dp_helmet.py`` checks the bound
 empirically on neighbouring data sets with the same order.
@@ -89,7 +89,7 @@ def smoothness(
 def sensitivity(
     *, unit: str, clip: float, radius: float, regularization: float, local_size: int | None
 ) -> float:
-    """s per class model: ``2(c+RΛ)/(MΛ)`` (record) or ``2R`` (agent).
+    """s per class model: ``2c/(MΛ)`` (record) or ``2R`` (agent).
 
     Raises:
         AlgorithmError: record level without a local size ≥ 1, or an unknown unit.
@@ -100,7 +100,7 @@ def sensitivity(
         raise AlgorithmError(f"unknown protected unit {unit!r} (record or agent)")
     if local_size is None or local_size < 1:
         raise AlgorithmError("record-level sensitivity needs the local data size M >= 1")
-    return 2.0 * (clip + radius * regularization) / (local_size * regularization)
+    return 2.0 * clip / (local_size * regularization)
 
 
 def _loss_derivative(loss: Loss, z: npt.NDArray[np.float64], h: float) -> npt.NDArray[np.float64]:

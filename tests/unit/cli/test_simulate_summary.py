@@ -1,0 +1,44 @@
+"""``dpfl simulate``'s summary: a claimed figure that is not a bound is printed apart from the
+charged ε, named as such, and carried in the JSON line under its own keys."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from dpfl.cli.simulate import SimulationResult, summary
+from dpfl.learning.algorithms.fedsgd_accounting import CLAIM_LABEL
+
+
+def _result(**extra: object) -> SimulationResult:
+    return SimulationResult(
+        job="sgd",
+        job_id="job-1",
+        algorithm="dp-fedsgd",
+        status="completed",
+        rounds_completed=2,
+        accuracy=0.8,
+        epsilon={"agent-a": 31.5, "agent-b": 31.5},
+        delta=1e-5,
+        noise_multiplier=1.1,
+        wall_s=1.0,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def test_the_claim_is_printed_apart_and_named() -> None:
+    console = Console(record=True, width=400)
+    summary(console, _result(claimed_epsilon=4.0, claim=CLAIM_LABEL))
+    text = console.export_text()
+    assert "max 31.500" in text  # the charged ε
+    assert "claimed ε 4.000 (not a bound, not charged" in text
+    assert "NOT a proven bound" in text
+    line = _result(claimed_epsilon=4.0, claim=CLAIM_LABEL).to_json()
+    assert (line["claimed_epsilon"], line["claim"]) == (4.0, CLAIM_LABEL)
+    assert line["epsilon"] == {"agent-a": 31.5, "agent-b": 31.5}
+
+
+def test_no_claim_no_line() -> None:
+    console = Console(record=True, width=400)
+    summary(console, _result())
+    assert "claimed" not in console.export_text()
+    assert _result().to_json()["claimed_epsilon"] is None
