@@ -328,6 +328,23 @@ class DpFedAvg(Algorithm):
         self._job(job)
         return (self.round_event(plan, population=len(population)),)
 
+    def releases_every_sample(self, job: JobSpec, plan: JobPlan) -> bool:
+        """Under secure aggregation the whole population is charged the client-sampled event,
+        which bounds the release of ``M(S)`` for every sample S, so every sample is released
+        (docs/accounting.md, "Client sampling: every sample is released")."""
+        self._job(job)
+        return bool(plan.details["secure_aggregation"])
+
+    def noise_alone_encoding(self, job: JobSpec, plan: JobPlan, task: RoundTask) -> EncodingConfig:
+        """One agent's encoding of a one-agent round: its noise, ``total/(t·(1−δ))``
+        (:func:`~dpfl.learning.algorithms.common.per_agent_noise` with N = m_s = 1), is the law
+        of the N shares' sum in every round without dropouts, whatever N is."""
+        if not self.releases_every_sample(job, plan):
+            raise AlgorithmError(
+                f"{self.name} without secure aggregation never releases noise alone"
+            )
+        return self.encoding(job, plan, task, participants=1, min_survivors=1)
+
     # -- hooks of variants (DP-Fed-LS: fixed-size client sampling, smoothing) ----------------
 
     def _expected_participants(self, job: DpFedAvgJob, population: int) -> float:
