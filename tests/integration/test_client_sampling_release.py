@@ -13,8 +13,6 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import numpy as np
-import pytest
 from support.coordination import deadlines, small_job
 
 from dpfl.accounting import PoissonSampledEvent, event_from_json
@@ -43,7 +41,9 @@ def _sizes(name: str) -> list[int]:
 def test_rounds_sampling_zero_or_one_client_complete_and_are_charged(tmp_path: Path) -> None:
     job = small_job(rounds=ROUNDS, params={"sampling_rate": RATE})
     sizes = _sizes(job.name)
-    assert 0 in sizes and 1 in sizes and max(sizes) >= 2  # the draw exercises every path
+    assert 0 in sizes  # the draw exercises every path
+    assert 1 in sizes
+    assert max(sizes) >= 2
 
     def algorithms(name: str) -> Algorithm:
         if name == "dp-fedavg":
@@ -99,8 +99,6 @@ def test_rounds_sampling_zero_or_one_client_complete_and_are_charged(tmp_path: P
                 local = agent.ledger.entries(job_id=sim.job_id)
                 assert sorted(e.round for e in local) == joined
             assert store.verify_ledger().ok
-            # the released update of an empty sample is noise alone, of the summed law's scale
-            assert np.isfinite(result.epsilon[next(iter(ids))])
         finally:
             await sim.close()
 
