@@ -23,7 +23,11 @@ calibrated directly on that event for ``privacy.target_epsilon`` (``z = √(2μ)
 reported noise multiplier); it is not a Gaussian z converted afterwards. With
 ``privacy.noise: gaussian`` the agents add discrete Gaussian noise of summed std ``σ = z·Δ₂``
 instead and the charge is ``PoissonSampledEvent(q, GaussianEvent(σ, Δ₂))`` marked approximate: a
-sum of independent discrete Gaussians is only close to a discrete Gaussian.
+sum of independent discrete Gaussians is only close to a discrete Gaussian. The event bounds the
+release of ``M(S)`` for EVERY sample S, so the coordinator releases every sample
+(:meth:`DpFedAvg.releases_every_sample`): one agent alone carries the whole summed noise, and an
+empty sample is the noise alone (:meth:`DpFedAvg.noise_alone_encoding`; docs/accounting.md,
+"Client sampling: every sample is released").
 
 **Scale bits** (``secagg.scale_bits`` unset): the smallest b whose rounding inflates Δ₂ by at most
 0.1 % (:func:`~dpfl.learning.algorithms.common.choose_scale_bits`), lowered while the sum of the

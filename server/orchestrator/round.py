@@ -1,6 +1,7 @@
 """The round engine: one round of one job, exactly the sequence of docs/architecture.md.
 
-population within budget → ``Algorithm.select`` → round record → invitations (with the events the
+population within budget → the attempt's sample (:mod:`.sampling`: drawn once per round and kept
+across its uncommitted attempts) → round record → invitations (with the events the
 agent will be charged) → acceptance until the deadline → ``RoundParameters.choose`` and
 ``Algorithm.encoding`` → the secagg server state machine, stage by stage, each closed when every
 present participant answered or at its deadline, each recorded with ``store.record_stage`` →
@@ -21,7 +22,12 @@ Invariants:
   (the marker of a plain round) and is answered by an empty acknowledgement, share keys and
   unmask are skipped, ``MaskedInputResponse`` carries the agent's encoded vector *unmasked*,
   and the coordinator sums them itself. The coordinator sees every vector, so the charges are
-  the algorithm's ``secure_aggregation=False`` events, recorded as such in the ledger.
+  the algorithm's ``secure_aggregation=False`` events, recorded as such in the ledger;
+- **every sample released** where the charge credits client sampling
+  (``Algorithm.releases_every_sample``): an empty sample releases the coordinator's noise alone,
+  charged like any round; a lone accepting agent is summed in the plain transport
+  (``num_clients = 1``) with the whole noise; nothing is skipped (docs/accounting.md, "Client
+  sampling: every sample is released").
 """
 
 from __future__ import annotations
@@ -92,9 +98,10 @@ class JobContext:
 class RoundReport:
     """How a round ended.
 
-    ``skipped``: fewer clients were sampled than a round needs; nothing was sent or charged and
-    the job moves on to the next round number. ``exhausted``: no client of the population can
-    afford another round.
+    ``skipped``: fewer clients were sampled than a round needs, for an algorithm whose charge
+    credits no client sampling (the others release every sample); nothing was sent or charged
+    and the job moves on to the next round number. ``exhausted``: no client of the population
+    can afford another round.
     """
 
     completed: bool
