@@ -88,6 +88,11 @@ class Gate(Protocol):
         """Accept or decline an invitation. Must not raise on bad content: decline instead."""
         ...
 
+    def alone_unmasked(self) -> bool:
+        """Whether a one-agent round of a secure task may be summed unmasked (the agent's own
+        noise then carries the whole claim): False when the policy requires masking."""
+        ...
+
     def charge(self, review: InvitationReview, *, session_id: bytes) -> None:
         """Commit ``review.charge`` to the local ledger for this round attempt.
 
@@ -122,6 +127,9 @@ class LocalGate:
 
     def allowed_algorithms(self) -> Sequence[str]:
         return self.policy.allowed_algorithms
+
+    def alone_unmasked(self) -> bool:
+        return not self.policy.require_secure_aggregation
 
     def _decide(self, review: InvitationReview) -> Decision:
         params = review.params

@@ -387,7 +387,12 @@ class JobWorker:
     async def _setup(self, attempt: RoundAttempt, request: sm.AdvertiseKeysRequest) -> None:
         """Validate the setup (masked or plain), check the claim, acknowledge, start training."""
         try:
-            params = check_setup(request, review=attempt.review, algorithm=attempt.algorithm)
+            params = check_setup(
+                request,
+                review=attempt.review,
+                algorithm=attempt.algorithm,
+                alone_unmasked=self.loop.gate.alone_unmasked(),
+            )
         except SetupRefused as exc:
             raise _Refusal(exc.code, str(exc), leave=True) from None
         reply: sm.ClientMessage

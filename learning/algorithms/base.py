@@ -252,6 +252,33 @@ class Algorithm(abc.ABC):
         Must draw from a CSPRNG (amplification by sampling rests on the secrecy of the sample).
         """
 
+    def releases_every_sample(self, job: JobSpec, plan: JobPlan) -> bool:
+        """Whether every sample :meth:`select` draws must be released, even one of 0 or 1
+        clients (docs/accounting.md, "Client sampling: every sample is released").
+
+        True when :meth:`charges` credits amplification by client sampling: the charged
+        ``PoissonSampledEvent``/``SampledWithoutReplacementEvent`` bounds the release of
+        ``M(S)`` for EVERY sample S, so a round skipped on a small sample would be another
+        mechanism. Then the shells run a one-client sample in the plain transport (the agent's
+        own noise carries the whole sum's) and an empty one as :meth:`noise_alone_encoding`'s
+        noise alone. False (the default): a sample too small for secure aggregation is skipped,
+        which is sound when the charge does not rest on the secrecy of the sample.
+        """
+        del job, plan
+        return False
+
+    def noise_alone_encoding(self, job: JobSpec, plan: JobPlan, task: RoundTask) -> EncodingConfig:
+        """The encoding whose noise is the whole noise of the released sum of a round without
+        dropouts: what the coordinator adds alone to release an empty sample as ``M(∅)``.
+
+        Only algorithms whose :meth:`releases_every_sample` is True implement it.
+
+        Raises:
+            AlgorithmError: the algorithm never releases an empty sample.
+        """
+        del job, plan, task
+        raise AlgorithmError(f"{self.name} never releases an empty sample")
+
     @abc.abstractmethod
     def round_task(
         self, job: JobSpec, plan: JobPlan, state: CoordinatorState, *, round_number: int

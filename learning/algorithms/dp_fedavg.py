@@ -23,7 +23,11 @@ calibrated directly on that event for ``privacy.target_epsilon`` (``z = √(2μ)
 reported noise multiplier); it is not a Gaussian z converted afterwards. With
 ``privacy.noise: gaussian`` the agents add discrete Gaussian noise of summed std ``σ = z·Δ₂``
 instead and the charge is ``PoissonSampledEvent(q, GaussianEvent(σ, Δ₂))`` marked approximate: a
-sum of independent discrete Gaussians is only close to a discrete Gaussian.
+sum of independent discrete Gaussians is only close to a discrete Gaussian. The event bounds the
+release of ``M(S)`` for EVERY sample S, so the coordinator releases every sample
+(:meth:`DpFedAvg.releases_every_sample`): one agent alone carries the whole summed noise, and an
+empty sample is the noise alone (:meth:`DpFedAvg.noise_alone_encoding`; docs/accounting.md,
+"Client sampling: every sample is released").
 
 **Scale bits** (``secagg.scale_bits`` unset): the smallest b whose rounding inflates Δ₂ by at most
 0.1 % (:func:`~dpfl.learning.algorithms.common.choose_scale_bits`), lowered while the sum of the
@@ -327,6 +331,23 @@ class DpFedAvg(Algorithm):
         """``(round_event,)``: what :meth:`charges` charges any participant of any round."""
         self._job(job)
         return (self.round_event(plan, population=len(population)),)
+
+    def releases_every_sample(self, job: JobSpec, plan: JobPlan) -> bool:
+        """Under secure aggregation the whole population is charged the client-sampled event,
+        which bounds the release of ``M(S)`` for every sample S, so every sample is released
+        (docs/accounting.md, "Client sampling: every sample is released")."""
+        self._job(job)
+        return bool(plan.details["secure_aggregation"])
+
+    def noise_alone_encoding(self, job: JobSpec, plan: JobPlan, task: RoundTask) -> EncodingConfig:
+        """One agent's encoding of a one-agent round: its noise, ``total/(t·(1−δ))``
+        (:func:`~dpfl.learning.algorithms.common.per_agent_noise` with N = m_s = 1), is the law
+        of the N shares' sum in every round without dropouts, whatever N is."""
+        if not self.releases_every_sample(job, plan):
+            raise AlgorithmError(
+                f"{self.name} without secure aggregation never releases noise alone"
+            )
+        return self.encoding(job, plan, task, participants=1, min_survivors=1)
 
     # -- hooks of variants (DP-Fed-LS: fixed-size client sampling, smoothing) ----------------
 

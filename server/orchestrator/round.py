@@ -1,6 +1,7 @@
 """The round engine: one round of one job, exactly the sequence of docs/architecture.md.
 
-population within budget → ``Algorithm.select`` → round record → invitations (with the events the
+population within budget → the attempt's sample (:mod:`.sampling`: drawn once per round and kept
+across its uncommitted attempts) → round record → invitations (with the events the
 agent will be charged) → acceptance until the deadline → ``RoundParameters.choose`` and
 ``Algorithm.encoding`` → the secagg server state machine, stage by stage, each closed when every
 present participant answered or at its deadline, each recorded with ``store.record_stage`` →
@@ -21,7 +22,12 @@ Invariants:
   (the marker of a plain round) and is answered by an empty acknowledgement, share keys and
   unmask are skipped, ``MaskedInputResponse`` carries the agent's encoded vector *unmasked*,
   and the coordinator sums them itself. The coordinator sees every vector, so the charges are
-  the algorithm's ``secure_aggregation=False`` events, recorded as such in the ledger.
+  the algorithm's ``secure_aggregation=False`` events, recorded as such in the ledger;
+- **every sample released** where the charge credits client sampling
+  (``Algorithm.releases_every_sample``): an empty sample releases the coordinator's noise alone,
+  charged like any round; a lone accepting agent is summed in the plain transport
+  (``num_clients = 1``) with the whole noise; nothing is skipped (docs/accounting.md, "Client
+  sampling: every sample is released").
 """
 
 from __future__ import annotations
@@ -48,10 +54,11 @@ from dpfl.learning.algorithms.base import (
 from dpfl.learning.jobs import JobSpec
 from dpfl.protos import secagg_wire as wire
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
-from dpfl.secagg import EncodingConfig, RoundParameters, ThreatModel, decode
+from dpfl.secagg import EncodingConfig, RoundParameters, ThreatModel, decode, encode
 from dpfl.secagg import server as secagg_server
 from dpfl.secagg.errors import SecAggError
 from dpfl.secagg.primitives import compute_session_id
+from dpfl.secagg.randomness import SystemRandomSource
 from dpfl.secagg.server_states import (
     ServerAborted,
     ServerCompleted,
@@ -62,6 +69,12 @@ from dpfl.server.errors import BudgetExceeded
 from dpfl.server.handlers import MalformedMessage, RoundMessageError, error_message
 from dpfl.server.orchestrator.channel import RoundChannel
 from dpfl.server.orchestrator.hooks import NO_HOOKS, FaultHooks
+from dpfl.server.orchestrator.sampling import (
+    Release,
+    attempt_sample,
+    minimum_accepted,
+    release_for,
+)
 from dpfl.server.orchestrator.state import round_record
 from dpfl.server.sessions import SessionRegistry
 from dpfl.server.settings import StageDeadlines
@@ -85,9 +98,10 @@ class JobContext:
 class RoundReport:
     """How a round ended.
 
-    ``skipped``: fewer clients were sampled than a round needs; nothing was sent or charged and
-    the job moves on to the next round number. ``exhausted``: no client of the population can
-    afford another round.
+    ``skipped``: fewer clients were sampled than a round needs, for an algorithm whose charge
+    credits no client sampling (the others release every sample); nothing was sent or charged
+    and the job moves on to the next round number. ``exhausted``: no client of the population
+    can afford another round.
     """
 
     completed: bool
@@ -193,18 +207,30 @@ class RoundEngine:
                 reason="no client of the population can afford another round within its "
                 f"budget ({len(excluded)} excluded)",
             )
-        invited = sorted(
-            ctx.algorithm.select(ctx.spec, ctx.plan, round_number=number, population=population)
+        previous = await asyncio.to_thread(self.store.list_rounds, ctx.job_id, number=number)
+        sample = attempt_sample(
+            ctx.algorithm,
+            ctx.spec,
+            ctx.plan,
+            round_number=number,
+            population=population,
+            previous=previous,
         )
+        invited = list(sample.invited)
         record = round_record(
-            ctx.plan, state, population=len(population), excluded_over_budget=excluded
+            ctx.plan,
+            state,
+            population=len(population),
+            excluded_over_budget=excluded,
+            **sample.record(),
         )
         rnd = await asyncio.to_thread(
             self.store.start_round, ctx.job_id, number, invited=invited, noise=record
         )
         info = {"job_id": ctx.job_id, "round": number, "attempt": rnd.attempt, "round_id": rnd.id}
-        minimum = 2 if ctx.spec.secagg.enabled else 1
-        if len(invited) < minimum:
+        release = release_for(ctx.algorithm, ctx.spec, ctx.plan, invited=len(invited))
+        if release is Release.SKIP:
+            minimum = minimum_accepted(ctx.algorithm, ctx.spec, ctx.plan)
             reason = f"{len(invited)} clients sampled, a round needs {minimum}: skipped"
             rnd = await asyncio.to_thread(self.store.abort_round, rnd.id, reason=reason)
             return RoundReport(completed=False, reason=reason, round=rnd, skipped=True)
@@ -213,6 +239,8 @@ class RoundEngine:
         self.registry.add_route(channel)
         try:
             await self.hooks.at("round_started", info)
+            if release is Release.NOISE_ALONE:
+                return await run.noise_alone()
             return await run.execute()
         except _Aborted as exc:
             return await run.abort(exc.reason)
@@ -293,11 +321,33 @@ class _RoundRun:
         )
         self.task = task
         await self.invite(task)
-        if self.ctx.spec.secagg.enabled:
+        if self.ctx.spec.secagg.enabled and len(self.accepted) >= 2:
             total, encoding, summed = await self.secure_rounds(task.vector_length)
         else:
+            # without secure aggregation, or one agent of a sample that must be released: the
+            # agent's setup then says ``num_clients = 1`` and its noise carries the whole sum's
             total, encoding, summed = await self.plain_rounds(task.vector_length)
         return await self.finish(total, encoding, summed)
+
+    async def noise_alone(self) -> RoundReport:
+        """Release the empty sample as ``M(∅)``: the round's summed noise, drawn by the
+        coordinator itself (CSPRNG), charged to the population like any other round."""
+        ctx = self.ctx
+        task = ctx.algorithm.round_task(
+            ctx.spec, ctx.plan, self.state, round_number=self.rnd.number
+        )
+        self.task = task
+        encoding = ctx.algorithm.noise_alone_encoding(ctx.spec, ctx.plan, task)
+        await self._note_setup(
+            secagg={"enabled": False, "num_clients": 0, "ring_bits": encoding.ring_bits},
+            encoding=encoding.to_dict(),
+            noise_alone=True,
+        )
+        await self.record("invitation", [], [], time.monotonic())
+        await self.commit([])
+        stream = SystemRandomSource().stream("noise-alone")
+        total = encode(np.zeros(task.vector_length), config=encoding, stream=stream)
+        return await self.finish(total, encoding, [])
 
     async def invite(self, task: RoundTask) -> None:
         ctx, number = self.ctx, self.rnd.number
@@ -340,7 +390,7 @@ class _RoundRun:
             self.e.store.update_round, self.rnd.id, accepted=self.accepted
         )
         await self.e.hooks.at("invitations_closed", self.info)
-        minimum = 2 if ctx.spec.secagg.enabled else 1
+        minimum = minimum_accepted(ctx.algorithm, ctx.spec, ctx.plan)
         if len(self.accepted) < minimum:
             raise _Aborted(
                 f"{len(self.accepted)} of {len(self.rnd.invited)} invited clients accepted, "
@@ -510,6 +560,8 @@ class _RoundRun:
         n = len(self.accepted)
         encoding = self._encoding(1)
         nonce = os.urandom(32)
+        if self.ctx.spec.secagg.enabled and n != 1:  # pragma: no cover - execute() routes
+            raise RuntimeError(f"a plain round of a secure job sums one agent, not {n}")
         session_id = compute_session_id(job_id=self.ctx.job_id, round=self.rnd.number, nonce=nonce)
         await self._note_setup(
             secagg={"enabled": False, "num_clients": n, "ring_bits": encoding.ring_bits},

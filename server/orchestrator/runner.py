@@ -2,9 +2,11 @@
 
 The runner resumes where the store says the job is (:func:`.state.restore`):
 a round interrupted by a crash is redone as a new attempt from the plan and state its record
-holds. A round that aborts is retried as a new attempt up to ``max_attempts`` times; then the job
-fails with the last reason. A round that sampled too few clients is skipped (nothing was sent or
-charged). When no client of the population can afford another round, the job fails saying so.
+holds. A round that aborts is retried as a new attempt, on the same sample until an attempt
+commits (:mod:`.sampling`), up to ``max_attempts`` times; then the job fails with the last
+reason. A round that sampled too few clients for an algorithm that credits no client sampling is
+skipped (nothing was sent or charged); the others release every sample. When no client of the
+population can afford another round, the job fails saying so.
 """
 
 from __future__ import annotations
