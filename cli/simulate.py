@@ -69,6 +69,8 @@ class SimulationResult:
     wall_s: float
     metrics: Mapping[str, float] = field(default_factory=dict)
     error: str | None = None
+    claimed_epsilon: float | None = None
+    claim: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -80,6 +82,8 @@ class SimulationResult:
             "delta": self.delta,
             "noise_multiplier": self.noise_multiplier,
             "wall_s": round(self.wall_s, 3),
+            "claimed_epsilon": self.claimed_epsilon,
+            "claim": self.claim,
         }
 
 
@@ -306,6 +310,8 @@ class Simulation:
             wall_s=wall_s,
             metrics=metrics,
             error=job.error,
+            claimed_epsilon=plan.get("details", {}).get("claimed_epsilon"),
+            claim=plan.get("details", {}).get("claim"),
         )
 
     async def stop_agents(self) -> None:
@@ -495,6 +501,10 @@ def summary(console: Any, result: SimulationResult) -> None:
         f"test accuracy {accuracy}; ε per client: max {max(eps, default=0):.3f}, "
         f"min {min(eps, default=0):.3f}; noise multiplier {z}"
     )
+    if result.claimed_epsilon is not None:
+        console.print(
+            f"claimed ε {result.claimed_epsilon:.3f} (not a bound, not charged: {result.claim})"
+        )
     extra = {k: v for k, v in result.metrics.items() if k not in ("accuracy", "survivors")}
     if extra:
         console.print("last round: " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(extra.items())))

@@ -19,11 +19,11 @@ without amplification by client sampling (``Algorithm.agent_charge``), which cos
 agent of the demo about 6 ε at δ = 1e-5.
 
 ``allow_approximate`` is about what the AGENT records. A DP-FedSGD job that opted in to the
-sum-dominating accounting (task ``accounting: sum-dominating``) is charged an approximate figure
-in the coordinator's ledger, but the agent records the local-DP event of its own noise share
-(``DpFedSgd.agent_charge``; ``agent_check`` refuses a setup whose share does not back it), which
-is a proven bound: such a task is not approximate here unless its noise is Gaussian. Its ε is
-typically much larger than the job's headline figure, so the budgets below decide.
+sum-dominating accounting (task ``accounting: sum-dominating``) announces, and both ledgers
+record, the local-DP event of the agent's own noise share (``DpFedSgd.agent_charge``;
+``agent_check`` refuses a setup whose share does not back it), which is a proven bound: such a
+task is not approximate unless its noise is Gaussian. Its ε is typically much larger than the
+job's claimed figure (which is not a bound and never reaches a ledger), so the budgets decide.
 
 :meth:`Policy.decide` never raises on what the coordinator sent: anything it cannot account for
 is a decline that names the rule. The ε checks use the events the ALGORITHM says the agent must

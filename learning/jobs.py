@@ -231,8 +231,10 @@ class DpFedSgdParams(_Strict):
     (θ ← θ − γ·(g + noise)/B); it is one number for all agents so that the secure sum is the sum
     of their steps (None: p × the mean local data size the coordinator derives from the job's
     data set). ``client_sampling_rate`` samples agents per round (no amplification is credited
-    for it: only participants are charged). ``max_local_size`` bounds any agent's record count
-    (the ring is sized for it; a larger agent refuses the task).
+    for it: only participants are charged). ``max_local_size`` sizes the ring: each local
+    step's integer gradient sum is clamped per coordinate to what ``max_local_size`` records can
+    reach, which never acts below that size and keeps the sensitivity whatever the size (a
+    refusal would make the guarantee depend on the data set's size).
     """
 
     clip: float = Field(default=1.0, gt=0)

@@ -187,11 +187,10 @@ class ClientCharge:
     Attributes:
         event: the guaranteed privacy event.
         unit: "record" or "agent".
-        approximate: the event is not a proven upper bound for the noise or the analysis
-            used: Gaussian noise rounded by each agent (a sum of discrete Gaussians is only
-            close to one), or DP-FedSGD's opted-in sum-dominating accounting of S > 1 local
-            steps (``privacy.accounting``); the job's ``privacy.noise`` and
-            ``privacy.accounting`` say which.
+        approximate: the event is not a proven upper bound for the noise used: Gaussian
+            noise rounded by each agent (a sum of discrete Gaussians is only close to one). A
+            figure that is not a bound for the analysis is never a charge (DP-FedSGD's
+            sum-dominating claim lives in the plan, ``details["claimed_epsilon"]``).
         secure_aggregation: False when vectors were summed without masking, so the event is the
             local-DP charge of one agent's own noise.
         honest_fraction: t the event assumes.

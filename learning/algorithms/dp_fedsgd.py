@@ -31,8 +31,10 @@ is reported). WHOSE noise μ is depends on the round's accounting mode
   own (a proven bound); ``secure_aggregation=True`` is still recorded (masking was applied), the
   honest fraction is 1 (no other agent's noise is credited);
 - S > 1 with ``privacy.accounting: sum-dominating`` (operator opt-in): ALGORITHMS.md §2's
-  split shares and the same event, marked ``approximate`` in the ledger because it is not a
-  proven bound for S > 1; the agent's own ledger records its own share's local event instead;
+  split shares, calibrated on the summed noise. That figure is NOT a bound for S > 1 (a record
+  can move all of its agent's later gradients); it is kept only as a labelled claim
+  (``calibration["claim"]``, ``details["claimed_epsilon"]``). Every ledger charges the
+  guaranteed event: each agent's own share's local-DP event (:meth:`guaranteed_round_event`);
 - no secure aggregation (**local**): every agent adds the whole μ; ``secure_aggregation=False``.
 
 The Poisson sampling of records is the agent's own, so its local ledger keeps the amplification.
@@ -42,7 +44,10 @@ as for every algorithm's Gaussian option (a sum of discrete Gaussians is only cl
 
 **Ring.** No clipping follows training, so the ring is sized for the worst case: per coordinate
 ``|Z_i| ≤ S·M_max·⌈C·2^b⌉`` plus κ = 10 standard deviations of the S steps' summed noise, with
-M_max = ``max_local_size`` (an agent with more records refuses). b is the smallest scale whose
+M_max = ``max_local_size``. An agent with more records does not refuse (that would make the
+guarantee depend on its size): each step's integer sum is clamped per coordinate to
+``M_max·⌈C·2^b⌉``, which leaves the step's sensitivities as they are
+(:mod:`~dpfl.learning.algorithms.integer_dpsgd`). b is the smallest scale whose
 rounding inflates Δ₂ by ≤ 0.1 %, lowered while the population's worst case would not fit 64 bits.
 
 Task parameters::
@@ -65,7 +70,13 @@ from typing import Any, ClassVar
 import numpy as np
 import numpy.typing as npt
 
-from dpfl.accounting import DpEvent, SelfComposedEvent
+from dpfl.accounting import (
+    AccountingError,
+    DpEvent,
+    SelfComposedEvent,
+    compute_epsilon,
+    event_to_json,
+)
 from dpfl.learning.algorithms import common
 from dpfl.learning.algorithms.base import (
     AgentData,
@@ -80,6 +91,8 @@ from dpfl.learning.algorithms.base import (
 )
 from dpfl.learning.algorithms.federation import mean_local_size
 from dpfl.learning.algorithms.fedsgd_accounting import (
+    CENTRAL,
+    CLAIM_LABEL,
     SUM_DOMINATING,
     accounting_mode,
     agent_event,
@@ -222,7 +235,47 @@ class DpFedSgd(Algorithm):
         record["expected_batch_size_rule"] = (
             "given" if p.expected_batch_size is not None else "p x mean local size of the data spec"
         )
+        if mode == SUM_DOMINATING:
+            return self._with_claim_apart(spec, plan)
         return plan
+
+    def _with_claim_apart(self, job: DpFedSgdJob, plan: JobPlan) -> JobPlan:
+        """The sum-dominating plan: the calibration record's ε, event and method become the
+        guaranteed ones (each agent's own share, :meth:`guaranteed_round_event`, over all
+        rounds), and the calibrated sum-dominating figure moves to ``calibration["claim"]`` and
+        ``details["claimed_epsilon"]`` under :data:`CLAIM_LABEL`: shown, never charged."""
+        record = dict(plan.calibration)
+        per_round = self.guaranteed_round_event(plan)
+        whole = per_round if job.rounds == 1 else SelfComposedEvent(per_round, job.rounds)
+        try:
+            report = compute_epsilon(whole, delta=job.privacy.delta, tight=True)
+        except AccountingError as exc:
+            raise AlgorithmError(f"the guaranteed ε cannot be computed: {exc}") from exc
+        record["claim"] = {
+            "label": CLAIM_LABEL,
+            "epsilon": record["epsilon"],
+            "method": record["method"],
+            "event": record["event"],
+        }
+        record.update(
+            epsilon=report.epsilon,
+            method=report.method,
+            order=report.order,
+            rdp_epsilon=report.rdp_epsilon,
+            tight_epsilon=report.tight_epsilon,
+            event=event_to_json(whole),
+        )
+        details = {
+            **plan.details,
+            "claimed_epsilon": record["claim"]["epsilon"],
+            "claim": CLAIM_LABEL,
+        }
+        return JobPlan(
+            noise_multiplier=plan.noise_multiplier,
+            calibration=record,
+            population=plan.population,
+            details=details,
+        )
 
     def initial_state(self, job: JobSpec, plan: JobPlan, data: CoordinatorData) -> CoordinatorState:
         spec = self._job(job)
@@ -324,7 +377,8 @@ class DpFedSgd(Algorithm):
         )
 
     def round_event(self, plan: JobPlan) -> DpEvent:
-        """One round: S compositions of the Poisson-subsampled step release."""
+        """One round: S compositions of the Poisson-subsampled step release with the plan's
+        whole μ (in the sum-dominating mode: the claim, never charged)."""
         d = plan.details
         step = step_event(
             noise=str(d["noise"]),
@@ -336,11 +390,25 @@ class DpFedSgd(Algorithm):
         )
         return SelfComposedEvent(step, int(d["local_steps"]))
 
+    def guaranteed_round_event(self, plan: JobPlan) -> DpEvent:
+        """What a participant is charged for one round: :meth:`round_event`, or in the
+        sum-dominating mode the same S steps of its own share ``agent_noise`` alone
+        (:func:`~dpfl.learning.algorithms.fedsgd_accounting.agent_event`)."""
+        d = plan.details
+        agent_noise = d.get("agent_noise")
+        (event,) = agent_event(
+            (self.round_event(plan),),
+            mode=str(d["accounting_mode"]),
+            steps=int(d["local_steps"]),
+            agent_noise=None if agent_noise is None else float(agent_noise),
+        )
+        return event
+
     def invitation_events(
         self, job: JobSpec, plan: JobPlan, *, round_number: int, population: Sequence[str]
     ) -> tuple[DpEvent, ...]:
         self._job(job)
-        return (self.round_event(plan),)
+        return (self.guaranteed_round_event(plan),)
 
     def charges(
         self,
@@ -355,17 +423,18 @@ class DpFedSgd(Algorithm):
         takes part, so nobody else pays.
 
         ``secure_aggregation`` says whether masking was applied; ``honest_fraction`` is the t
-        the event relies on (1 in the local mode: no other agent's noise is credited);
-        ``approximate`` marks the Gaussian option and the opted-in sum-dominating charge, which
-        is not a proven bound for S > 1 (module docstring)."""
+        the event relies on (1 in the local and sum-dominating modes: no other agent's noise is
+        credited); ``approximate`` marks the Gaussian option only. Under the sum-dominating
+        opt-in the event is the guaranteed one (:meth:`guaranteed_round_event`), never the
+        claim."""
         spec = self._job(job)
         mode = self._mode(spec)
         charge = ClientCharge(
-            event=self.round_event(plan),
+            event=self.guaranteed_round_event(plan),
             unit="record",
-            approximate=plan.details["noise"] == "gaussian" or mode == SUM_DOMINATING,
+            approximate=plan.details["noise"] == "gaussian",
             secure_aggregation=spec.secagg.enabled,
-            honest_fraction=spec.privacy.honest_fraction if shares_noise(mode) else 1.0,
+            honest_fraction=spec.privacy.honest_fraction if mode == CENTRAL else 1.0,
         )
         return dict.fromkeys(participants, charge)
 
@@ -439,7 +508,8 @@ class DpFedSgd(Algorithm):
     ) -> tuple[DpEvent, ...]:
         """The claimed event, or, when the job opted in to the sum-dominating accounting, the
         local-DP event of this agent's own noise share (``params.agent_noise``, checked against
-        the round's encoding by :meth:`agent_check`): what this agent's view proves
+        the round's encoding by :meth:`agent_check`; the coordinator announces the same event):
+        what this agent's view proves
         (:func:`~dpfl.learning.algorithms.fedsgd_accounting.agent_event`). The record sampling
         is the agent's own, so the amplification stays.
 
@@ -468,12 +538,6 @@ class DpFedSgd(Algorithm):
             raise AlgorithmError(f"{self.name} needs the global model")
         if encoding.clip != task["clip"] or encoding.scale_bits != task["scale_bits"]:
             raise AlgorithmError("the encoding's clip or scale differs from the task's")
-        size = len(data.y)
-        if size > task["max_local_size"]:
-            raise AlgorithmError(
-                f"this agent holds {size} records, more than the max_local_size "
-                f"{task['max_local_size']} the ring was sized for"
-            )
         from dpfl.learning.params import model_from_bytes
 
         net = common.build_model(task["model"], data.input_shape, data.num_classes, seed=0)
@@ -495,6 +559,7 @@ class DpFedSgd(Algorithm):
             noise=encoding.noise,
             stream=stream,
             device=device,
+            coordinate_limit=task["max_local_size"] * encoding.coordinate_bound,
         )
         if result.total.shape != (task["dimension"],):
             raise AlgorithmError(

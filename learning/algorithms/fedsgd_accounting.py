@@ -21,20 +21,18 @@ WHOSE noise μ stands for, i.e. how each agent's noise share is sized (:func:`sh
   whatever the other agents do; ``secure_aggregation`` in the ledger says whether masking was
   applied as well.
 - **sum-dominating** (secure aggregation, S > 1, ``privacy.accounting: sum-dominating``, an
-  explicit operator opt-in): ALGORITHMS.md §2's charge of the honest agents' summed noise, with
-  split shares as in the central case. It is NOT a proven bound for S > 1: from the second step
-  on, agent i's gradients are taken at its private local state θ_i^s, which depends on a record
-  through the earlier steps; per-record clipping bounds that record's own gradient, but not how
-  much ALL of agent i's later per-record gradients move, so one step's sum can change by more
-  than Δ₂ and the summed noise need not cover it. The coordinator's ledger marks these entries
-  ``approximate``; the agent's own ledger records the local event of its own share (below).
-
-The agent cannot see the other agents' shares, only its own, so it records what its own view
-proves (:func:`agent_event`): the claimed event in the central and local modes (in the local
-mode the claimed μ is its own share, which :meth:`DpFedSgd.agent_check` verifies alone), and in
-the sum-dominating mode the claimed event with μ replaced by ``agent_noise``, the smallest share
-the coordinator will give it (the share of the plan's population; fewer participants only raise
-it), which ``agent_check`` verifies against the round's encoding before anything is computed.
+  explicit operator opt-in): ALGORITHMS.md §2's recipe, split shares as in the central case and
+  μ calibrated so that the honest agents' SUMMED noise would meet the target. That figure is NOT
+  a bound for S > 1, by any factor: from the second step on, agent i's gradients are taken at its
+  private local state θ_i^s, which depends on a record through the earlier steps, so one record
+  can move ALL of agent i's later per-record gradients (docs/accounting.md, "The sum-dominating
+  figure is not a bound"; ``tests/support/multistep_counterexample.py``: 16·C instead of C).
+  It is kept only as a labelled claim (:data:`CLAIM_LABEL`), stored in the plan apart from the
+  guaranteed ε, and never charged, added to a total or compared with a budget. What the
+  coordinator charges and announces, and what the agent records, is :func:`agent_event`: the
+  local-DP event of each agent's OWN share ``agent_noise`` (the share of the plan's whole
+  population, the smallest any round gives it), which :meth:`DpFedSgd.agent_check` verifies
+  against the agent's own noise alone.
 """
 
 from __future__ import annotations
@@ -56,6 +54,7 @@ from dpfl.secagg.noise import NoiseKind
 __all__ = [
     "ACCOUNTINGS",
     "CENTRAL",
+    "CLAIM_LABEL",
     "LOCAL",
     "SUM_DOMINATING",
     "accounting_mode",
@@ -69,6 +68,13 @@ ACCOUNTINGS = ("provable", "sum-dominating")
 CENTRAL = "central"
 LOCAL = "local"
 SUM_DOMINATING = "sum-dominating"
+
+#: How every view names the sum-dominating figure: a claim, never a bound.
+CLAIM_LABEL = (
+    "claim of the multi-step DP-FedSGD recipe (the honest agents' summed noise): NOT a proven "
+    "bound for local_steps > 1, never charged or budgeted; the guaranteed epsilon is each "
+    "agent's own-noise charge"
+)
 
 
 def accounting_mode(*, accounting: str, local_steps: int, secure_aggregation: bool) -> str:
@@ -133,7 +139,10 @@ def agent_noise_floor(
 def agent_event(
     events: Sequence[DpEvent], *, mode: str, steps: int, agent_noise: float | None
 ) -> tuple[DpEvent, ...]:
-    """What the agent records in its own ledger for the claimed ``events`` (module docstring).
+    """The guaranteed event of a round whose step event is ``events`` (module docstring): as is
+    in the central and local modes; in the sum-dominating mode the same S steps with μ replaced
+    by ``agent_noise``, the agent's own share. The coordinator charges and announces it, and the
+    agent records it.
 
     Raises:
         AlgorithmError: not one S-fold step event, or a sum-dominating task without

@@ -23,10 +23,9 @@ from dpfl.learning.algorithms import common
 from dpfl.learning.algorithms.base import AlgorithmError
 from dpfl.learning.algorithms.fedsgd_accounting import (
     ACCOUNTINGS,
-    LOCAL,
+    CENTRAL,
     SUM_DOMINATING,
     accounting_mode,
-    shares_noise,
 )
 from dpfl.learning.algorithms.integer_dpsgd import required_ring_bits
 from dpfl.secagg.encoding import EncodingConfig
@@ -120,11 +119,11 @@ def check_claim(
     encoding's clip and scale are the task's C and b; one event ``SelfComposedEvent(step, S)``
     whose step is Poisson-subsampled at the task's p (bare when p = 1), with the encoding's
     rounded sensitivities for d coordinates; the per-agent per-step noise of the encoding
-    reaches the step's noise summed over ``t·min_survivors`` honest agents in the central and
-    sum-dominating modes, and ALONE in the local mode (so a task with S > 1 whose claimed event
-    rests on split noise is refused unless the job opted in to the sum-dominating accounting);
-    in the sum-dominating mode it also reaches, alone, the ``agent_noise`` this agent's own
-    ledger records; the ring holds S steps of ``num_clients`` agents of at most M_max records.
+    reaches the step's noise summed over ``t·min_survivors`` honest agents in the central mode,
+    and ALONE in the local and sum-dominating modes (so a task with S > 1 whose claimed event
+    rests on split noise is refused: the sum-dominating figure is a claim, never the charged
+    event); in the sum-dominating mode it also reaches, alone, the ``agent_noise`` this agent's
+    own ledger records; the ring holds S steps of ``num_clients`` agents of M_max records.
 
     Raises:
         AlgorithmError: naming the mismatch.
@@ -150,17 +149,17 @@ def check_claim(
             encoding.noise,
             kind=kind,
             total=total,
-            secure_aggregation=shares_noise(mode),
+            secure_aggregation=mode == CENTRAL,
             honest_fraction=honest_fraction,
             min_survivors=min_survivors,
         )
     except AlgorithmError as exc:
-        if mode != LOCAL or not task["secure_aggregation"]:
+        if mode == CENTRAL or not task["secure_aggregation"]:
             raise
         raise AlgorithmError(
             f"{task['local_steps']} local steps are accounted as local DP "
-            "(privacy.accounting: provable): this agent's own noise must carry the claimed "
-            f"event alone, but the encoding only gives it a share ({exc})"
+            f"(privacy.accounting: {task['accounting']}): this agent's own noise must carry "
+            f"the claimed event alone, but the encoding only gives it a share ({exc})"
         ) from exc
     if mode == SUM_DOMINATING:  # what this agent's own ledger records (agent_event)
         common.check_noise(

@@ -10,8 +10,15 @@ One step s of agent i (ALGORITHMS.md §2 and "Encoding"), model θ, C the per-re
    conditional stochastic rounding per record (re-drawn until ‖z_j‖₂ ≤ Δ₂, decided exactly), so
    every record's integer vector has L2 norm ≤ Δ₂ and L1 norm ≤ Δ₁ — the encoder's bounds
    (:meth:`~dpfl.secagg.EncodingConfig.rounded_l2_bound`; Kairouz, Liu & Steinke 2021, Thm. 1);
-4. **integer sum and noise**: ``I_s = Σ_j z_j`` (exact int64) plus this agent's noise share
-   ``n_s`` (Skellam or discrete Gaussian, :class:`~dpfl.secagg.NoiseSpec`, from the CSPRNG);
+4. **integer sum and noise**: ``I_s = Σ_j z_j`` (exact int64), clamped per coordinate to
+   ``[−L, L]`` with ``L = M_max·⌈C·2^b⌉`` (what the ring was sized for), plus this agent's noise
+   share ``n_s`` (Skellam or discrete Gaussian, :class:`~dpfl.secagg.NoiseSpec`, from the
+   CSPRNG). The clamp never acts for an agent of at most M_max records; for a larger one it
+   replaces a refusal, which would make the guarantee depend on the data set's size (an agent
+   of M_max records refuses once one record is added). Clamping each coordinate is 1-Lipschitz
+   per coordinate, so two sums that differ by one rounded record still differ by at most that
+   record's |z_j| in every coordinate: the L1 and L2 sensitivities (Δ₁, Δ₂) of the step, and so
+   its event, are unchanged, whatever the data set's size (docs/accounting.md);
 5. **local step**: ``θ ← θ − γ·(I_s + n_s)/(B·u)`` with the round's common normaliser B;
 
 and the agent sends ``Z = Σ_s (I_s + n_s)``, an integer vector, exactly (no clipping, no
@@ -46,6 +53,7 @@ from dpfl.secagg.randomness import RandomStream
 
 __all__ = [
     "IntegerSteps",
+    "clamped_sum",
     "clip_rows",
     "integer_dp_sgd",
     "required_ring_bits",
@@ -76,6 +84,18 @@ def clip_rows(rows: npt.NDArray[np.float64], clip: float) -> npt.NDArray[np.floa
     over = norms > clip * (1 - margin)
     factor = np.where(over, clip * (1 - 3 * margin) / np.where(over, norms, 1.0), 1.0)
     out: npt.NDArray[np.float64] = rows * factor[:, None]
+    return out
+
+
+def clamped_sum(rows: npt.NDArray[np.int64], limit: int | None) -> npt.NDArray[np.int64]:
+    """``Σ_j rows_j`` with every coordinate clamped to ``[−limit, limit]`` (None: unclamped).
+
+    Per coordinate ``|clamp(a + z) − clamp(a)| ≤ |z|``, so adding one row moves the result by at
+    most that row in every coordinate, and its L1 and L2 norms bound the move."""
+    summed: npt.NDArray[np.int64] = rows.sum(axis=0)
+    if limit is None:
+        return summed
+    out: npt.NDArray[np.int64] = np.clip(summed, -limit, limit)
     return out
 
 
@@ -137,6 +157,7 @@ def integer_dp_sgd(
     noise: NoiseSpec,
     stream: RandomStream,
     device: str = "cpu",
+    coordinate_limit: int | None = None,
 ) -> IntegerSteps:
     """Run the local steps on ``model`` IN PLACE (see the module docstring).
 
@@ -154,6 +175,8 @@ def integer_dp_sgd(
         noise: this agent's per-step noise share (ring units).
         stream: the agent's CSPRNG stream (batches, rounding, noise).
         device: where gradients are computed.
+        coordinate_limit: L, the clamp of every coordinate of each step's integer sum (None:
+            no clamp).
 
     Raises:
         AlgorithmError: bad data or hyper-parameters, or inputs the model cannot take.
@@ -165,6 +188,12 @@ def integer_dp_sgd(
 
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise AlgorithmError(f"steps must be an integer >= 1, got {steps!r}")
+    if coordinate_limit is not None and (
+        isinstance(coordinate_limit, bool)
+        or not isinstance(coordinate_limit, int)
+        or coordinate_limit < 1
+    ):
+        raise AlgorithmError(f"coordinate_limit must be an integer >= 1, got {coordinate_limit!r}")
     for name, value in (
         ("clip", clip),
         ("learning_rate", learning_rate),
@@ -200,7 +229,7 @@ def integer_dp_sgd(
                 raise AlgorithmError(f"per-record gradients failed: {exc}") from None
             clipped = clip_rows(rows.detach().to("cpu", torch.float64).numpy(), clip)
             integers = round_rows(np.ldexp(clipped, scale_bits), rounding_bound, stream)
-            released = released + integers.sum(axis=0)
+            released = released + clamped_sum(integers, coordinate_limit)
         total += released
         update = torch.from_numpy(released.astype(np.float64) * -step_size)
         with torch.no_grad():

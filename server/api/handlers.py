@@ -209,14 +209,32 @@ def list_jobs(store: Store, *, status: JobStatus | None = None) -> list[JobPubli
 
 
 def job_detail(store: Store, job_id: str) -> JobDetail:
-    """A job with its document, members and per-client ε. Raises: NotFound."""
+    """A job with its document, members, per-client ε and, apart, any claimed figure of its
+    plan that is not a bound. Raises: NotFound."""
     job = store.get_job(job_id)
+    claimed, claim = _plan_claim(store, job_id)
     return JobDetail(
         **job_public(job).model_dump(),
         spec=job.spec,
         members=store.job_members(job_id),
         epsilons=store.job_epsilons(job_id),
+        claimed_epsilon=claimed,
+        claim=claim,
     )
+
+
+def _plan_claim(store: Store, job_id: str) -> tuple[float | None, str | None]:
+    """``details["claimed_epsilon"]`` and ``details["claim"]`` of the job's plan (kept with every
+    round record), or ``(None, None)``."""
+    for rnd in reversed(store.list_rounds(job_id)):
+        plan = rnd.noise.get("plan")
+        details = plan.get("details") if isinstance(plan, dict) else None
+        if isinstance(details, dict):
+            claimed, claim = details.get("claimed_epsilon"), details.get("claim")
+            if isinstance(claimed, int | float) and isinstance(claim, str):
+                return float(claimed), claim
+            return None, None
+    return None, None
 
 
 def round_public(rnd: Round) -> RoundPublic:

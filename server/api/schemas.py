@@ -109,9 +109,10 @@ class LedgerEventPublic(_Public):
     data_dependent_event: dict[str, Any] | None
     data_dependent_epsilon: float | None
     approximate: bool = Field(
-        description="The ε is not a proven upper bound for the noise or analysis used: "
-        "Gaussian noise rounded by each agent, or DP-FedSGD's opted-in sum-dominating "
-        "accounting (the job's privacy.noise / privacy.accounting says which)."
+        description="The ε is not a proven upper bound for the noise used: Gaussian noise "
+        "rounded by each agent (the job's privacy.noise). A figure that is not a bound for the "
+        "analysis (DP-FedSGD's sum-dominating claim) is never a ledger entry: see the job's "
+        "claimed_epsilon."
     )
     secure_aggregation: bool
     honest_fraction: float
@@ -182,6 +183,15 @@ class JobDetail(JobPublic):
     members: list[str]
     epsilons: dict[str, float] = Field(
         description="Each charged client's ε in this job alone, at the job's δ."
+    )
+    claimed_epsilon: float | None = Field(
+        default=None,
+        description="A figure the job's recipe claims that is NOT a proven bound (DP-FedSGD's "
+        "sum-dominating accounting of several local steps), at the job's δ; never charged, "
+        "added to a total or compared with a budget. null when the job makes no such claim.",
+    )
+    claim: str | None = Field(
+        default=None, description="What claimed_epsilon is, and why it is not a bound."
     )
 
 

@@ -215,8 +215,8 @@ class Charge:
     ``event`` may contain data-dependent parts (PATE/kNN margins): the ledger then stores its
     guaranteed counterpart as the event budgets are enforced on, and the event itself as the
     data-dependent figure. ``approximate``: the event is not a proven upper bound for the noise
-    or the analysis used (Gaussian noise rounded by each agent, or DP-FedSGD's opted-in
-    sum-dominating accounting; the job's ``privacy.noise`` / ``privacy.accounting`` says which).
+    used (Gaussian noise rounded by each agent; the job's ``privacy.noise``). A figure that is
+    not a bound for the analysis (DP-FedSGD's sum-dominating claim) never reaches the ledger.
     ``secure_aggregation`` False: the agent's contribution was released on its own, and
     ``event`` must be the local-DP charge (True with a local-DP event is possible too: DP-FedSGD's
     provable accounting of several local steps).

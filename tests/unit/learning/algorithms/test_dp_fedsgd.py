@@ -30,7 +30,14 @@ from dpfl.learning.algorithms.base import (
 )
 from dpfl.learning.algorithms.dp_fedsgd import ALGORITHM, DpFedSgd, required_ring_bits
 from dpfl.learning.algorithms.federation import mean_local_size
-from dpfl.learning.algorithms.integer_dpsgd import integer_dp_sgd, round_rows
+from dpfl.learning.algorithms.fedsgd_accounting import CLAIM_LABEL
+from dpfl.learning.algorithms.integer_dpsgd import (
+    _per_sample_gradients,
+    clamped_sum,
+    clip_rows,
+    integer_dp_sgd,
+    round_rows,
+)
 from dpfl.learning.jobs import parse_job
 from dpfl.learning.models import build_model
 from dpfl.learning.params import flatten_parameters, model_from_bytes
@@ -295,7 +302,8 @@ def test_participants_pay_s_compositions_and_the_ledger_says_which_guarantee(
         )
         assert set(charges) == set(AGENTS[:6])  # a record is touched only when its agent is in
         charge = charges[AGENTS[0]]
-        assert charge.event == ALGORITHM.round_event(plan)
+        assert charge.event == ALGORITHM.guaranteed_round_event(plan)
+        assert (charge.event == ALGORITHM.round_event(plan)) == (mode != "sum-dominating")
         assert charge.unit == "record"
         assert ALGORITHM.invitation_events(job, plan, round_number=1, population=AGENTS) == (
             charge.event,
@@ -304,14 +312,14 @@ def test_participants_pay_s_compositions_and_the_ledger_says_which_guarantee(
     assert flags == {
         "central": (True, False, 1.0),  # exact on the summed noise
         "local": (True, False, 1.0),  # masked, but no other agent's noise credited
-        "sum-dominating": (True, True, 1.0),  # opted in: not a proven bound
+        "sum-dominating": (True, False, 1.0),  # the own-share charge: proven, nobody credited
     }
     honest = sgd_job(privacy={"accounting": "sum-dominating", "honest_fraction": 0.8})
     honest_plan = ALGORITHM.plan(honest, population=10, data=digits_coordinator)
     one = ALGORITHM.charges(
         honest, honest_plan, round_number=1, population=AGENTS, participants=AGENTS
     )[AGENTS[0]]
-    assert (one.approximate, one.honest_fraction) == (True, 0.8)
+    assert (one.approximate, one.honest_fraction) == (False, 1.0)
     local = sgd_job(secagg={"enabled": False}, privacy={"noise": "gaussian"})
     local_plan = ALGORITHM.plan(local, population=10, data=digits_coordinator)
     one = ALGORITHM.charges(
@@ -380,57 +388,69 @@ def test_agent_check_requires_the_same_s_c_p_and_sigma(
 def test_an_agent_refuses_split_noise_for_several_steps_unless_the_job_opted_in(
     plans: dict[str, tuple[Any, JobPlan]],
 ) -> None:
-    """S > 1: the central (split) claim is refused under the provable accounting; the opted-in
-    task must also give this agent at least the ``agent_noise`` its own ledger records."""
+    """S > 1: the central (split) claim is refused under the provable accounting; an opted-in
+    task is announced with the agent's own-share event, which its own noise must carry alone:
+    announcing the sum-dominating claim itself is refused."""
     params, events, own = _round(*plans["local"])
-    opt_params, opt_events, split = _round(*plans["sum-dominating"])
-    assert events == opt_events  # same S-fold event: only the noise split differs
+    opt_job, opt_plan = plans["sum-dominating"]
+    opt_params, opt_events, split = _round(opt_job, opt_plan)
+    assert events == [ALGORITHM.round_event(opt_plan)]  # same calibrated claim event...
+    assert opt_events == [ALGORITHM.guaranteed_round_event(opt_plan)]  # ...but never announced
+    assert opt_events != events
 
-    def check(p: Any, c: Any, **kw: Any) -> None:
+    def check(p: Any, c: Any, e: Any = events, **kw: Any) -> None:
         args = {"num_clients": 10, "min_survivors": 9, "honest_fraction": 1.0, **kw}
-        ALGORITHM.agent_check(p, events, c, **args)
+        ALGORITHM.agent_check(p, e, c, **args)
 
     check(params, own)
     check(params, own, min_survivors=2)  # the agent's own noise does not need the others
-    check(opt_params, split)
-    check(opt_params, own)  # more noise than claimed is fine
+    check(opt_params, split, opt_events)
+    check(opt_params, split, opt_events, min_survivors=1)  # nothing rests on the others
+    check(opt_params, own, opt_events)  # more noise than claimed is fine
     with pytest.raises(AlgorithmError, match="accounted as local DP"):
         check(params, split)  # the coordinator splits the noise of a provable S > 1 task
     with pytest.raises(AlgorithmError, match="accounted as local DP"):
         check({**params, "agent_noise": split.noise.parameter}, split)
+    with pytest.raises(
+        AlgorithmError, match=r"privacy\.accounting: sum-dominating\): this agent's own noise"
+    ):
+        check(opt_params, split)  # the claim announced as the charge: refused
     # opted in, but the round's share is below the agent_noise its own ledger would record
     with pytest.raises(AlgorithmError, match="summed over 1 honest agents is below"):
-        check({**opt_params, "agent_noise": split.noise.parameter * 1.01}, split)
+        check({**opt_params, "agent_noise": split.noise.parameter * 1.01}, split, opt_events)
     with pytest.raises(AlgorithmError, match=r"params\.agent_noise: missing"):
-        check({k: v for k, v in opt_params.items() if k != "agent_noise"}, split)
+        check({k: v for k, v in opt_params.items() if k != "agent_noise"}, split, opt_events)
 
 
 def test_the_agent_records_what_its_own_noise_proves(
     plans: dict[str, tuple[Any, JobPlan]],
 ) -> None:
-    for mode in ("central", "local"):  # the claimed event: its noise is verified as charged
+    for mode in ("central", "local", "sum-dominating"):  # the announced event, as charged
         params, events, _ = _round(*plans[mode])
         assert ALGORITHM.agent_charge(params, events) == tuple(events)
     params, events, split = _round(*plans["sum-dominating"])
     (recorded,) = ALGORITHM.agent_charge(params, events)
-    claimed = events[0]
+    claim = ALGORITHM.round_event(plans["sum-dominating"][1])
     floor = params["agent_noise"]
     assert recorded == SelfComposedEvent(
         PoissonSampledEvent(
             0.1,
             SkellamEvent(
                 floor,
-                claimed.event.event.l1_sensitivity,
-                claimed.event.event.l2_sensitivity,
+                claim.event.event.l1_sensitivity,
+                claim.event.event.l2_sensitivity,
                 650,
             ),
         ),
         3,
     )
+    # a coordinator that announces the claim still gets the own-share event recorded
+    assert ALGORITHM.agent_charge(params, [claim]) == (recorded,)
     assert split.noise.parameter >= floor
     rounds = SelfComposedEvent(recorded, 4)
-    job_eps = compute_epsilon(SelfComposedEvent(claimed, 4), delta=1e-5).epsilon
+    job_eps = compute_epsilon(SelfComposedEvent(claim, 4), delta=1e-5).epsilon
     assert compute_epsilon(rounds, delta=1e-5).epsilon > 3 * job_eps  # 9.5 times less noise
+    claimed = events[0]
     with pytest.raises(AlgorithmError, match="compositions"):
         ALGORITHM.agent_charge(params, [claimed.event])
     with pytest.raises(AlgorithmError, match="one event"):
@@ -462,16 +482,17 @@ def test_agent_contribution_is_the_ring_vector_of_its_noisy_steps(
     signed = centre(vector, config.ring_bits)
     # three steps of the agent's noise share (std √(2μ_share) each) plus its clipped gradients
     assert np.std(signed) >= 0.9 * math.sqrt(3 * config.noise.variance)
-    with pytest.raises(AlgorithmError, match="max_local_size"):
-        ALGORITHM.agent_contribution(
-            {**params, "max_local_size": 10},
-            agent,
-            model=state.model,
-            public_x=None,
-            device="cpu",
-            encoding=config,
-            stream=_stream("refused"),
-        )
+    # more records than max_local_size: no refusal (it would depend on the data set's size)
+    larger = ALGORITHM.agent_contribution(
+        {**params, "max_local_size": 10},
+        agent,
+        model=state.model,
+        public_x=None,
+        device="cpu",
+        encoding=config,
+        stream=_stream("larger"),
+    )
+    assert larger.shape == (650,)
     with pytest.raises(AlgorithmError, match="global model"):
         ALGORITHM.agent_contribution(
             params,
@@ -538,7 +559,9 @@ def test_whole_job_decodes_the_sum_of_the_agents_steps() -> None:
         assert result.agent_epsilon(client) == pytest.approx(result.epsilon(client))
 
 
-def test_whole_sum_dominating_job_is_approximate_and_agents_record_their_own_share() -> None:
+def test_whole_sum_dominating_job_charges_the_own_share_and_shows_the_claim_apart() -> None:
+    """Every ledger (coordinator's and agent's) holds the guaranteed own-share event; the
+    sum-dominating figure is only in the plan, labelled as a claim, and far below it."""
     job = sgd_job(rounds=2, privacy={"accounting": "sum-dominating"})
     result = run_job(
         job,
@@ -549,11 +572,23 @@ def test_whole_sum_dominating_job_is_approximate_and_agents_record_their_own_sha
     assert [len(r.participants) for r in result.rounds] == [5, 5]
     # shares split over t·N(1−δ) = 4.75 of the 5 agents (the plan's population)
     mu = result.plan.details["noise_total"]
+    floor = result.plan.details["agent_noise"]
     assert result.rounds[0].encoding.noise.parameter == pytest.approx(mu / 4.75, rel=1e-12)
+    assert floor == pytest.approx(mu / 4.75, rel=1e-12)
+    claimed = result.plan.details["claimed_epsilon"]
+    assert result.plan.details["claim"] == CLAIM_LABEL
+    assert "NOT a proven bound" in CLAIM_LABEL
+    assert claimed == pytest.approx(4.0, rel=0.02)  # what the recipe was calibrated to
+    assert result.plan.calibration["claim"]["epsilon"] == claimed
+    guaranteed = compute_epsilon(event_from_json(result.plan.calibration["event"]), delta=1e-5)
+    assert result.plan.calibration["epsilon"] == pytest.approx(guaranteed.epsilon)
     for client in result.population:
-        assert all(c.approximate and c.secure_aggregation for c in result.ledger[client])
-        # the agent's own ledger: its own share's local event, far above the opted-in figure
-        assert result.agent_epsilon(client) > 2 * result.epsilon(client)
+        charges = result.ledger[client]
+        assert all(not c.approximate and c.secure_aggregation for c in charges)
+        assert all(c.event.event.event.mu == floor for c in charges)  # the own share
+        assert result.epsilon(client) == pytest.approx(guaranteed.epsilon, rel=1e-9)
+        assert result.agent_epsilon(client) == pytest.approx(result.epsilon(client), rel=1e-9)
+        assert result.epsilon(client) > 2 * claimed  # the claim is never what is charged
 
 
 def test_client_sampling_and_no_secure_aggregation_charge_participants_only() -> None:
@@ -584,3 +619,71 @@ def test_the_normaliser_must_be_stated_when_the_data_is_not_here(
     )
     plan = ALGORITHM.plan(stated, population=10, data=digits_coordinator)
     assert plan.details["expected_batch_size"] == 12.5
+
+
+def _clamped_steps(x: Any, y: Any, *, limit: int | None, seed: str, steps: int = 2) -> Any:
+    net = build_model("logreg", input_shape=(1, 8, 8), num_classes=10, seed=0)
+    return integer_dp_sgd(
+        net,
+        x,
+        y,
+        steps=steps,
+        sampling_rate=1.0,
+        clip=1.0,
+        learning_rate=0.5,
+        normalizer=10.0,
+        scale_bits=4,
+        rounding_bound=EncodingConfig(clip=1.0, scale_bits=4, ring_bits=64).rounded_l2_bound(650),
+        noise=NoiseSpec.none(),
+        stream=_stream(seed),
+        coordinate_limit=limit,
+    )
+
+
+def test_max_local_size_clamps_each_step_instead_of_refusing(
+    digits_agents: list[AgentData],
+) -> None:
+    """The ring bound ``M_max·⌈C·2^b⌉`` per coordinate and step holds for any data set size, the
+    clamp never acts at or below M_max records, and a larger agent still takes part."""
+    agent = digits_agents[0]
+    bound = EncodingConfig(clip=1.0, scale_bits=4, ring_bits=64).coordinate_bound
+    m_max = 5
+    limit = m_max * bound
+    # 40 copies of one record: the unclamped sum would reach 40·⌈C·2^b⌉ in some coordinate
+    x = np.repeat(agent.x[:1], 40, axis=0)
+    y = np.repeat(agent.y[:1], 40, axis=0)
+    free = _clamped_steps(x, y, limit=None, seed="clamp", steps=1)
+    assert np.abs(free.total).max() > limit
+    clamped = _clamped_steps(x, y, limit=limit, seed="clamp", steps=1)
+    assert np.abs(clamped.total).max() <= limit
+    assert np.array_equal(clamped.total, np.clip(free.total, -limit, limit))
+    # at most M_max records: identical with or without the clamp
+    small = _clamped_steps(agent.x[:m_max], agent.y[:m_max], limit=limit, seed="small")
+    plain = _clamped_steps(agent.x[:m_max], agent.y[:m_max], limit=None, seed="small")
+    assert np.array_equal(small.total, plain.total)
+    with pytest.raises(AlgorithmError, match="coordinate_limit"):
+        _clamped_steps(x, y, limit=0, seed="bad")
+
+
+def test_the_clamp_keeps_one_records_sensitivity(digits_agents: list[AgentData]) -> None:
+    """Add/remove one record at an agent far above M_max: the clamped step sums (of the real
+    clipped, rounded per-record gradients) differ by at most that record's rounded vector per
+    coordinate, so by at most Δ₁ in L1 and Δ₂ in L2."""
+    agent = digits_agents[1]
+    config = EncodingConfig(clip=1.0, scale_bits=4, ring_bits=64)
+    net = build_model("logreg", input_shape=(1, 8, 8), num_classes=10, seed=0)
+    names = [name for name, _ in net.named_parameters()]
+    xt = torch.as_tensor(np.concatenate([np.repeat(agent.x[:1], 30, axis=0), agent.x[1:9]]))
+    yt = torch.as_tensor(np.concatenate([np.repeat(agent.y[:1], 30, axis=0), agent.y[1:9]]))
+    grads = _per_sample_gradients(net, names, xt, yt).detach().to(torch.float64).numpy()
+    rows = round_rows(
+        np.ldexp(clip_rows(grads, 1.0), 4), config.rounded_l2_bound(650), _stream("rows")
+    )
+    limit = 3 * config.coordinate_bound
+    for k in range(30, 38):  # remove each of the 8 distinct records in turn
+        without = clamped_sum(np.delete(rows, k, axis=0), limit)
+        gap = (clamped_sum(rows, limit) - without).astype(np.float64)
+        assert np.all(np.abs(gap) <= np.abs(rows[k]))
+        assert np.abs(gap).sum() <= config.rounded_l1_bound(650)
+        assert np.linalg.norm(gap) <= config.rounded_l2_bound(650)
+    assert np.abs(rows.sum(axis=0)).max() > limit  # the clamp acted

@@ -4,6 +4,7 @@ documents refused with their problems named and nothing written; listing, detail
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -168,3 +169,45 @@ async def test_start_and_stop_follow_the_life_cycle(
 
 def test_examples_exist() -> None:
     assert Path(ROOT / "examples" / "demo-dpfedavg.yaml").is_file()
+
+
+async def test_a_claim_that_is_not_a_bound_is_shown_apart_from_the_charged_epsilon(
+    admin: httpx.AsyncClient, store: Store, finished: FinishedJob
+) -> None:
+    """DP-FedSGD's sum-dominating figure: in the job view as ``claimed_epsilon`` with its
+    ``claim`` label, while the ledger (``epsilons``) holds the guaranteed own-share charge."""
+    from dpfl.learning.algorithms.dp_fedsgd import ALGORITHM
+    from dpfl.learning.algorithms.fedsgd_accounting import CLAIM_LABEL
+    from dpfl.server.store import Charge, ProtectedUnit
+
+    doc = {
+        "name": "sum-dominating",
+        "algorithm": "dp-fedsgd",
+        "data": {"dataset": "digits", "partition": {"scheme": "iid"}},
+        "rounds": 1,
+        "privacy": {"unit": "record", "target_epsilon": 4.0, "accounting": "sum-dominating"},
+        "params": {"local_steps": 3, "batch_sampling_rate": 0.1},
+    }
+    spec = parse_job(doc)
+    ids = [  # clients without a budget: the guaranteed charge is far above the claim
+        store.redeem_enrollment_token(
+            store.create_enrollment_token(ttl=timedelta(hours=1)).token, name=f"sgd-{i}"
+        ).agent.id
+        for i in range(2)
+    ]
+    plan = ALGORITHM.plan(spec, population=len(ids))
+    job = store.create_job(spec, members=ids)
+    store.set_job_status(job.id, JobStatus.RUNNING)
+    rnd = store.start_round(job.id, 1, invited=ids, noise={"plan": plan.to_json()})
+    store.update_round(rnd.id, accepted=ids)
+    charges = ALGORITHM.charges(spec, plan, round_number=1, population=ids, participants=ids)
+    store.commit_round(
+        rnd.id, [Charge(a, c.event, ProtectedUnit.RECORD) for a, c in charges.items()]
+    )
+    body = (await admin.get(f"/api/v1/jobs/{job.id}")).json()
+    assert body["claim"] == CLAIM_LABEL
+    assert body["claimed_epsilon"] == pytest.approx(4.0, rel=0.02)
+    assert set(body["epsilons"]) == set(ids)
+    assert min(body["epsilons"].values()) > 1.5 * body["claimed_epsilon"]  # shares split over 1.9
+    plain = (await admin.get(f"/api/v1/jobs/{finished.job.id}")).json()
+    assert (plain["claimed_epsilon"], plain["claim"]) == (None, None)
