@@ -1,7 +1,7 @@
 """One-run privacy auditing: from correct guesses about random canaries to a lower bound on ε.
 
 Steinke, Nasr & Jagielski 2023 ("Privacy auditing with one (1) training run", NeurIPS; the
-(ε, δ) theorem is stated and cited in docs/audit.md): m canaries are each included
+(ε, δ) theorem is stated in full in docs/audit.md): m canaries are each included
 independently with probability 1/2; an auditor makes r guesses (abstaining on the others) from
 the released outputs. If the mechanism is (ε, δ)-DP with respect to each canary, the number W of
 correct guesses satisfies, for every v,
