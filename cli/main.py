@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dpfl.cli.base import build_parser, run
 
 #: Modules of dpfl.cli providing a subcommand, in the order --help lists them.
-SUBCOMMAND_MODULES: tuple[str, ...] = ("privacy", "budget", "simulate", "demo")
+SUBCOMMAND_MODULES: tuple[str, ...] = ("privacy", "budget", "simulate", "demo", "audit")
 
 
 def parser() -> argparse.ArgumentParser:

@@ -1,0 +1,21 @@
+"""Empirical privacy auditing: canaries per algorithm family and the one-run audit driver.
+
+:mod:`~dpfl.learning.audit.canaries` (what a canary adds to a round's sum), one small module per
+family (:mod:`~dpfl.learning.audit.fedavg`, :mod:`~dpfl.learning.audit.fedsgd`,
+:mod:`~dpfl.learning.audit.helmet`, :mod:`~dpfl.learning.audit.voting`), and
+:mod:`~dpfl.learning.audit.run` (the simulation and the bound). The conversion from guesses to
+ε is :mod:`dpfl.accounting.audit`; docs/audit.md derives the designs.
+"""
+
+from dpfl.learning.audit.canaries import CanaryDesign, CanarySet
+from dpfl.learning.audit.run import MODES, AuditReport, canary_design, federation, run_audit
+
+__all__ = [
+    "MODES",
+    "AuditReport",
+    "CanaryDesign",
+    "CanarySet",
+    "canary_design",
+    "federation",
+    "run_audit",
+]

@@ -1,0 +1,148 @@
+"""Canaries for white-box and black-box audits: what one canary adds to a round's sum.
+
+A canary is a unit of the job's protected kind (a record, or an agent) whose contribution to the
+released sum is a Dirac vector: ``sign · amplitude`` at its own coordinate (SNJ 2023's
+"gradient/update canaries"). The amplitude is read off the event the round CHARGES (its L1 and
+L2 sensitivities, in ring units), so a canary never moves the sum by more than the accounting
+allows for one unit: every pair "canary in / canary out" is a neighbouring pair of the charged
+relation, and the audit's lower bound applies to the charged ε.
+
+- add/remove relations: an included canary adds ``s·A``; an excluded one is absent (A = the
+  smaller of ⌊Δ₁⌋, ⌊Δ₂⌋).
+- replace-one relations: every canary is present; included adds ``+s·h``, excluded ``−s·h``,
+  h = ⌊A/2⌋ (the two differ by 2h ≤ the charged sensitivity).
+
+The score of a canary is ``s ·`` (the sum over rounds of the released aggregate at its
+coordinate): it never uses which rounds the canary took part in (the sample is secret from those
+that the amplified charge protects against), so it is a function of the released outputs only.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from dpfl.accounting import (
+    ComposedEvent,
+    DpEvent,
+    GaussianEvent,
+    PoissonSampledEvent,
+    SampledWithoutReplacementEvent,
+    SelfComposedEvent,
+    SkellamEvent,
+)
+from dpfl.learning.algorithms.base import AlgorithmError
+from dpfl.secagg.randomness import RandomStream
+
+__all__ = ["ADD_REMOVE", "REPLACE_ONE", "CanaryDesign", "CanarySet", "charged_amplitude"]
+
+ADD_REMOVE = "add-remove"
+REPLACE_ONE = "replace-one"
+
+
+def charged_amplitude(event: DpEvent) -> int:
+    """The largest integer Dirac amplitude within the charged event's per-unit sensitivity.
+
+    Walks composition and sampling wrappers down to the Skellam or Gaussian release.
+
+    Raises:
+        AlgorithmError: an event without a Skellam/Gaussian release (nothing to read).
+    """
+    inner = event
+    while True:
+        if isinstance(
+            inner, SelfComposedEvent | PoissonSampledEvent | SampledWithoutReplacementEvent
+        ):
+            inner = inner.event
+        elif isinstance(inner, ComposedEvent) and inner.events:
+            inner = inner.events[0]
+        else:
+            break
+    if isinstance(inner, SkellamEvent):
+        return math.floor(min(inner.l1_sensitivity, inner.l2_sensitivity))
+    if isinstance(inner, GaussianEvent):
+        return math.floor(inner.sensitivity)
+    raise AlgorithmError(
+        f"cannot read a canary amplitude from a {type(inner).__name__}: the audit needs a "
+        "Skellam or Gaussian release"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CanaryDesign:
+    """How an algorithm family's canaries enter a round.
+
+    Attributes:
+        unit: "record" (canaries ride in a real agent's contribution) or "agent" (canary agents
+            join the population and go through the algorithm's own client selection).
+        relation: :data:`ADD_REMOVE` or :data:`REPLACE_ONE`.
+        amplitude: A, in ring units (:func:`charged_amplitude`).
+        presence_rate: for record canaries, the probability that a canary of a participating
+            agent is in that round's sum (the agent's own record sampling rate; 1 otherwise).
+        black_box: the final model alone carries the canaries' coordinates (a model update that
+            is a linear image of the aggregates), so a black-box audit is possible.
+        description: one line for reports and docs.
+    """
+
+    unit: str
+    relation: str
+    amplitude: int
+    presence_rate: float
+    black_box: bool
+    description: str
+
+
+@dataclass(frozen=True)
+class CanarySet:
+    """m canaries: coordinate, sign, inclusion bit (Bernoulli(1/2) from a CSPRNG), and, for
+    record canaries, the index of the real agent holding each one."""
+
+    coordinates: npt.NDArray[np.int64]
+    signs: npt.NDArray[np.int64]
+    included: npt.NDArray[np.bool_]
+    hosts: npt.NDArray[np.int64]
+
+    @classmethod
+    def draw(
+        cls,
+        *,
+        count: int,
+        dimension: int,
+        agents: int,
+        stream: RandomStream,
+        allowed: npt.NDArray[np.int64] | None = None,
+    ) -> CanarySet:
+        """Draw ``count`` canaries on distinct coordinates of a ``dimension``-long sum (among
+        ``allowed`` ones when given: a public choice, e.g. coordinates no real data touches).
+
+        Raises:
+            AlgorithmError: more canaries than coordinates, or fewer than two.
+        """
+        pool = (
+            np.arange(dimension, dtype=np.int64)
+            if allowed is None
+            else np.unique(np.asarray(allowed, dtype=np.int64))
+        )
+        if pool.size and (pool[0] < 0 or pool[-1] >= dimension):
+            raise AlgorithmError(f"canary coordinates must lie in [0, {dimension})")
+        if count < 2:
+            raise AlgorithmError(f"an audit needs at least 2 canaries, got {count}")
+        if count > pool.size:
+            raise AlgorithmError(
+                f"{count} canaries need {count} distinct coordinates; {pool.size} are available"
+            )
+        coordinates = pool[np.argsort(stream.uint64(int(pool.size)), kind="stable")[:count]]
+        bits = stream.below(2, 2 * count)
+        return cls(
+            coordinates=coordinates.astype(np.int64),
+            signs=np.where(bits[:count] == 1, 1, -1).astype(np.int64),
+            included=bits[count:] == 1,
+            hosts=stream.below(max(1, agents), count).astype(np.int64),
+        )
+
+    @property
+    def count(self) -> int:
+        return int(self.coordinates.size)

@@ -1,0 +1,371 @@
+"""Run a job in simulation with canaries and audit it (``dpfl audit``).
+
+The job runs through the algorithm's own coordinator and agent functions, in one process, with
+the code paths a deployment runs for everything the privacy rests on: ``plan`` (noise
+calibration), ``select`` (client sampling), ``encoding`` (per-agent noise shares),
+``agent_check`` (the agent's refusal of a setup whose noise does not back the claim),
+``agent_contribution`` (local computation, rounding and the agent's integer noise from a
+CSPRNG), ``charges`` (the ledger's events) and ``finish_round``. The secure aggregation is not
+run: what it reveals is exactly the modular sum of the agents' ring vectors (the masks cancel),
+so the round's ring vectors are summed directly, decoded with the round's encoding, and that
+aggregate is what the white-box auditor sees (:mod:`dpfl.learning.audit.canaries`).
+
+ε_upper is the ledger's ε for a canary's unit: the algorithm's charges composed over the rounds
+at the job's δ (the largest over the canaries' units). ε_lower comes from
+:func:`dpfl.accounting.audit.epsilon_lower_from_scores`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from dpfl.accounting import ComposedEvent, DpEvent, NoPrivacyEvent, compute_epsilon
+from dpfl.accounting.audit import epsilon_lower_from_scores, planned_guess_count
+from dpfl.learning.algorithms.base import (
+    AgentData,
+    Algorithm,
+    AlgorithmError,
+    CoordinatorData,
+    JobPlan,
+    get_algorithm,
+)
+from dpfl.learning.audit import fedavg, fedsgd, helmet, voting
+from dpfl.learning.audit.canaries import ADD_REMOVE, CanaryDesign, CanarySet
+from dpfl.learning.jobs import JobSpec
+from dpfl.secagg import RoundParameters, SeededRandomSource, ThreatModel, decode
+from dpfl.secagg.encoding import to_ring
+
+__all__ = ["MODES", "AuditReport", "canary_design", "federation", "run_audit"]
+
+WHITE_BOX = "white-box"
+BLACK_BOX = "black-box"
+MODES = (WHITE_BOX, BLACK_BOX)
+
+_DESIGNS: Mapping[str, Callable[[Algorithm, JobSpec, JobPlan], CanaryDesign]] = {
+    "dp-fedavg": fedavg.design,
+    "dp-fed-ls": fedavg.design,
+    "dp-fedsgd": fedsgd.design,
+    "dp-helmet": helmet.design,
+    "pate-fl": voting.design,
+    "private-knn-fl": voting.design,
+}
+#: Sign of the model's move along an aggregate (black-box scoring): DP-FedSGD steps against the
+#: summed gradient, DP-FedAvg and DP-Fed-LS add the mean update.
+_MODEL_DIRECTION = {"dp-fedsgd": -1.0, "dp-fedavg": 1.0, "dp-fed-ls": 1.0}
+
+
+@dataclass(frozen=True)
+class AuditReport:
+    """What ``dpfl audit`` prints and the coordinator stores with the job."""
+
+    job: str
+    algorithm: str
+    mode: str
+    unit: str
+    relation: str
+    canaries: int
+    included: int
+    guesses: int
+    correct: int
+    confidence: float
+    delta: float
+    epsilon_lower: float
+    epsilon_upper: float
+    rounds: int
+    design: str
+    seconds: float
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def canary_design(algorithm: Algorithm, job: JobSpec, plan: JobPlan) -> CanaryDesign:
+    """The canary design of the job's algorithm family.
+
+    Raises:
+        AlgorithmError: an algorithm without a design, or a job the design cannot audit.
+    """
+    try:
+        make = _DESIGNS[job.algorithm]
+    except KeyError:
+        raise AlgorithmError(f"no canary design for algorithm {job.algorithm!r}") from None
+    return make(algorithm, job, plan)
+
+
+def federation(job: JobSpec, agents: int) -> tuple[CoordinatorData, dict[str, AgentData]]:
+    """The simulated federation of the job's data spec: the coordinator's test and public
+    splits, and each agent's private share (ids ``agent-0000``...)."""
+    from dpfl.learning.data import federate, load_dataset, partition_from_config
+
+    dataset = load_dataset(job.data.dataset)
+    fed = federate(
+        dataset,
+        scheme=partition_from_config(job.data.partition.model_dump()),
+        num_agents=agents,
+        seed=job.data.seed,
+        public_fraction=job.data.public_fraction,
+    )
+    public = fed.public_indices.size > 0
+    coordinator = CoordinatorData(
+        input_shape=dataset.input_shape,
+        num_classes=dataset.num_classes,
+        test_x=dataset.x_test,
+        test_y=dataset.y_test,
+        public_x=fed.public_features() if public else None,
+        public_y=fed.public_labels_for_evaluation() if public else None,
+    )
+    parts = {}
+    for i in range(agents):
+        part = fed.agent_dataset(i)
+        parts[f"agent-{i:04d}"] = AgentData(
+            x=part.x_train,
+            y=part.y_train,
+            input_shape=dataset.input_shape,
+            num_classes=dataset.num_classes,
+        )
+    return coordinator, parts
+
+
+def _model_vector(job: JobSpec, state: Any, data: CoordinatorData) -> npt.NDArray[np.float64]:
+    from dpfl.learning.algorithms.model_state import load_model
+    from dpfl.learning.params import flatten_parameters
+
+    return np.asarray(
+        flatten_parameters(load_model(job, state, data), dtype=np.float64), dtype=np.float64
+    )
+
+
+def _epsilon(events: Sequence[DpEvent], delta: float) -> float:
+    event = ComposedEvent(tuple(events)) if events else NoPrivacyEvent()
+    return float(compute_epsilon(event, delta=delta).epsilon)
+
+
+def run_audit(
+    job: JobSpec,
+    *,
+    agents: int,
+    canaries: int,
+    mode: str = WHITE_BOX,
+    confidence: float = 0.95,
+    seed: bytes = b"dpfl-audit-default-seed",
+    guesses: int | None = None,
+    coordinates: npt.NDArray[np.int64] | None = None,
+    data: tuple[CoordinatorData, Mapping[str, AgentData]] | None = None,
+    algorithm: Algorithm | None = None,
+    device: str = "cpu",
+) -> AuditReport:
+    """Run ``job`` with ``agents`` simulated agents and ``canaries`` canaries; audit it.
+
+    Args:
+        job: the validated job.
+        agents: the number of real (simulated) agents.
+        canaries: m.
+        mode: ``white-box`` (every round's aggregate) or ``black-box`` (the final model).
+        confidence: of the lower bound.
+        seed: seed of every CSPRNG stream (canaries, noise, rounding, sampling).
+        guesses: the number of guesses; default: both the number chosen from the plan before
+            the run (:func:`dpfl.accounting.audit.planned_guess_count`) and m, each tested at
+            half the level.
+        coordinates: the coordinates canaries may use (default: all of the released vector).
+        data: the coordinator's data and the agents' (default: the job's data spec).
+        algorithm: the algorithm instance (default: the job's).
+        device: where agents compute.
+
+    Raises:
+        AlgorithmError: a bad mode, too few agents, or a job the canary design cannot audit.
+    """
+    started = time.perf_counter()
+    if mode not in MODES:
+        raise AlgorithmError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if agents < 2:
+        raise AlgorithmError(f"an audit needs at least 2 agents, got {agents}")
+    alg = algorithm if algorithm is not None else get_algorithm(job.algorithm)
+    rng = SeededRandomSource(seed)
+    coordinator_data, agent_data = data if data is not None else federation(job, agents)
+    real = tuple(agent_data)[:agents]
+    if len(real) < agents:
+        raise AlgorithmError(f"the data holds {len(real)} agents, {agents} were asked for")
+    # A plan of the population with every possible canary agent: independent of the bits.
+    probe_plan = alg.plan(job, population=agents, data=coordinator_data)
+    design = canary_design(alg, job, probe_plan)
+    agent_canaries = design.unit == "agent"
+    plan = (
+        alg.plan(job, population=agents + canaries, data=coordinator_data)
+        if agent_canaries
+        else probe_plan
+    )
+    if mode == BLACK_BOX and job.algorithm not in _MODEL_DIRECTION:
+        raise AlgorithmError(
+            f"black-box audits need a model that moves along the aggregates; {job.algorithm} "
+            "releases votes or a one-round model: use the white-box mode"
+        )
+    state = alg.initial_state(job, plan, coordinator_data)
+    first_task = alg.round_task(job, plan, state, round_number=1)
+    cset = CanarySet.draw(
+        count=canaries,
+        dimension=first_task.vector_length,
+        agents=agents,
+        stream=rng.stream("audit/canaries"),
+        allowed=coordinates,
+    )
+    replace_one = design.relation != ADD_REMOVE
+    half = design.amplitude // 2
+    if (design.amplitude if not replace_one else half) < 1:
+        raise AlgorithmError(f"the charged sensitivity {design.amplitude} leaves no canary")
+    canary_ids = [f"canary-{j:05d}" for j in range(canaries)]
+    exists = np.ones(canaries, dtype=bool) if replace_one else cset.included
+    population = list(real)
+    if agent_canaries:
+        population += [canary_ids[j] for j in range(canaries) if exists[j]]
+    real_set = set(real)
+    canary_index = {cid: j for j, cid in enumerate(canary_ids)}
+    initial = _model_vector(job, state, coordinator_data) if mode == BLACK_BOX else np.zeros(0)
+    scores = np.zeros(canaries, dtype=np.float64)
+    ledger: dict[str, list[DpEvent]] = {}
+    expected_signal = 0.0
+    noise_variance = 0.0
+    completed = 0
+    for round_number in range(1, job.rounds + 1):
+        invited = list(alg.select(job, plan, round_number=round_number, population=population))
+        real_invited = [a for a in invited if a in real_set]
+        if len(real_invited) < 2:
+            continue
+        task = alg.round_task(job, plan, state, round_number=round_number)
+        probe = RoundParameters.choose(
+            num_clients=len(real_invited),
+            vector_length=task.vector_length,
+            ring_bits=64,
+            corrupt_fraction=job.secagg.corrupt_fraction,
+            dropout_fraction=job.secagg.dropout_fraction,
+            model=ThreatModel.SEMI_HONEST,
+        )
+        encoding = alg.encoding(
+            job,
+            plan,
+            task,
+            participants=len(real_invited),
+            min_survivors=probe.min_survivors,
+        )
+        claimed = alg.invitation_events(job, plan, round_number=round_number, population=population)
+        mask = np.uint64((1 << encoding.ring_bits) - 1) if encoding.ring_bits < 64 else None
+        total = np.zeros(task.vector_length, dtype=np.uint64)
+        for agent_id in real_invited:
+            alg.agent_check(
+                task.params,
+                claimed,
+                encoding,
+                num_clients=len(real_invited),
+                min_survivors=probe.min_survivors,
+                honest_fraction=float(task.params["honest_fraction"]),
+            )
+            contribution = alg.agent_contribution(
+                task.params,
+                agent_data[agent_id],
+                model=state.model if task.model_version is not None else None,
+                public_x=coordinator_data.public_x if task.needs_public_data else None,
+                device=device,
+                encoding=encoding,
+                stream=rng.child(f"agent/{agent_id}").stream(f"round/{round_number}"),
+            )
+            total = total + contribution  # uint64 wraps mod 2^64
+        # the canaries present in this round
+        if agent_canaries:
+            present = np.zeros(canaries, dtype=bool)
+            for cid in invited:
+                if cid in canary_index:
+                    present[canary_index[cid]] = True
+            participants_in = sum(1 for a in invited if a in canary_index)
+        else:
+            hosted = np.isin(cset.hosts, [real.index(a) for a in real_invited])
+            if design.presence_rate < 1.0:
+                draws = rng.stream(f"audit/presence/{round_number}").uint64(canaries)
+                sampled = draws < np.uint64(min(2**64 - 1, int(design.presence_rate * 2.0**64)))
+            else:
+                sampled = np.ones(canaries, dtype=bool)
+            present = hosted & sampled & exists
+            participants_in = 0
+        values = np.where(
+            cset.included,
+            cset.signs * (half if replace_one else design.amplitude),
+            -cset.signs * half,
+        )
+        canary_vector = np.zeros(task.vector_length, dtype=np.int64)
+        np.add.at(canary_vector, cset.coordinates[present], values[present])
+        total = total + to_ring(canary_vector, encoding.ring_bits)
+        if mask is not None:
+            total &= mask
+        participants = real_invited + [a for a in invited if a in canary_index]
+        for client, charge in alg.charges(
+            job, plan, round_number=round_number, population=population, participants=participants
+        ).items():
+            ledger.setdefault(client, []).append(charge.event)
+        aggregate = decode(total, config=encoding)
+        if mode == WHITE_BOX:
+            scores += cset.signs * aggregate[cset.coordinates]
+        scale = math.ldexp(1.0, encoding.scale_bits)
+        share = len(real_invited) / agents
+        difference = 2 * half if replace_one else design.amplitude
+        expected_signal += difference * design.presence_rate * share / scale
+        noise_variance += len(real_invited) * encoding.noise.variance / scale**2
+        outcome = alg.finish_round(
+            job,
+            plan,
+            state,
+            coordinator_data,
+            round_number=round_number,
+            aggregate=aggregate,
+            survivors=len(real_invited) + participants_in,
+        )
+        state = outcome.state
+        completed += 1
+        if outcome.done:
+            break
+    if completed == 0:
+        raise AlgorithmError("no round ran: too few agents were sampled")
+    if mode == BLACK_BOX:
+        moved = _model_vector(job, state, coordinator_data) - initial
+        scores = _MODEL_DIRECTION[job.algorithm] * cset.signs * moved[cset.coordinates]
+    if agent_canaries:
+        units = [ledger.get(canary_ids[j], []) for j in range(canaries) if exists[j]]
+    else:
+        units = [ledger.get(real[h], []) for h in sorted(set(cset.hosts.tolist()))]
+    delta = job.privacy.delta
+    epsilon_upper = max((_epsilon(events, delta) for events in units), default=0.0)
+    if guesses is None:
+        ratio = expected_signal / math.sqrt(noise_variance) if noise_variance > 0 else 10.0
+        planned = planned_guess_count(
+            m=canaries, shift_over_std=max(ratio, 1e-6), delta=delta, confidence=confidence
+        )
+        # the plan's choice, and every canary (which catches a mechanism far leakier than
+        # planned), under a union bound
+        counts = sorted({planned, canaries})
+    else:
+        counts = [guesses]
+    bound = epsilon_lower_from_scores(
+        scores, cset.included, delta=delta, confidence=confidence, guess_counts=counts
+    )
+    return AuditReport(
+        job=job.name,
+        algorithm=job.algorithm,
+        mode=mode,
+        unit=design.unit,
+        relation=design.relation,
+        canaries=canaries,
+        included=int(cset.included.sum()),
+        guesses=bound.best.guesses,
+        correct=bound.best.correct,
+        confidence=confidence,
+        delta=delta,
+        epsilon_lower=bound.epsilon_lower,
+        epsilon_upper=epsilon_upper,
+        rounds=completed,
+        design=design.description,
+        seconds=time.perf_counter() - started,
+    )
