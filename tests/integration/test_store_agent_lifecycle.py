@@ -29,9 +29,10 @@ def _token(store: Store) -> str:
 class LifecycleContract:
     def test_a_bound_certificate_cannot_enrol_a_second_agent(self, store: Store) -> None:
         first = store.redeem_enrollment_token(_token(store), name="A", certificate_cn="silo-1")
-        for status in (AgentStatus.ACTIVE, AgentStatus.DISABLED, AgentStatus.REVOKED):
-            if status != AgentStatus.ACTIVE:
-                store.set_agent_status(first.agent.id, status, actor="admin")
+        with pytest.raises(AlreadyExists, match="already bound to agent"):
+            store.redeem_enrollment_token(_token(store), name="A-bis", certificate_cn="silo-1")
+        for status in (AgentStatus.DISABLED, AgentStatus.REVOKED):
+            store.set_agent_status(first.agent.id, status, actor="admin")
             second = _token(store)
             with pytest.raises(AlreadyExists, match="already bound to agent"):
                 store.redeem_enrollment_token(second, name="A-bis", certificate_cn="silo-1")
