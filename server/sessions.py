@@ -255,6 +255,9 @@ class SessionRegistry:
                 return None
             if kind == "hello":
                 raise handlers.DuplicateMessage("Hello is sent once, first on the stream")
+            shut_out = self._evicted.get(session.agent_id)
+            if shut_out is not None:
+                raise handlers.StaleRound(f"this agent was shut out: {shut_out}")
             if kind == "error":
                 route = self._routes.get(message.error.header.job_id)
                 if route is not None:

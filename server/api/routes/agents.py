@@ -26,7 +26,7 @@ router = APIRouter(prefix="/agents", tags=["agents"])
 audit_router = APIRouter(prefix="/audit", tags=["agents"])
 
 _AUTH = error_responses(401, 403, 422)
-_CHANGE = error_responses(401, 403, 404, 409, 422)
+_CHANGE = error_responses(400, 401, 403, 404, 409, 422)
 
 
 class _Public(BaseModel):
