@@ -416,9 +416,10 @@ def test_simulate_without_secure_aggregation_charges_local_dp_in_both_ledgers(
 
 
 def test_the_coordinator_refuses_malformed_and_repeated_plain_vectors(tmp_path: Path) -> None:
-    """Agent 0's vector is truncated: refused, never summed nor charged (the stage waits for it
-    until its deadline). Agent 1 sends its vector twice: the repeat is refused, it is summed and
-    charged once. Agents 2 and 3 are summed; nobody is asked for keys or shares."""
+    """Agent 0's vector is truncated: refused, never summed (the stage waits for it until its
+    deadline), but charged: every agent is charged before any vector is requested. Agent 1 sends
+    its vector twice: the repeat is refused, it is summed and charged once. Agents 2 and 3 are
+    summed; nobody is asked for keys or shares."""
     job = small_job(rounds=1, secagg={"enabled": False})
 
     def truncate(message: pb.AgentMessage) -> list[pb.AgentMessage]:
@@ -450,7 +451,7 @@ def test_the_coordinator_refuses_malformed_and_repeated_plain_vectors(tmp_path: 
             summed = sorted(a.agent_id for a in agents[1:])
             assert sorted(rnd.survivors["masked_input"]) == summed
             entries = c.store.ledger_entries(job_id=job_id)
-            assert sorted(e.agent_id for e in entries) == summed
+            assert sorted(e.agent_id for e in entries) == sorted(a.agent_id for a in agents)
             assert all(e.secure_aggregation is False for e in entries)
             assert rnd.model_version == 1
             for agent in agents:
