@@ -80,9 +80,10 @@ def test_plain_round_is_summed_by_the_coordinator_and_charged_as_local_dp(tmp_pa
                 assert isinstance(event, SkellamEvent)  # never amplified by sampling
                 assert not isinstance(event, PoissonSampledEvent)
             assert rnd.model_version == 1
-            assert all(
-                a.results and a.results[-1].completed for a in agents if a.agent_id in summed
-            )
+            async with asyncio.timeout(10):  # the RoundResult is on its way when the job ends
+                while not all(a.results for a in agents if a.agent_id in summed):
+                    await asyncio.sleep(0.01)
+            assert all(a.results[-1].completed for a in agents if a.agent_id in summed)
             for a in agents:
                 await a.stop()
             await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
