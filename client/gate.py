@@ -12,7 +12,10 @@ asks a :class:`Gate` twice per round:
    at once cannot together overspend. If this raises, nothing is sent.
 
 The charge happens before sending because from then on the aggregate may become computable; a
-round that fails afterwards keeps its charge (the ledger never under-counts).
+round that fails afterwards keeps its charge (the ledger never under-counts). Each contribution
+is charged under a key the agent controls (an attempt id it draws itself, never the
+coordinator's session nonce), with the digest of the bytes it sends: a key already recorded
+lets only those same bytes out again.
 """
 
 from __future__ import annotations
@@ -93,11 +96,22 @@ class Gate(Protocol):
         noise then carries the whole claim): False when the policy requires masking."""
         ...
 
-    def charge(self, review: InvitationReview, *, session_id: bytes) -> None:
-        """Commit ``review.charge`` to the local ledger for this round attempt.
+    def charge(
+        self, review: InvitationReview, *, attempt: str, session_id: bytes, sent_sha256: bytes
+    ) -> None:
+        """Commit ``review.charge`` to the local ledger for the contribution about to be sent.
+
+        Args:
+            review: the accepted invitation.
+            attempt: the agent's own id of this attempt (fresh and random per accepted
+                invitation): the ledger key.
+            session_id: the coordinator's session id (stored for the operator, never a key).
+            sent_sha256: SHA-256 of the exact bytes about to be sent.
 
         Raises:
             ChargeRefusedError: the charge would exceed a local budget; nothing was recorded.
+            LocalLedgerError: ``attempt`` is already recorded for other events or other bytes
+                (or the ledger cannot be written). Whatever it raises, nothing may be sent.
         """
         ...
 
@@ -114,9 +128,10 @@ class LocalGate:
     ``review`` runs :meth:`Policy.decide` on the events the agent would record. ``charge`` runs
     it again and records with the policy's budgets checked inside the ledger's write
     transaction, so that two jobs accepted at the same time cannot together exceed a budget:
-    the second one's charge is refused and it sends nothing. A round
-    attempt is keyed by its secure-aggregation session id (hex), so a round redone by a
-    restarted coordinator (a new session) is charged again, in full.
+    the second one's charge is refused and it sends nothing. A contribution is keyed by the
+    task loop's own random attempt id, not by the coordinator's session id (whose nonce the
+    coordinator chooses and might repeat): every attempt that sends is a new row, so a round
+    redone by a coordinator, with a new session or the same one, is charged again, in full.
     """
 
     def __init__(self, *, policy: Policy, ledger: LocalLedger, coordinator_id: str = "") -> None:
@@ -155,19 +170,29 @@ class LocalGate:
     def review(self, review: InvitationReview) -> Decision:
         return self._decide(review)
 
-    def charge(self, review: InvitationReview, *, session_id: bytes) -> None:
+    def charge(
+        self, review: InvitationReview, *, attempt: str, session_id: bytes, sent_sha256: bytes
+    ) -> None:
+        if not attempt:
+            raise ChargeRefusedError("a charge needs the agent's attempt id")
+        if len(sent_sha256) != 32:
+            raise ChargeRefusedError("a charge needs the SHA-256 of the bytes to be sent")
         with self._lock:
             decision = self._decide(review)
             if not decision.accept:
                 raise ChargeRefusedError(f"the local ledger refuses the charge: {decision.reason}")
             try:
+                # False only for the same events and the same bytes under this attempt: a
+                # resend that releases nothing new; another contribution raises
                 self.ledger.record(
                     job_id=review.job_id,
                     round=review.round,
-                    attempt=session_id.hex() or "0",
+                    attempt=attempt,
                     events=review.charge,
                     algorithm=review.algorithm,
                     coordinator=self.coordinator_id,
+                    session_id=session_id.hex(),
+                    sent_sha256=sent_sha256.hex(),
                     max_epsilon_job=self.policy.max_epsilon_per_job,
                     max_epsilon_total=self.policy.max_epsilon_total,
                     delta=self.policy.delta,

@@ -11,8 +11,13 @@ Invariants:
   redone round is a new ``attempt`` that is charged again;
 - **transactional and durable**: every write is one SQLite transaction (``synchronous=FULL``), so
   a crash leaves either the whole record or nothing; the file survives restarts;
-- **idempotent** per ``(job_id, round, attempt)``: recording the same events again is a no-op,
-  recording different events under the same key is refused (:class:`LocalLedgerError`);
+- **one row per release** (docs/accounting.md, "What the agent's local ledger records"): the
+  task loop keys each contribution by a fresh random ``attempt`` id it draws itself, and stores
+  the session id and the SHA-256 of the bytes it sends with it. A key is **idempotent** only for
+  a byte-identical record: the same events and the same ``sent_sha256`` again is a no-op (a
+  resend of the same bytes releases nothing new); different events or a different contribution
+  under a recorded key are refused (:class:`LocalLedgerError`), so nothing new is ever sent
+  under a key that is already charged;
 - **recomputable** (rule 2): every row stores its events' JSON and their RDP curve on the fixed
   :data:`dpfl.accounting.ORDERS` grid; :meth:`LocalLedger.verify` recomputes each curve from the
   events. Data-dependent parts are stored as their guaranteed counterparts.
@@ -59,7 +64,7 @@ __all__ = [
 ]
 
 LEDGER_FILENAME = "ledger.sqlite"
-_SCHEMA_VERSION = 1
+_SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS charges (
@@ -72,10 +77,17 @@ CREATE TABLE IF NOT EXISTS charges (
     events_json TEXT NOT NULL,
     curve BLOB NOT NULL,
     recorded_at REAL NOT NULL,
+    session_id TEXT NOT NULL DEFAULT '',
+    sent_sha256 TEXT NOT NULL DEFAULT '',
     UNIQUE (job_id, round, attempt)
 );
 CREATE INDEX IF NOT EXISTS charges_job ON charges (job_id);
 """
+#: Columns added after version 1; a version-1 file gains them (empty) when it is opened.
+_ADDED_COLUMNS = (
+    ("session_id", "TEXT NOT NULL DEFAULT ''"),
+    ("sent_sha256", "TEXT NOT NULL DEFAULT ''"),
+)
 _CURVE_RTOL = 1e-9
 
 
@@ -91,7 +103,12 @@ class LocalBudgetExceeded(LocalLedgerError):  # noqa: N818 (reads as the event i
 
 @dataclass(frozen=True, slots=True)
 class LedgerEntry:
-    """One recorded round."""
+    """One recorded contribution (one round attempt).
+
+    ``session_id`` is the coordinator's session id (hex) the contribution was sent in and
+    ``sent_sha256`` the SHA-256 (hex) of the bytes sent; both are empty in records written
+    without them (by tests, or by a version-1 ledger).
+    """
 
     job_id: str
     round: int
@@ -100,6 +117,8 @@ class LedgerEntry:
     coordinator: str
     events: tuple[DpEvent, ...]
     recorded_at: float
+    session_id: str = ""
+    sent_sha256: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,6 +224,17 @@ class LocalLedger:
             if not rows:
                 conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", expected.items())
                 return
+            if rows.get("schema_version") == "1" and rows.get("orders") == expected["orders"]:
+                # version 1 lacks the session and digest columns: add them, in this transaction
+                present = {r[1] for r in conn.execute("PRAGMA table_info(charges)").fetchall()}
+                for name, kind in _ADDED_COLUMNS:
+                    if name not in present:
+                        conn.execute(f"ALTER TABLE charges ADD COLUMN {name} {kind}")
+                conn.execute(
+                    "UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                    (str(_SCHEMA_VERSION),),
+                )
+                rows["schema_version"] = str(_SCHEMA_VERSION)
         for key, value in expected.items():
             if rows.get(key) != value:
                 raise LocalLedgerError(
@@ -222,6 +252,8 @@ class LocalLedger:
         events: Sequence[DpEvent],
         algorithm: str = "",
         coordinator: str = "",
+        session_id: str = "",
+        sent_sha256: str = "",
         max_epsilon_job: float | None = None,
         max_epsilon_total: float | None = None,
         delta: float | None = None,
@@ -229,30 +261,38 @@ class LocalLedger:
         """Record one round's events (what ``agent_charge`` returned), atomically.
 
         Args:
-            job_id, round, attempt: the key (an attempt is a retry number or a session id; a
-                redone round is a new attempt and is charged again).
+            job_id, round, attempt: the key (the task loop's attempt is a fresh random id per
+                accepted invitation: every contribution it sends is a new row).
             events: the events to record.
-            algorithm, coordinator: stored for the operator.
+            algorithm, coordinator, session_id: stored for the operator.
+            sent_sha256: the SHA-256 (hex) of the contribution about to be sent; a recorded key
+                is a no-op only for the same events AND the same digest (a byte-identical
+                resend).
             max_epsilon_job, max_epsilon_total, delta: when given, the budgets are checked at
                 ``delta`` INSIDE the write transaction (SQLite's write lock), so two rounds
                 recorded at once cannot together overspend.
 
         Returns:
-            True if recorded now, False if this exact record was already there.
+            True if recorded now, False if this exact record (events and digest) was already
+            there.
 
         Raises:
             LocalBudgetExceeded: a budget would be exceeded; nothing was recorded.
-            LocalLedgerError: bad key or events, or different events already recorded under
-                ``(job_id, round, attempt)``.
+            LocalLedgerError: bad key, events or text fields, or different events or another
+                contribution already recorded under ``(job_id, round, attempt)``.
         """
         key = _key(job_id, round, attempt)
         text, curve = _canonical(events)
+        for name, value in (("session_id", session_id), ("sent_sha256", sent_sha256)):
+            if not isinstance(value, str):
+                raise LocalLedgerError(f"{name} must be a string, got {value!r}")
         limits = (max_epsilon_job, max_epsilon_total)
         if any(v is not None for v in limits) and delta is None:
             raise LocalLedgerError("budgets need the delta they are measured at")
         with self._transaction() as conn:
             row = conn.execute(
-                "SELECT events_json FROM charges WHERE job_id = ? AND round = ? AND attempt = ?",
+                "SELECT events_json, sent_sha256 FROM charges "
+                "WHERE job_id = ? AND round = ? AND attempt = ?",
                 key,
             ).fetchone()
             if row is not None:
@@ -260,6 +300,12 @@ class LocalLedger:
                     raise LocalLedgerError(
                         f"job {job_id!r} round {round} attempt {attempt} is already recorded "
                         "with different events"
+                    )
+                if row[1] != sent_sha256:
+                    raise LocalLedgerError(
+                        f"job {job_id!r} round {round} attempt {attempt} is already recorded "
+                        "for another contribution: only the same bytes may be sent again "
+                        "under a recorded attempt"
                     )
                 return False
             if delta is not None:
@@ -276,8 +322,18 @@ class LocalLedger:
                         )
             conn.execute(
                 "INSERT INTO charges (job_id, round, attempt, algorithm, coordinator, "
-                "events_json, curve, recorded_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (*key, algorithm, coordinator, text, curve.astype("<f8").tobytes(), time.time()),
+                "events_json, curve, recorded_at, session_id, sent_sha256) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    *key,
+                    algorithm,
+                    coordinator,
+                    text,
+                    curve.astype("<f8").tobytes(),
+                    time.time(),
+                    session_id,
+                    sent_sha256,
+                ),
             )
         return True
 
@@ -295,13 +351,17 @@ class LocalLedger:
         """The recorded rounds, oldest first (one job's, or all)."""
         out = []
         for row in self._rows(
-            job_id, "job_id, round, attempt, algorithm, coordinator, events_json, recorded_at"
+            job_id,
+            "job_id, round, attempt, algorithm, coordinator, events_json, recorded_at, "
+            "session_id, sent_sha256",
         ):
             try:
                 events = tuple(event_from_json(e) for e in json.loads(row[5]))
             except (ValueError, AccountingError) as exc:
                 raise LocalLedgerError(f"corrupt record {row[:3]}: {exc}") from exc
-            out.append(LedgerEntry(row[0], row[1], row[2], row[3], row[4], events, row[6]))
+            out.append(
+                LedgerEntry(row[0], row[1], row[2], row[3], row[4], events, row[6], row[7], row[8])
+            )
         return out
 
     def jobs(self) -> list[str]:

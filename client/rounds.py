@@ -10,6 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
+import secrets
+import struct
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -46,6 +49,7 @@ from dpfl.secagg.client_states import (
     ClientState,
 )
 from dpfl.secagg.errors import DuplicateMessage, SecAggError, StaleMessage, WrongStage
+from dpfl.secagg.randomness import RandomSource, SystemRandomSource
 
 if TYPE_CHECKING:
     from dpfl.client.task import TaskLoop, _LinkSession
@@ -70,9 +74,31 @@ class _ComputeFailed:
     error: BaseException
 
 
+def _attempt_id() -> str:
+    """A fresh attempt id from the OS CSPRNG (never the task loop's RNG, which a simulation
+    seeds: a restarted agent must not draw the same ids again)."""
+    return secrets.token_hex(16)
+
+
+def _digest(messages: list[pb.AgentMessage]) -> bytes:
+    """SHA-256 of the exact messages that carry a contribution (length-prefixed, in order)."""
+    h = hashlib.sha256()
+    for message in messages:
+        data = message.SerializeToString(deterministic=True)
+        h.update(struct.pack(">Q", len(data)))
+        h.update(data)
+    return h.digest()
+
+
 @dataclass(eq=False)
 class RoundAttempt:
-    """One accepted attempt at one round of one job."""
+    """One accepted attempt at one round of one job.
+
+    ``attempt_id`` is drawn by the agent when it accepts the invitation and is the key of the
+    attempt's local charge: the coordinator's session id (built from a nonce the coordinator
+    chooses) never is, so a coordinator that repeats a nonce cannot make two contributions share
+    one ledger row.
+    """
 
     review: InvitationReview
     algorithm: Algorithm
@@ -86,6 +112,8 @@ class RoundAttempt:
     compute: asyncio.Task[npt.NDArray[np.uint64]] | None = None
     charged: bool = False
     started: float = field(default_factory=time.monotonic)
+    attempt_id: str = field(default_factory=_attempt_id)
+    rng: RandomSource = field(default_factory=SystemRandomSource)  # this attempt's own
 
     @property
     def number(self) -> int:
@@ -244,6 +272,7 @@ class JobWorker:
             invitation=raw,
             model_version=invitation.model_version,
             prefetch=prefetch,
+            rng=self.loop.attempt_rng(self.job_id),
         )
         self.loop.emit(EventKind.ACCEPTED, self.job_id, header.round, review.algorithm)
 
@@ -273,7 +302,7 @@ class JobWorker:
                 fetched=fetched,
                 device=self.loop.device,
                 encoding=params.encoding,
-                stream=self.loop.rng.stream(label),
+                stream=attempt.rng.stream(label),
                 vector_length=params.vector_length,
             ),
         )
@@ -374,15 +403,17 @@ class JobWorker:
             )
         return new, reply
 
-    async def _send_reply(self, attempt: RoundAttempt, reply: sm.ClientMessage) -> bool:
+    def _wire(self, attempt: RoundAttempt, reply: sm.ClientMessage) -> list[pb.AgentMessage]:
         params = attempt.params
         assert params is not None
-        messages = list(
+        return list(
             secagg_wire.to_agent_messages(
                 reply, ring_bits=params.ring_bits, max_bytes=self.loop.piece_bytes
             )
         )
-        return await self.session.send_all(messages)
+
+    async def _send_reply(self, attempt: RoundAttempt, reply: sm.ClientMessage) -> bool:
+        return await self.session.send_all(self._wire(attempt, reply))
 
     async def _setup(self, attempt: RoundAttempt, request: sm.AdvertiseKeysRequest) -> None:
         """Validate the setup (masked or plain), check the claim, acknowledge, start training."""
@@ -407,7 +438,7 @@ class JobWorker:
             mode = "no secure aggregation: the coordinator sees this agent's noised vector"
         else:
             state = secagg_client.new_client(
-                job_id=self.job_id, round=attempt.number, rng=self.loop.rng
+                job_id=self.job_id, round=attempt.number, rng=attempt.rng
             )
             attempt.secagg, reply = self._step(state, request)
             mode = f"k={params.degree}, t={params.threshold}"
@@ -458,18 +489,22 @@ class JobWorker:
                     pb.ERROR_INVALID_ARGUMENT, f"input refused: {exc}", leave=True
                 ) from None
             state, reply = self._step(with_input, request)
-        await self._charge(attempt)
+        messages = self._wire(attempt, reply)
+        await self._charge(attempt, _digest(messages))
         if attempt.plain is not None:
             attempt.plain = plain_state
         else:
             attempt.secagg = state
-        if await self._send_reply(attempt, reply):
+        if await self.session.send_all(messages):
             detail = "" if attempt.plain is None else "unmasked (no secure aggregation)"
             self.loop.emit(EventKind.MASKED_INPUT_SENT, self.job_id, attempt.number, detail)
 
-    async def _charge(self, attempt: RoundAttempt) -> None:
+    async def _charge(self, attempt: RoundAttempt, sent_sha256: bytes) -> None:
         """Record the round's charge in the local ledger (ledger first: once the input is out,
         the aggregate, or without secure aggregation this agent's vector, is computable).
+
+        The key is the agent's own ``attempt.attempt_id``, with the digest of the messages
+        about to be sent: every contribution is one row of its own.
 
         ``attempt.charged`` is set before the write starts: if the link ends while the write
         runs, the write still completes in its thread, and the round must be reported as
@@ -477,7 +512,13 @@ class JobWorker:
         attempt.charged = True
         try:
             await asyncio.to_thread(
-                self.loop.gate.charge, attempt.review, session_id=attempt.session_id
+                functools.partial(
+                    self.loop.gate.charge,
+                    attempt.review,
+                    attempt=attempt.attempt_id,
+                    session_id=attempt.session_id,
+                    sent_sha256=sent_sha256,
+                )
             )
         except ChargeRefusedError as exc:
             attempt.charged = False

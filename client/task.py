@@ -124,6 +124,14 @@ class TaskLoop:
         self.last_round: dict[str, int] = {}
         #: each job's public data (None: the job has none), fetched once per job
         self.public_data: dict[str, npt.NDArray[np.float32] | None] = {}
+        self._attempts = 0
+
+    def attempt_rng(self, job_id: str) -> RandomSource:
+        """The randomness of one accepted attempt: independent of every other attempt's even
+        when the coordinator repeats a session id (whose labels would otherwise repeat under a
+        seeded source); the system source stays the system source."""
+        self._attempts += 1
+        return self.rng.child(f"attempt/{job_id}/{self._attempts}")
 
     def hello(self, *, agent_version: str = "") -> pb.Hello:
         """The ``Hello`` this agent opens every stream with."""

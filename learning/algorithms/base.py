@@ -310,7 +310,8 @@ class Algorithm(abc.ABC):
     ) -> dict[str, ClientCharge]:
         """What each affected client pays if the round commits.
 
-        ``participants`` are the clients whose masked inputs were received; ``population`` all
+        ``participants`` are the clients whose masked inputs were received (without secure
+        aggregation: those about to be asked for their vector, charged first); ``population`` all
         clients of the job still within budget (DP-FedAvg charges all of them: amplification by
         sampling is a population-level guarantee).
         """

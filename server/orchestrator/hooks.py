@@ -16,14 +16,16 @@ from typing import Any, Protocol
 
 __all__ = ["NO_HOOKS", "POINTS", "FaultHooks", "NoHooks"]
 
-#: The named points, in the order a round passes them.
+#: The named points, in the order a masked round passes them. A round without secure
+#: aggregation commits right after ``advertise_keys_closed``: it passes ``after_ledger_commit``
+#: before ``masked_input_closed`` (and has no share-keys or unmask stage).
 POINTS = (
     "round_started",  # the round's record exists; nothing sent yet
     "invitations_closed",  # the participants are known
     "advertise_keys_closed",
     "share_keys_closed",
-    "masked_input_closed",  # masked inputs summed; nothing committed yet
-    "after_ledger_commit",  # the ledger commit is durable; no unmask request sent yet
+    "masked_input_closed",  # masked inputs summed; nothing committed yet (plain: committed)
+    "after_ledger_commit",  # the commit is durable; no unmask (plain: no vector) request yet
     "unmask_closed",  # the aggregate is known
     "round_completed",  # the round and its model version are stored
 )

@@ -12,7 +12,7 @@ present participant answered or at its deadline, each recorded with ``store.reco
 Invariants:
 
 - nothing that makes the aggregate computable (an unmask request; without secure aggregation,
-  the decoding of the plain sum) happens before the commit is durable (ledger rule 1);
+  the request for any vector) happens before the commit is durable (ledger rule 1);
 - an abort before the commit charges nothing; after it the charge stays (``abort_round``);
 - a cancelled engine writes nothing more to the store: cancellation is how a test crashes the
   coordinator, and how shutdown interrupts a round (the caller decides what to record, and a
@@ -22,7 +22,11 @@ Invariants:
   (the marker of a plain round) and is answered by an empty acknowledgement, share keys and
   unmask are skipped, ``MaskedInputResponse`` carries the agent's encoded vector *unmasked*,
   and the coordinator sums them itself. The coordinator sees every vector, so the charges are
-  the algorithm's ``secure_aggregation=False`` events, recorded as such in the ledger;
+  the algorithm's ``secure_aggregation=False`` events, recorded as such in the ledger, and the
+  commit comes BEFORE any vector is requested: it charges every agent that acknowledged the
+  setup (an agent that then sends nothing is over-counted, never the reverse); a refused commit
+  aborts the round with no vector requested, and a vector from an agent that was not charged is
+  refused unread;
 - **every sample released** where the charge credits client sampling
   (``Algorithm.releases_every_sample``): an empty sample releases the coordinator's noise alone,
   charged like any round; a lone accepting agent is summed in the plain transport
@@ -620,6 +624,10 @@ class _RoundRun:
         await self.e.hooks.at("advertise_keys_closed", self.info)
         if not a1:
             raise _Aborted("no client acknowledged the plain-summation setup")
+        # ledger rule 1 without secure aggregation: each vector is readable the moment it
+        # arrives, so everyone who will be asked for one is charged before anyone is asked
+        await self.commit(a1)
+        charged = frozenset(a1)
         started = time.monotonic()
         self.channel.open_stage(pb.STAGE_MASKED_INPUT)
         request = pb.MaskedInputRequest(header=self.channel.header(pb.STAGE_MASKED_INPUT))
@@ -632,6 +640,13 @@ class _RoundRun:
         def vector(agent_id: str, message: pb.AgentMessage) -> None:
             nonlocal total
             header = message.masked_input.header
+            if agent_id not in charged:
+                self.refuse(
+                    agent_id,
+                    MalformedMessage("this agent was not asked for a vector in this round"),
+                    header,
+                )
+                return
             if agent_id in received:
                 self.refuse(agent_id, MalformedMessage("masked input already received"), header)
                 return
@@ -662,7 +677,6 @@ class _RoundRun:
         await self.e.hooks.at("masked_input_closed", self.info)
         if not summed:
             raise _Aborted("no vector arrived")
-        await self.commit(summed)
         if encoding.ring_bits < 64:
             total &= np.uint64((1 << encoding.ring_bits) - 1)
         return total, encoding, summed

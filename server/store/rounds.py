@@ -19,14 +19,18 @@ Rules (DESIGN.md "The privacy ledger"):
   different charges for a committed round are a ``Conflict``. The database enforces one entry per
   (round attempt, client) with a unique key.
 - **restart = new attempt, charged again.** After a coordinator crash, an attempt left running
-  was never charged and nothing could be unmasked (its masked inputs died with the process): it is
-  aborted without charge. An attempt left *committed* may have been unmasked (the shares might have
-  been sent before the crash): it is aborted and its charge stays. Redoing the round number
-  starts a new attempt whose agents add *fresh* noise to a *new* update, i.e. a new release of
-  their data, so it is charged again. This double charge is deliberate and conservative: the
-  ledger cannot know whether the first aggregate was ever computed, so it assumes it was.
+  was never charged and nothing could be unmasked (its masked inputs died with the process;
+  without secure aggregation no vector is requested before the commit): it is aborted without
+  charge. An attempt left *committed* may have been unmasked (the shares might have been sent
+  before the crash), or its vectors read: it is aborted and its charge stays. Redoing the round
+  number starts a new attempt whose agents add *fresh* noise to a *new* update, i.e. a new
+  release of their data, so it is charged again. This double charge is deliberate and
+  conservative: the ledger cannot know whether the first aggregate was ever computed, so it
+  assumes it was.
 - **no charge goes missing.** ``commit_round`` refuses a charge list that leaves out a client whose
-  masked input was received (``survivors['masked_input']`` when recorded, else ``accepted``);
+  masked input was received (``survivors['masked_input']`` when recorded; else, for a round
+  without secure aggregation, which commits before requesting any vector, the
+  ``advertise_keys`` survivors it is about to ask; else ``accepted``);
   recording ``masked_input``/``unmask`` survivors after the commit that were not charged is a
   ``Conflict``.
 """
@@ -284,7 +288,11 @@ class RoundsMixin(StoreCore):
                 raise InvalidTransition(
                     f"round {round_id} is {rnd.status.value}; only a running round is committed"
                 )
-            contributed = rnd.survivors.get("masked_input", rnd.accepted)
+            contributed = rnd.survivors.get("masked_input")
+            if contributed is None:
+                # a round without secure aggregation commits before it asks anyone for a vector:
+                # those who acknowledged its setup are the ones who will be asked
+                contributed = rnd.survivors.get("advertise_keys", rnd.accepted)
             missing = sorted(set(contributed) - {p.agent_id for p in prepared})
             if missing:
                 raise InvalidInput(

@@ -23,12 +23,12 @@ from support.agent_kit import (
 )
 from support.scripted_coordinator import ScriptedCoordinator, start_grpc
 
-from dpfl.client.local_ledger import LEDGER_FILENAME
+from dpfl.client.local_ledger import LEDGER_FILENAME, LocalLedger
 from dpfl.client.policy import Policy
 from dpfl.client.progress import AgentEvent, EventKind
 from dpfl.client.transport import GrpcTransport
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
-from dpfl.secagg import RoundParameters
+from dpfl.secagg import RoundParameters, SeededRandomSource
 from dpfl.secagg.noise import NoiseSpec
 
 
@@ -266,6 +266,93 @@ def test_agents_survive_the_coordinator_vanishing_mid_round(tmp_path: Path) -> N
                 assert "left-round" in agent.kinds()
                 assert agent.runner.connections >= 2
                 assert any(e.kind is EventKind.DISCONNECTED for e in agent.events)
+        finally:
+            for agent in agents:
+                await agent.close()
+            for channel in channels:
+                await channel.close()
+            await server.stop(None)
+
+    _run(main())
+
+
+def test_a_coordinator_repeating_its_session_nonce_gets_no_uncharged_masked_input(
+    tmp_path: Path,
+) -> None:
+    """A coordinator runs round 1 three times with ONE session nonce (a seeded nonce source),
+    each time after a new invitation to the same round, and agent 0 restarts (same state
+    directory) between the first and second run. Every run completes, so each agent made three
+    releases; its local ledger holds one row per release, each under the agent's own attempt
+    id, all naming the one session. Over real gRPC."""
+
+    async def main() -> None:
+        setup = fedavg_round(population=2)
+        policy = Policy(max_epsilon_per_job=1000.0, max_epsilon_total=1000.0)
+        seed = b"repeated-nonce-coordinator-seed!"
+        coord = ScriptedCoordinator()
+        publish(coord, setup)
+        server, address = await start_grpc(coord)
+        channels: list[GrpcTransport] = []
+
+        def start(i: int) -> AgentHandle:
+            agent_id = f"agent-{i}"
+            channel = GrpcTransport(address, insecure=True)
+            channels.append(channel)
+            return start_agent(
+                agent_id=agent_id,
+                connector=channel.connector(
+                    agent_id=agent_id, credential=coord.add_agent(agent_id)
+                ),
+                state_dir=tmp_path / agent_id,
+                index=i,
+                agents=2,
+                policy=policy,
+            )
+
+        agents = [start(0), start(1)]
+        ids = [a.agent_id for a in agents]
+        summed = dict.fromkeys(ids, 0)
+        sessions = set()
+        try:
+            for run in range(3):
+                if run == 1:  # agent 0 restarts between attempts
+                    old = coord.sessions.get(ids[0])
+                    await agents[0].close()
+                    agents[0] = start(0)
+                    async with asyncio.timeout(20):  # its new stream, not the closing one
+                        while coord.sessions.get(ids[0]) in (None, old):
+                            await asyncio.sleep(0.01)
+                await coord.wait_connected(ids, timeout=20)
+                report = await coord.run_round(
+                    job_id=JOB,
+                    round=1,
+                    agents=ids,
+                    algorithm=setup.algorithm,
+                    job=setup.job,
+                    plan=setup.plan,
+                    task=setup.task,
+                    rng=SeededRandomSource(seed),
+                    timeout=30,
+                )
+                assert report.aborted == "", (run, report)
+                assert report.aggregate is not None  # a fresh release of both agents' data
+                assert report.params is not None
+                for agent_id in report.survivors:
+                    summed[agent_id] += 1
+                await asyncio.sleep(0.05)
+            assert summed == dict.fromkeys(ids, 3)
+            for i, agent_id in enumerate(ids):
+                ledger = LocalLedger.open(tmp_path / agent_id)  # the file, as a restart reads it
+                try:
+                    entries = ledger.entries(job_id=JOB)
+                finally:
+                    ledger.close()
+                assert len(entries) == summed[agent_id], (agent_id, entries)
+                assert len({e.attempt for e in entries}) == len(entries)
+                assert len({e.sent_sha256 for e in entries}) == len(entries)
+                sessions |= {e.session_id for e in entries}
+                assert agents[i].ledger.epsilon(delta=1e-5) > 0
+            assert len(sessions) == 1  # one session id, three releases, three rows
         finally:
             for agent in agents:
                 await agent.close()

@@ -51,7 +51,9 @@ async def _exact_round(tmp_path: Path, transport: str) -> None:
         for agent in agents:
             entries = agent.ledger.entries()
             assert [(e.job_id, e.round) for e in entries] == [(JOB, 1)]
-            assert len(entries[0].attempt) == 64  # the session id, hex
+            assert len(entries[0].attempt) == 32  # the agent's own random attempt id, hex
+            assert len(entries[0].session_id) == 64  # the coordinator's session id, hex
+            assert len(entries[0].sent_sha256) == 64  # the digest of what was sent
             assert [event_to_json(e) for e in entries[0].events] == [
                 event_to_json(e) for e in recorded
             ]

@@ -38,6 +38,8 @@ from dpfl.accounting import (
     event_to_json,
 )
 from dpfl.cli.simulate import Simulation
+from dpfl.client.local_ledger import LocalLedger
+from dpfl.client.policy import Policy
 from dpfl.client.progress import EventKind
 from dpfl.learning.algorithms.base import AgentData, get_algorithm
 from dpfl.learning.algorithms.dp_fedavg import DpFedAvg
@@ -220,7 +222,9 @@ def test_a_plain_round_acknowledges_charges_first_and_sends_the_fully_noised_vec
                 assert [event_to_json(e) for e in entry.events] == [
                     event_to_json(e) for e in claimed
                 ]
-                assert entry.attempt == session.hex()
+                assert entry.session_id == session.hex()
+                assert len(entry.attempt) == 32
+                assert entry.attempt != entry.session_id
                 kinds = agent.kinds()
                 assert kinds.index("charged") < kinds.index("masked-input-sent")
                 sent = [e for e in agent.events if e.kind is EventKind.MASKED_INPUT_SENT]
@@ -412,9 +416,10 @@ def test_simulate_without_secure_aggregation_charges_local_dp_in_both_ledgers(
 
 
 def test_the_coordinator_refuses_malformed_and_repeated_plain_vectors(tmp_path: Path) -> None:
-    """Agent 0's vector is truncated: refused, never summed nor charged (the stage waits for it
-    until its deadline). Agent 1 sends its vector twice: the repeat is refused, it is summed and
-    charged once. Agents 2 and 3 are summed; nobody is asked for keys or shares."""
+    """Agent 0's vector is truncated: refused, never summed (the stage waits for it until its
+    deadline), but charged: every agent is charged before any vector is requested. Agent 1 sends
+    its vector twice: the repeat is refused, it is summed and charged once. Agents 2 and 3 are
+    summed; nobody is asked for keys or shares."""
     job = small_job(rounds=1, secagg={"enabled": False})
 
     def truncate(message: pb.AgentMessage) -> list[pb.AgentMessage]:
@@ -446,7 +451,7 @@ def test_the_coordinator_refuses_malformed_and_repeated_plain_vectors(tmp_path: 
             summed = sorted(a.agent_id for a in agents[1:])
             assert sorted(rnd.survivors["masked_input"]) == summed
             entries = c.store.ledger_entries(job_id=job_id)
-            assert sorted(e.agent_id for e in entries) == summed
+            assert sorted(e.agent_id for e in entries) == sorted(a.agent_id for a in agents)
             assert all(e.secure_aggregation is False for e in entries)
             assert rnd.model_version == 1
             for agent in agents:
@@ -508,3 +513,57 @@ def test_the_coordinator_refuses_keyed_and_repeated_plain_acknowledgements(tmp_p
             await c.close()
 
     asyncio.run(main())
+
+
+def test_a_repeated_session_nonce_charges_every_vector_the_agent_sends(tmp_path: Path) -> None:
+    """A coordinator that runs round 1 three times with ONE nonce (so one session id), each time
+    after a new invitation to the same round (another deadline): every fresh noisy vector the
+    agent sends is a row of its own in its local ledger, keyed by the agent's own attempt id,
+    with the session id and the digest of what was sent. Over real gRPC."""
+    setup = make_setup(plain_job(), population=1)
+    m = setup.task.vector_length
+    encoding = plain_encoding(setup, 1)
+    policy = Policy(max_epsilon_per_job=1000.0, max_epsilon_total=1000.0)
+
+    async def main() -> None:
+        async with federation(tmp_path, "grpc", 1, policy=policy) as (coordinator, (agent,)):
+            publish(coordinator, setup)
+            nonce = os.urandom(32)
+            session = compute_session_id(job_id=JOB, round=1, nonce=nonce)
+            request = pb.CoordinatorMessage(
+                masked_input=pb.MaskedInputRequest(header=header(1, pb.STAGE_MASKED_INPUT, session))
+            )
+            sent: list[bytes] = []
+            for _ in range(3):
+                await invite(coordinator, setup, [agent.agent_id], 1)
+                coordinator.send(agent.agent_id, plain_setup(1, 0, 1, encoding, m, nonce=nonce))
+                ack = await coordinator.next_message(agent.agent_id)
+                assert ack.WhichOneof("body") == "advertise_keys", ack
+                coordinator.send(agent.agent_id, request)
+                assembler = secagg_wire.MaskedInputAssembler(
+                    vector_length=m, ring_bits=encoding.ring_bits
+                )
+                done = None
+                while done is None:
+                    piece = await coordinator.next_message(agent.agent_id, timeout=30)
+                    assert piece.WhichOneof("body") == "masked_input", piece
+                    done = assembler.add(piece.masked_input)
+                assert done.header.session_id == session
+                sent.append(np.asarray(done.masked_input).tobytes())
+            entries = agent.ledger.entries(job_id=JOB)
+            assert len(entries) == len(sent) == 3  # every release is recorded
+            assert len(set(sent)) == 3  # three fresh noisy releases of the agent's data
+            assert len({e.attempt for e in entries}) == 3
+            assert all(len(e.attempt) == 32 for e in entries)  # the agent's ids, not the nonce's
+            assert {e.session_id for e in entries} == {session.hex()}
+            assert len({e.sent_sha256 for e in entries}) == 3
+            claimed = setup.algorithm.invitation_events(
+                setup.job, setup.plan, round_number=1, population=[agent.agent_id]
+            )
+            one = LocalLedger(tmp_path / "one.sqlite")
+            one.record(job_id=JOB, round=1, events=claimed)
+            delta = policy.delta
+            assert agent.ledger.epsilon(delta=delta) > one.epsilon(delta=delta)
+            one.close()
+
+    asyncio.run(asyncio.wait_for(main(), 90))

@@ -305,6 +305,23 @@ class LedgerContract:
         with pytest.raises(Conflict, match="not charged"):
             store.record_stage(rnd.id, "unmask", survivors=[a, c], seconds=0.1)
 
+    def test_a_commit_before_any_vector_covers_everyone_about_to_be_asked(
+        self, store: Store, job_id: str, population: list[str]
+    ) -> None:
+        """A round without secure aggregation commits right after its setup was acknowledged
+        (before any vector is requested): the charges must cover the acknowledgers, and a vector
+        stage recorded afterwards may name only charged clients."""
+        a, b, c = population[:3]
+        rnd = store.start_round(job_id, 1, invited=[a, b, c])
+        store.update_round(rnd.id, accepted=[a, b, c])
+        store.record_stage(rnd.id, "advertise_keys", survivors=[a, b], dropped=[c], seconds=0.1)
+        with pytest.raises(InvalidInput, match=repr(b)):
+            store.commit_round(rnd.id, [Charge(a, ROUND_EVENT, AGENT)])
+        store.commit_round(rnd.id, [Charge(x, ROUND_EVENT, AGENT) for x in (a, b)])
+        store.record_stage(rnd.id, "masked_input", survivors=[a], dropped=[b], seconds=0.1)
+        with pytest.raises(Conflict, match="not charged"):
+            store.record_stage(rnd.id, "masked_input", survivors=[a, c], seconds=0.1)
+
     # rule 3: budgets ----------------------------------------------------------------------------
     def test_budget_is_enforced_at_commit_with_nothing_written(
         self, store: Store, job_id: str, population: list[str]

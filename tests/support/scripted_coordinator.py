@@ -12,8 +12,8 @@ algorithm's coordinator side. It is reachable two ways, exactly like the real co
 - over gRPC on loopback: :func:`start_grpc` serves the same core with ``grpc.aio``.
 
 Tests script misbehaviour through hooks (``setup_hook`` rewrites the setup, ``before_unmask`` runs
-between the masked-input stage and the unmask requests) and by sending raw messages
-(:meth:`send`, :meth:`next_message`).
+between the masked-input stage and the unmask requests, a seeded ``rng`` repeats the session
+nonce) and by sending raw messages (:meth:`send`, :meth:`next_message`).
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from dpfl.secagg import RoundParameters, ThreatModel, decode
 from dpfl.secagg import messages as sm
 from dpfl.secagg import server as server_sm
 from dpfl.secagg.errors import ProtocolViolation
+from dpfl.secagg.randomness import RandomSource
 from dpfl.secagg.server_states import (
     ServerAborted,
     ServerCompleted,
@@ -287,8 +288,10 @@ class ScriptedCoordinator:
         setup_hook: Callable[[RoundParameters], RoundParameters] | None = None,
         before_unmask: Callable[[ServerReadyToUnmask], Awaitable[None]] | None = None,
         masked_input_hook: Callable[[str], Awaitable[None]] | None = None,
+        rng: RandomSource | None = None,
     ) -> RoundReport:
-        """One round with ``agents`` invited; see the module docstring."""
+        """One round with ``agents`` invited; see the module docstring. ``rng`` draws the
+        session nonce (a seeded source repeats it: a coordinator that reuses nonces)."""
         report = RoundReport()
         claimed = (
             list(events)
@@ -348,7 +351,7 @@ class ScriptedCoordinator:
             params = setup_hook(params)
         report.params = params
         state: ServerState
-        state, outbound = server_sm.start_round(job_id=job_id, round=round, params=params)
+        state, outbound = server_sm.start_round(job_id=job_id, round=round, params=params, rng=rng)
         kinds = {
             sm.Stage.ADVERTISE_KEYS: "advertise_keys",
             sm.Stage.SHARE_KEYS: "share_keys",

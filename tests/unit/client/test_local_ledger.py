@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from pathlib import Path
@@ -18,6 +19,7 @@ from dpfl.accounting import (
     VotingEvent,
     compute_epsilon,
     epsilon_from_rdp,
+    event_to_json,
     rdp_curve,
 )
 from dpfl.accounting.events import DpEvent
@@ -76,6 +78,61 @@ def test_idempotent_per_attempt_and_conflicts_refused(tmp_path: Path) -> None:
         with pytest.raises(LocalLedgerError, match="different events"):
             ledger.record(job_id="j", round=3, attempt=0, events=[VOTES])
         assert len(ledger.entries(job_id="j")) == 2  # a redone round is charged again
+
+
+def test_a_recorded_attempt_lets_out_only_the_same_bytes_again(tmp_path: Path) -> None:
+    sent, other = "ab" * 32, "cd" * 32
+    with LocalLedger.open(tmp_path) as ledger:
+        key = {"job_id": "j", "round": 1, "attempt": "a1", "events": [SKELLAM]}
+        assert ledger.record(**key, session_id="5e" * 32, sent_sha256=sent)
+        assert not ledger.record(**key, session_id="5e" * 32, sent_sha256=sent)  # a resend
+        with pytest.raises(LocalLedgerError, match="another contribution"):
+            ledger.record(**key, session_id="5e" * 32, sent_sha256=other)
+        with pytest.raises(LocalLedgerError, match="another contribution"):
+            ledger.record(**key)  # no digest is not the same bytes
+        assert ledger.record(**{**key, "attempt": "a2"}, session_id="5e" * 32, sent_sha256=other)
+        with pytest.raises(LocalLedgerError, match="sent_sha256 must be a string"):
+            ledger.record(**{**key, "attempt": "a3"}, sent_sha256=b"x")  # type: ignore[arg-type]
+        entries = ledger.entries(job_id="j")
+        assert [(e.attempt, e.session_id, e.sent_sha256) for e in entries] == [
+            ("a1", "5e" * 32, sent),
+            ("a2", "5e" * 32, other),
+        ]
+
+
+def test_a_version_1_ledger_is_upgraded_in_place_and_keeps_its_rows(tmp_path: Path) -> None:
+    path = tmp_path / LEDGER_FILENAME
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        """
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE charges (
+            id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL, round INTEGER NOT NULL,
+            attempt TEXT NOT NULL, algorithm TEXT NOT NULL, coordinator TEXT NOT NULL,
+            events_json TEXT NOT NULL, curve BLOB NOT NULL, recorded_at REAL NOT NULL,
+            UNIQUE (job_id, round, attempt)
+        );
+        """
+    )
+    conn.executemany(
+        "INSERT INTO meta (key, value) VALUES (?, ?)",
+        [("schema_version", "1"), ("orders", json.dumps(list(ORDERS)))],
+    )
+    events = json.dumps([event_to_json(SKELLAM)], sort_keys=True, separators=(",", ":"))
+    conn.execute(
+        "INSERT INTO charges (job_id, round, attempt, algorithm, coordinator, events_json, "
+        "curve, recorded_at) VALUES ('j', 1, 'old', 'dp-fedavg', 'c', ?, ?, 0.0)",
+        (events, rdp_curve(SKELLAM).astype("<f8").tobytes()),
+    )
+    conn.commit()
+    conn.close()
+    with LocalLedger(path) as upgraded:
+        (old,) = upgraded.entries()
+        assert (old.attempt, old.session_id, old.sent_sha256) == ("old", "", "")
+        upgraded.verify()
+        assert upgraded.record(job_id="j", round=2, events=[SKELLAM], sent_sha256="ab" * 32)
+    with LocalLedger(path) as again:  # the upgrade is durable: opened as version 2
+        assert [e.sent_sha256 for e in again.entries()] == ["", "ab" * 32]
 
 
 def test_with_events_and_budgets_in_the_transaction(tmp_path: Path) -> None:
