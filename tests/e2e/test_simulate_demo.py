@@ -52,7 +52,10 @@ def test_simulate_100_agents_inproc_reaches_60_percent_at_epsilon_4(tmp_path: Pa
         "delta",
         "noise_multiplier",
         "wall_s",
+        "claimed_epsilon",
+        "claim",
     }
+    assert result["claimed_epsilon"] is None  # only DP-FedSGD's opt-in shows a claim
     assert result["algorithm"] == "dp-fedavg"
     assert result["rounds_completed"] == 10  # every sample is released, even of 0 or 1 clients
     assert result["delta"] == 1e-5
