@@ -1,4 +1,5 @@
-"""Real vectors to the ring Z_{2^r} and back (SECAGG.md §4; Kairouz, Liu & Steinke 2021, DDG).
+"""Real vectors to the ring Z_{2^r} and back (docs/secagg.md#encoding-for-secure-aggregation;
+Kairouz, Liu & Steinke 2021, DDG).
 
 encode(x) = (round_cond(2^b · clip_S(x)) + noise) mod 2^r, decode(z) = centre(z)/2^b where
 centre maps Z_{2^r} to [−2^{r−1}, 2^{r−1}).

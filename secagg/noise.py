@@ -1,4 +1,5 @@
-"""Integer noise for secure aggregation, sampled exactly from a CSPRNG stream (SECAGG.md §4.6).
+"""Integer noise for secure aggregation, sampled exactly from a CSPRNG stream
+(docs/secagg.md#integer-noise).
 
 - **Skellam** Sk(μ) = Poisson(μ) − Poisson(μ) (variance 2μ), the default: a sum of independent
   Skellams is Skellam, so N agents adding Sk(μ) each give exactly Sk(Nμ) on the sum and the RDP
@@ -7,8 +8,8 @@
   discrete Gaussians is only close to one (Kairouz, Liu & Steinke 2021 bound the gap).
 
 Each agent draws its *share* of the total noise: per-agent μ = μ_total/(t·N) for Skellam and
-σ = σ_total/√(t·N) for the discrete Gaussian, with t the honest fraction (ALGORITHMS.md, the
-distributed noise rule): :meth:`NoiseSpec.skellam_share` and
+σ = σ_total/√(t·N) for the discrete Gaussian, with t the honest fraction
+(docs/algorithms.md#distributed-noise-rule): :meth:`NoiseSpec.skellam_share` and
 :meth:`NoiseSpec.discrete_gaussian_share`.
 
 Poisson(λ) is sampled exactly by rejection from m + DLap(s), m = ⌊λ⌋ (the mode), s ≈ √λ, accepting

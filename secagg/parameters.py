@@ -1,4 +1,5 @@
-"""Choosing the graph degree k and the Shamir threshold t (SECAGG.md §3; Bell et al. 2020, §4).
+"""Choosing the graph degree k and the Shamir threshold t (docs/secagg.md#parameters; Bell et al.
+2020, §4).
 
 The rule is the one of fcp's ``graph_parameter_finder.cc``: take the smallest even k that passes,
 with B = ⌊γn⌋ + ⌊δn⌋ bad clients, σ the security and η the correctness parameter,
@@ -14,9 +15,9 @@ Unlike fcp, which evaluates the tails in floating point (lgamma) only, every com
 *exact*: it is taken in floating point when the value is clearly on one side, and with integer
 arithmetic on the binomial coefficients otherwise ("P < 2^−41/n" becomes
 "n · 2^41 · Σ C(K,x)C(n−K,k−x) < C(n,k)"; :mod:`dpfl.secagg.hypergeometric`). No rounding can push
-a borderline k or t to the insecure side, and the table of SECAGG.md §3 (and fcp's own test table)
-is reproduced cell for cell. The fractions γ and δ are read as the decimal numbers they print as
-(``0.05`` is 1/20), so ⌊γn⌋ is never off by one.
+a borderline k or t to the insecure side, and the table of docs/secagg.md#parameter-table (and
+fcp's own test table) is reproduced cell for cell. The fractions γ and δ are read as the decimal
+numbers they print as (``0.05`` is 1/20), so ⌊γn⌋ is never off by one.
 
 When no k < n − 1 passes (tiny cohorts), the graph is complete (k = n − 1) and t is the smallest
 value with t > ⌊γn⌋ (semi-honest) or 2t > n + ⌊γn⌋ (semi-malicious); it must not exceed the
@@ -40,7 +41,7 @@ from .hypergeometric import (
 
 
 class ThreatModel(enum.Enum):
-    """The server the parameters must defend against (SECAGG.md §1)."""
+    """The server the parameters must defend against (docs/secagg.md#threat-models)."""
 
     SEMI_HONEST = "semi-honest"  # fcp CURIOUS_SERVER
     SEMI_MALICIOUS = "semi-malicious"  # fcp SEMI_MALICIOUS_SERVER

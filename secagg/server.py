@@ -13,10 +13,10 @@ A driver (the coordinator's round loop, or :func:`dpfl.secagg.simulate`) uses fo
 - :func:`begin_unmask` sends the unmask requests. Closing the masked-input stage stops at
   :class:`ServerReadyToUnmask` so that the coordinator can commit the privacy ledger first.
 
-Rules enforced (SECAGG.md §2): exactly one ciphertext per listed neighbour; A1 ⊇ A2 ⊇ A3; abort as
-soon as fewer than ``min_survivors`` clients remain or some secret cannot reach t shares; a client
-is either alive (its b is rebuilt) or dropped (its s^SK is rebuilt), never both; clients that drop
-after sending their masked input are still counted.
+Rules enforced (docs/secagg.md#the-protocol): exactly one ciphertext per listed neighbour; A1 ⊇ A2 ⊇
+A3; abort as soon as fewer than ``min_survivors`` clients remain or some secret cannot reach t
+shares; a client is either alive (its b is rebuilt) or dropped (its s^SK is rebuilt), never both;
+clients that drop after sending their masked input are still counted.
 """
 
 from __future__ import annotations
@@ -189,7 +189,8 @@ def _close_masked(state: ServerCollectingMaskedInputs) -> ServerState:
 def begin_unmask(state: ServerReadyToUnmask) -> tuple[ServerCollectingUnmask, tuple[Outbound, ...]]:
     """Stage 4: ask each j ∈ A3 for b-shares of N(j) ∩ A3 and s-shares of N(j) ∩ (A2 \\ A3).
 
-    Call only after the round's privacy events are committed (DESIGN.md, ledger rule 1).
+    Call only after the round's privacy events are committed
+    (docs/architecture.md#rule-1-never-under-count).
     """
     if not isinstance(state, ServerReadyToUnmask):
         raise WrongStage(f"begin_unmask needs ServerReadyToUnmask, got {type(state).__name__}")

@@ -1,4 +1,5 @@
-"""t-of-n Shamir secret sharing over GF(p), p = 2^521 − 1 (a Mersenne prime, SECAGG.md §2).
+"""t-of-n Shamir secret sharing over GF(p), p = 2^521 − 1 (a Mersenne prime,
+docs/secagg.md#the-protocol).
 
 A 32-byte secret is the big-endian integer it encodes (< 2^256 < p). Client j's evaluation point is
 x_j = j + 1, so x = 0 (where the secret lives) never belongs to a client. A share's y value travels
@@ -13,8 +14,9 @@ Reconstruction is the server's hot path (Flower's SecAgg+ spends 97 % of its ser
   one modular exponentiation for the whole batch instead of one per share;
 - each secret is then Σ_j λ_j y_j mod p: t multiplications.
 
-Invariants (SECAGG.md §6.6): any t shares determine the secret; t − 1 shares are independent of it
-(the other coefficients are uniform); x = 0 and duplicate x are refused with :class:`InvalidShare`.
+Invariants (docs/secagg.md#shamir): any t shares determine the secret; t − 1 shares are
+independent of it (the other coefficients are uniform); x = 0 and duplicate x are refused with
+:class:`InvalidShare`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The coordinator's typed errors and how every transport reports them.
 
 Handlers raise these; the gRPC servicer and the FastAPI routers are thin adapters that only map an
-error's class to a status (STYLE.md conventions 11 and 14). Each class carries its mapping as two
+error's class to a status (docs/architecture.md#handlers-free-of-transport-typed-errors). Each class
+carries its mapping as two
 class attributes, so an adapter needs no ``isinstance`` ladder::
 
     grpc.StatusCode[err.grpc_status]      # gRPC

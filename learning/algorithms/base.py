@@ -28,10 +28,11 @@ algorithm-specific lives in ``server/`` or ``client/``. Invariants every impleme
 
 1. :meth:`Algorithm.charges` is an upper bound on what the released SUM costs each client, for any
    set of survivors of at least ``min_survivors`` whose honest fraction is at least the job's
-   ``privacy.honest_fraction`` (SECAGG.md §4: per-agent noise is split over ``t·N·(1−δ)`` of
-   the N accepted participants and never below what the ``t·min_survivors`` guaranteed honest
-   survivors need, so dropouts cannot thin the noise below what is charged, and without dropouts
-   the summed noise does not depend on N: ``common.per_agent_noise``).
+   ``privacy.honest_fraction`` (docs/secagg.md#encoding-for-secure-aggregation: per-agent noise is
+   split over ``t·N·(1−δ)`` of the N accepted participants and never below what the
+   ``t·min_survivors`` guaranteed honest survivors need, so dropouts cannot thin the noise below
+   what is charged, and without dropouts the summed noise does not depend on N:
+   ``common.per_agent_noise``).
 2. Every random choice that privacy depends on (sampling of clients, noise) comes from a CSPRNG.
 3. Plans, tasks and states are JSON-serialisable (states through bytes), so that a restarted
    coordinator resumes with the same noise and the same model.
@@ -361,7 +362,8 @@ class Algorithm(abc.ABC):
     ) -> tuple[DpEvent, ...]:
         """What the AGENT records in its own local ledger for ``events`` (default: them as is).
 
-        The agent does not trust the coordinator (DESIGN.md, ledger rule 3): an algorithm whose
+        The agent does not trust the coordinator
+        (docs/architecture.md#rule-3-budgets-are-enforced-on-both-sides): an algorithm whose
         claimed events rest on something only the coordinator does (e.g. amplification by client
         sampling, which the agent cannot verify and which does not hold against the coordinator
         that knows the sample) returns here the conservative event the agent can stand behind.

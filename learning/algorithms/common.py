@@ -3,9 +3,10 @@ the distributed-noise split, the choice of the encoding's scale and the calibrat
 
 Invariants:
 
-- **Noise split** (ALGORITHMS.md, distributed noise rule; SECAGG.md §4): under secure aggregation
-  each of the N accepted participants adds ``Sk(μ_total/(t·c))`` (or a discrete Gaussian of std
-  ``σ_total/√(t·c)``) with ``c = min(N·(1−δ), m_s)``, δ the job's ``secagg.dropout_fraction`` and
+- **Noise split** (docs/algorithms.md#distributed-noise-rule;
+  docs/secagg.md#encoding-for-secure-aggregation): under secure aggregation each of the N accepted
+  participants adds ``Sk(μ_total/(t·c))`` (or a discrete Gaussian of std ``σ_total/√(t·c)``) with
+  ``c = min(N·(1−δ), m_s)``, δ the job's ``secagg.dropout_fraction`` and
   m_s = ``min_survivors`` (:func:`per_agent_noise`, the ONE place every algorithm takes its share
   from). Since m_s ≥ ⌈N(1−δ)⌉ (the secure aggregation's survivor floor, raised further by the
   Shamir threshold), c = N(1−δ) in every round the coordinator runs, so without dropouts the N

@@ -1,4 +1,5 @@
-"""DP-Fed-LS (ALGORITHMS.md §3): DP-FedAvg plus Laplacian smoothing of the noisy aggregate.
+"""DP-Fed-LS (docs/algorithms.md#dp-fed-ls): DP-FedAvg plus Laplacian smoothing of the noisy
+aggregate.
 
 Everything DP-FedAvg does (:mod:`~dpfl.learning.algorithms.dp_fedavg`: clipped deltas, exact
 distributed Skellam noise, the ledger), plus:

@@ -1,5 +1,5 @@
-"""DP-FedAvg (ALGORITHMS.md §1): client-level DP, Poisson client sampling, clipped model deltas,
-distributed integer noise summed by secure aggregation.
+"""DP-FedAvg (docs/algorithms.md#dp-fedavg): client-level DP, Poisson client sampling, clipped model
+deltas, distributed integer noise summed by secure aggregation.
 
 Round r, global model θ, population n, sampling rate q, expected participants m = q·n, clip S:
 

@@ -1,4 +1,5 @@
-"""DP-FedSGD with many local steps (ALGORITHMS.md §2): record-level DP, distributed integer noise.
+"""DP-FedSGD with many local steps (docs/algorithms.md#dp-fedsgd): record-level DP, distributed
+integer noise.
 
 Round r, global model θ; every participant uses the SAME S (``local_steps``), C (``clip``),
 p (``batch_sampling_rate``), σ and normaliser B (``expected_batch_size``), set by the
@@ -30,7 +31,7 @@ is reported). WHOSE noise μ is depends on the round's accounting mode
   EVERY agent adds the whole μ at every step, so its own S-step run is the charged event on its
   own (a proven bound); ``secure_aggregation=True`` is still recorded (masking was applied), the
   honest fraction is 1 (no other agent's noise is credited);
-- S > 1 with ``privacy.accounting: sum-dominating`` (operator opt-in): ALGORITHMS.md §2's
+- S > 1 with ``privacy.accounting: sum-dominating`` (operator opt-in): the sum-dominating recipe's
   split shares, calibrated on the summed noise. That figure is NOT a bound for S > 1 (a record
   can move all of its agent's later gradients); it is kept only as a labelled claim
   (``calibration["claim"]``, ``details["claimed_epsilon"]``). Every ledger charges the

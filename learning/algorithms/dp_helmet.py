@@ -1,4 +1,5 @@
-"""DP-Helmet (ALGORITHMS.md §4): one-shot secure averaging of locally trained private linear models.
+"""DP-Helmet (docs/algorithms.md#dp-helmet): one-shot secure averaging of locally trained private
+linear models.
 
 One round. Every agent of the population maps its records through the job's fixed,
 data-independent feature extractor φ (``identity``, or ``random-projection?dim=p&seed=s``:

@@ -21,8 +21,8 @@ WHOSE noise μ stands for, i.e. how each agent's noise share is sized (:func:`sh
   whatever the other agents do; ``secure_aggregation`` in the ledger says whether masking was
   applied as well.
 - **sum-dominating** (secure aggregation, S > 1, ``privacy.accounting: sum-dominating``, an
-  explicit operator opt-in): ALGORITHMS.md §2's recipe, split shares as in the central case and
-  μ calibrated so that the honest agents' SUMMED noise would meet the target. That figure is NOT
+  explicit operator opt-in): the sum-dominating recipe's recipe, split shares as in the central case
+  and μ calibrated so that the honest agents' SUMMED noise would meet the target. That figure is NOT
   a bound for S > 1, by any factor: from the second step on, agent i's gradients are taken at its
   private local state θ_i^s, which depends on a record through the earlier steps, so one record
   can move ALL of agent i's later per-record gradients (docs/accounting.md, "The sum-dominating

@@ -1,4 +1,5 @@
-"""DP-Helmet's local learner: one-vs-rest linear models by projected SGD (ALGORITHMS.md §4).
+"""DP-Helmet's local learner: one-vs-rest linear models by projected SGD
+(docs/algorithms.md#dp-helmet).
 
 Each record's features ``φ(x) ∈ R^p`` (a fixed, data-independent extractor) become the input
 ``a = clip_c((1, φ(x))) ∈ R^{p+1}`` (bias coordinate first, then the whole vector L2-clipped to

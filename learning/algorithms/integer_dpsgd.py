@@ -1,6 +1,6 @@
 """DP-SGD in the secure-aggregation ring: DP-FedSGD's local steps with exact integer noise.
 
-One step s of agent i (ALGORITHMS.md §2 and "Encoding"), model θ, C the per-record clip, u = 2^b:
+One step s of agent i (docs/algorithms.md#dp-fedsgd), model θ, C the per-record clip, u = 2^b:
 
 1. **Poisson batch**: each local record independently with probability exactly p (the float's
    value; 64-bit CSPRNG draws, :func:`~dpfl.learning.algorithms.common.poisson_sample`);

@@ -1,4 +1,5 @@
-"""PATE-FL (ALGORITHMS.md §5): noisy votes of locally trained teachers label public queries.
+"""PATE-FL (docs/algorithms.md#pate-fl): noisy votes of locally trained teachers label public
+queries.
 
 The coordinator side (query batches, argmax, student, charges) is the voting algorithms' shared
 one (:mod:`~dpfl.learning.algorithms.voting`); this module is how a teacher votes and what one
@@ -31,10 +32,10 @@ integers at any scale: with Skellam noise they are scaled by 2^10 by default (th
 correction terms shrink as 1/u², so it is then within a fraction of a percent of the Gaussian
 one), with discrete Gaussian noise b = 0; ``secagg.scale_bits`` overrides both. Soft votes take
 the smallest b whose rounding inflates L2 by ≤ 0.1 %. With ``privacy.noise: gaussian`` (discrete
-Gaussian in the ring) one-hot rounds charge ``VotingEvent(Q_r, σ, level)`` (ALGORITHMS.md §5)
-and soft rounds ``SelfComposedEvent(GaussianEvent(σ·u, L2), Q_r)``, marked approximate. σ (or
-μ) is calibrated so that all ``queries`` meet ``privacy.target_epsilon``, unless ``params.sigma``
-(or ``privacy.noise_multiplier``, read as σ) is given.
+Gaussian in the ring) one-hot rounds charge ``VotingEvent(Q_r, σ, level)``
+(docs/algorithms.md#pate-fl) and soft rounds ``SelfComposedEvent(GaussianEvent(σ·u, L2), Q_r)``,
+marked approximate. σ (or μ) is calibrated so that all ``queries`` meet ``privacy.target_epsilon``,
+unless ``params.sigma`` (or ``privacy.noise_multiplier``, read as σ) is given.
 
 **Charges**: exactly the round's answered queries, at the configured level, to every participant
 whose votes were summed; clients that did not vote are not charged (their data was not used;
@@ -42,13 +43,13 @@ there is no client sampling to amplify). Without secure aggregation each agent a
 noise itself, so its own vote block alone is the same mechanism: the same event, charged with
 ``secure_aggregation=False``.
 
-**Why no data-dependent charge.** The data-dependent bound of ALGORITHMS.md §5 (margins between
-the top two votes) bounds the cost of releasing the noisy ARGMAX only. Secure aggregation hands
-the coordinator the whole noisy vote histogram, whose cost is exactly the data-independent one,
-and the bound needs the margins of the TRUE votes, which nobody can compute without seeing them.
-So :meth:`PateFl.charges` never sets ``data_dependent_event`` (the charge is also committed before
-unmasking, when no margin is known); :meth:`PateFl.informational_data_dependent_event` offers the
-bound computed from the NOISY margins, as an informational figure about the released
+**Why no data-dependent charge.** The data-dependent bound of docs/algorithms.md#pate-fl (margins
+between the top two votes) bounds the cost of releasing the noisy ARGMAX only. Secure aggregation
+hands the coordinator the whole noisy vote histogram, whose cost is exactly the data-independent
+one, and the bound needs the margins of the TRUE votes, which nobody can compute without seeing
+them. So :meth:`PateFl.charges` never sets ``data_dependent_event`` (the charge is also committed
+before unmasking, when no margin is known); :meth:`PateFl.informational_data_dependent_event` offers
+the bound computed from the NOISY margins, as an informational figure about the released
 pseudo-labels only, never an upper bound on what the coordinator learned.
 
 Task parameters::

@@ -1,4 +1,5 @@
-"""Private-kNN-FL (ALGORITHMS.md §6): each agent votes with the labels of its k nearest records.
+"""Private-kNN-FL (docs/algorithms.md#private-knn-fl): each agent votes with the labels of its k
+nearest records.
 
 The coordinator side (query batches, argmax, student, charges) is the voting algorithms' shared
 one (:mod:`~dpfl.learning.algorithms.voting`). Per public query x, agent i maps x and its own
@@ -27,8 +28,8 @@ b is the smallest scale whose rounding term is ≤ 0.1 % of the data term. With 
 (default) each query is ``SkellamEvent((σu)²/2, L1, L2, C)`` (Agarwal, Kairouz & Liu 2021) and
 the Q_r queries of a round compose; with ``privacy.noise: gaussian`` each is
 ``GaussianEvent(σu, L2)``, marked approximate. These charge the exact sensitivity √2/k; the
-closed form Q·α/(k·σ²) that ALGORITHMS.md §6 states (and ``VotingEvent`` with k implements) is a
-factor k more conservative at instance level and is not used.
+closed form Q·α/(k·σ²) that docs/algorithms.md#private-knn-fl states (and ``VotingEvent`` with k
+implements) is a factor k more conservative at instance level and is not used.
 
 Task parameters: the voting ones (:mod:`~dpfl.learning.algorithms.voting`) plus ``"k"``,
 ``"k_fraction"`` (or null) and ``"features"`` (the extractor's spec).

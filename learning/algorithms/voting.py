@@ -1,6 +1,7 @@
 """What PATE-FL and Private-kNN-FL share: noisy vote histograms on public queries, pseudo-labels,
-a student (ALGORITHMS.md §5, §6). Each subclass supplies how an agent votes and what one
-agent's vote can change (the per-query sensitivities and event); this module is the rest.
+a student (docs/algorithms.md#pate-fl, #private-knn-fl). Each subclass supplies how an agent votes
+and what one agent's vote can change (the per-query sensitivities and event); this module is the
+rest.
 
 - **queries**: the job's ``params.queries`` public examples (a seeded permutation of the public
   split; the public split is public, so choosing from it costs no privacy) are answered in

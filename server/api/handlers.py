@@ -1,4 +1,5 @@
-"""The REST API's handlers: ``(store, arguments) -> public schema``, free of HTTP (STYLE.md 11).
+"""The REST API's handlers: ``(store, arguments) -> public schema``, free of HTTP
+(docs/architecture.md#handlers-free-of-transport-typed-errors).
 
 Routers only authenticate, call one of these in a worker thread (every store method is one
 blocking transaction) and let the typed errors of ``dpfl.server.errors`` become statuses. Nothing

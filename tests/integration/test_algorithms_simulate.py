@@ -5,7 +5,7 @@ ledger.
 Each run must complete, beat the accuracy floor stated below (measured with the in-process
 harness, ``tests/support/algorithm_harness.py``, over ten noise seeds), and leave a ledger whose
 ε per client equals the accountant's ε recomputed from scratch from the stored event parameters
-(DESIGN.md, ledger rule 2), within the job's target.
+(docs/architecture.md#rule-2-every-event-can-be-recomputed), within the job's target.
 
 | example | unit | ε (δ = 1e-5) | harness accuracy, 10 seeds: mean (min) | floor |
 |---|---|---|---|---|
