@@ -289,7 +289,8 @@ def run_job(
             survivors=len(summed),
         )
         result.state = round_outcome.state
-        _wire(dict(result.state.details))  # invariant 3: states are JSON (blobs aside)
+        # states are JSON, blobs aside (docs/algorithms.md#invariants-of-every-algorithm)
+        _wire(dict(result.state.details))
         result.rounds.append(
             RoundRecord(
                 round_number,
