@@ -121,7 +121,7 @@ def _event_public(report: EventReport) -> LedgerEventPublic:
 def budget_report(
     store: Store, client_id: str, *, delta: float | None = None, tight: bool = False
 ) -> BudgetReport:
-    """The issue-5 budget document: ε at ``delta`` per job and in total, the events behind it,
+    """The budget document: ε at ``delta`` per job and in total, the events behind it,
     and the remaining budget. Raises: NotFound, InvalidInput (δ)."""
     b = store.client_budget(client_id, delta=delta, include_events=True, tight=tight)
     return BudgetReport(

@@ -1,4 +1,4 @@
-"""The four algorithms of issue 7 end to end, as ``dpfl simulate`` runs them: the job files under
+"""Four algorithms end to end, as ``dpfl simulate`` runs them: the job files under
 ``examples/``, a coordinator and ten real agents over loopback gRPC, secure aggregation, the SQL
 ledger.
 
@@ -17,8 +17,7 @@ harness, ``tests/support/algorithm_harness.py``, over ten noise seeds), and leav
 Each floor is at least four standard deviations of the seeds' spread below the mean (the
 agents' noise is drawn from the system CSPRNG here, so runs differ). dp-fedsgd is charged with
 the provable (local-DP) accounting of its 5 local steps, every agent adding the whole step
-noise; its example's learning rate went from 0.5 to 1.0 with that change (at 0.5 the provable
-run averages 0.69 (0.64), the former sum-dominating charge 0.72 (0.70); docs/algorithms.md).
+noise, at learning rate 1.0 (docs/algorithms.md#dp-fedsgd compares the accounting modes).
 """
 
 from __future__ import annotations

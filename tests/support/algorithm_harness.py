@@ -306,7 +306,7 @@ def run_job(
 
 
 def make_job(**overrides: Any) -> JobSpec:
-    """The issue-5 DP-FedAvg job (sampling rate 0.3), with top-level sections overridden."""
+    """The demo DP-FedAvg job (sampling rate 0.3), with top-level sections overridden."""
     doc: dict[str, Any] = {
         "name": "demo-dpfedavg",
         "algorithm": "dp-fedavg",
