@@ -15,8 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from tests.support.paths import ROOT
+from support.paths import ROOT
 
 #: Folders whose text is scanned, and the repository-root files scanned besides them.
 SCANNED_DIRS = (

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from support.paths import ROOT
 
 from dpfl.server import errors
-from tests.support.paths import ROOT
 
 TABLE = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
 
