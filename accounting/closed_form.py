@@ -2,16 +2,16 @@
 
 These are reported beside the exact calibration, never used to charge the ledger:
 
-- :func:`fedls_noise_multiplier`: DP-Fed-LS (ALGORITHMS.md §3): for client sampling with ratio τ,
-  T rounds and clip norm G, ``ν ≥ (τ·G/ε)·√((c·T/λ)·(log(1/δ)/(1−λ) + ε))`` for some λ ∈ (0, 1),
-  with ``c = 14`` for uniform (fixed-size) sampling and ``c = 8`` for Poisson sampling. We return
-  ``ν/G`` minimised over λ. The paper attaches side conditions on ν (small-τ, large-ν regime of the
-  subsampled-Gaussian RDP bounds it builds on) that are not checked here: the accountant's ε at
-  the returned multiplier is reported beside it so that a reader sees whether it holds.
+- :func:`fedls_noise_multiplier`: DP-Fed-LS (docs/algorithms.md#dp-fed-ls): for client sampling with
+  ratio τ, T rounds and clip norm G, ``ν ≥ (τ·G/ε)·√((c·T/λ)·(log(1/δ)/(1−λ) + ε))`` for some λ ∈
+  (0, 1), with ``c = 14`` for uniform (fixed-size) sampling and ``c = 8`` for Poisson sampling. We
+  return ``ν/G`` minimised over λ. The paper attaches side conditions on ν (small-τ, large-ν regime
+  of the subsampled-Gaussian RDP bounds it builds on) that are not checked here: the accountant's ε
+  at the returned multiplier is reported beside it so that a reader sees whether it holds.
 - :func:`simple_gaussian_noise_multiplier` / :func:`simple_gaussian_epsilon`: the classical
-  Gaussian bound composed over K releases by splitting (ε, δ) evenly (ALGORITHMS.md §4, DP-Helmet):
-  ``ε = √(2·ln(1.25·K/δ))·K/σ``. The classical bound needs ``ε/K < 1`` per release (Dwork & Roth
-  2014, Thm. A.1); :class:`ClosedFormBound` says whether that held.
+  Gaussian bound composed over K releases by splitting (ε, δ) evenly (docs/algorithms.md#dp-helmet,
+  DP-Helmet): ``ε = √(2·ln(1.25·K/δ))·K/σ``. The classical bound needs ``ε/K < 1`` per release
+  (Dwork & Roth 2014, Thm. A.1); :class:`ClosedFormBound` says whether that held.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def fedls_noise_multiplier(
     delta: float,
     sampling: Literal["uniform", "poisson"],
 ) -> ClosedFormBound:
-    """DP-Fed-LS closed form (ALGORITHMS.md §3), minimised over λ ∈ (0, 1).
+    """DP-Fed-LS closed form (docs/algorithms.md#dp-fed-ls), minimised over λ ∈ (0, 1).
 
     Args:
         sampling_ratio: τ in (0, 1].

@@ -2,7 +2,7 @@
 
 An event states its mechanism, its parameters, its **neighbouring relation** and its
 **sensitivity** explicitly, so that an ε can always be recomputed from it (the ledger stores
-events, see DESIGN.md "The privacy ledger", rule 2). Invariants:
+events, see docs/architecture.md#rule-2-every-event-can-be-recomputed). Invariants:
 
 - every event is a frozen, slotted dataclass; its fields are validated (and normalised to plain
   ``float``/``int``/``tuple``) on construction, so an event that exists is well formed, and equal
@@ -274,7 +274,7 @@ class VotingEvent(DpEvent):
     Each agent's vote per query is a vector of L2 norm ≤ 1 (one-hot, a probability vector, or the
     mean of its ``k`` nearest neighbours' one-hot labels); the released sum carries Gaussian noise
     of std ``sigma`` per coordinate. Level ``agent``: add/remove one agent; level ``instance``:
-    replace one record of one agent. RDP in ALGORITHMS.md §5/§6 (see
+    replace one record of one agent. RDP in docs/algorithms.md#pate-fl, #private-knn-fl (see
     :func:`dpfl.accounting.rdp_mechanisms.voting_rdp`).
     """
 
@@ -294,7 +294,7 @@ class VotingEvent(DpEvent):
 
 @dataclass(frozen=True, slots=True)
 class DataDependentVotingEvent(DpEvent):
-    """Voting queries accounted with the data-dependent bound of ALGORITHMS.md §5.
+    """Voting queries accounted with the data-dependent bound of docs/algorithms.md#pate-fl.
 
     **The resulting ε is data-dependent**: it is a function of the private votes (through the
     margins), so releasing it leaks information and it is not a worst-case guarantee. The ledger
@@ -388,7 +388,7 @@ def _honest(honest_fraction: float, participants: int) -> tuple[float, int]:
 def per_agent_gaussian_std(*, sigma_sum: float, honest_fraction: float, participants: int) -> float:
     """The std each of the N agents adds so that t·N honest agents' noise has std ``sigma_sum``.
 
-    ALGORITHMS.md "Distributed noise rule": ``σ_sum / √(t·N)``.
+    The split of docs/algorithms.md#distributed-noise-rule with c = N: ``σ_sum / √(t·N)``.
     """
     s = _real("distributed noise", "sigma_sum", sigma_sum, minimum=0.0, strict=True)
     t, n = _honest(honest_fraction, participants)

@@ -11,9 +11,11 @@
   for integer orders; fractional orders are obtained by convexity
   (:func:`~dpfl.accounting.rdp_subsampling.interpolate_fractional`), never by evaluating the
   formula off the integers. As ``mu`` grows the bound tends to the Gaussian RDP ``α·Δ2²/(2V)``.
-- :func:`voting_rdp`: PATE-FL / Private-kNN-FL, data-independent (ALGORITHMS.md §5, §6).
-- :func:`data_dependent_voting_rdp`: the per-query data-dependent bound of ALGORITHMS.md §5, with
-  the min against the data-independent bound per query and per order.
+- :func:`voting_rdp`: PATE-FL / Private-kNN-FL, data-independent (docs/algorithms.md#pate-fl,
+  #private-knn-fl).
+- :func:`data_dependent_voting_rdp`: the per-query data-dependent bound of
+  docs/algorithms.md#why-no-data-dependent-charge, with the min against the data-independent bound
+  per query and per order.
 """
 
 from __future__ import annotations
@@ -69,15 +71,15 @@ def skellam_rdp(event: SkellamEvent, orders: Sequence[float]) -> FloatArray:
 
 
 def voting_rdp_coefficient(event: VotingEvent) -> float:
-    """ρ such that the event is ``(α, ρ·α)``-RDP at every α (ALGORITHMS.md §5, §6).
+    """ρ such that the event is ``(α, ρ·α)``-RDP at every α (docs/algorithms.md#pate-fl).
 
     - agent level (add/remove one agent; its vote vector has L2 norm ≤ 1): ``Q/(2σ²)``;
     - instance level, PATE-FL (k = 1; replacing one record moves one one-hot vote: L2 √2):
       ``Q/σ²``;
     - instance level, Private-kNN-FL: ``Q/(k·σ²)``. Replacing one record changes at most one of
       the k neighbours, moving the vote ``(1/k)·Σ one-hot`` by at most √2/k, which would give
-      ``Q/(k²·σ²)``; the ``1/k`` charge of ALGORITHMS.md is kept because it is conservative
-      (k ≥ 1) and is what the algorithm's specification promises.
+      ``Q/(k²·σ²)``; this event keeps the conservative ``1/k`` closed form (k ≥ 1), while the
+      algorithm charges the exact sensitivity (docs/algorithms.md#private-knn-fl).
     """
     q, s2 = event.queries, event.sigma**2
     if event.level == "agent":
@@ -93,7 +95,7 @@ def voting_rdp(event: VotingEvent, orders: Sequence[float]) -> FloatArray:
 def data_dependent_voting_rdp(
     event: DataDependentVotingEvent, orders: Sequence[float]
 ) -> FloatArray:
-    """Σ over queries of ``min(data-independent, data-dependent)``, per order (ALGORITHMS.md §5).
+    """Σ over queries of ``min(data-independent, data-dependent)``, per order.
 
     For a query with margin γ between the top two coordinates of the averaged vote, N agents,
     C classes, noise std σ on the summed votes and vote sensitivity s:
@@ -104,8 +106,9 @@ def data_dependent_voting_rdp(
     true one; the bound is only used where it is meaningful, ``p < 1`` (and γ > 0); elsewhere the
     query is charged the data-independent ``ρ·α`` of the equivalent :class:`VotingEvent`. Where
     ``σ < s`` the factor ``σ²/s²`` is replaced by the larger ``s²/σ²`` (the form a Cauchy–Schwarz
-    derivation of such bounds produces); the two agree with ALGORITHMS.md whenever ``σ ≥ s``,
-    which is every practical setting (s ≤ 1 ≤ σ).
+    derivation of such bounds produces); the two agree with the formula of
+    docs/algorithms.md#why-no-data-dependent-charge whenever ``σ ≥ s``, which is every practical
+    setting (s ≤ 1 ≤ σ).
 
     **The result depends on the private votes** (through the margins): it is reported separately
     and marked data-dependent; budgets are enforced on :func:`dpfl.accounting.guaranteed_event`.

@@ -6,7 +6,7 @@ gradients with each Opacus engine, per-sample clipping, Gaussian noise, update) 
 Steps are interleaved (plain, then each engine, repeated) so that a load change on a shared
 machine hits all of them alike; the ratios are measured within one run.
 
-The target (issue 7) is ratio <= 2 on CPU for the default engine (``ew``) at the headline batch
+The target is ratio <= 2 on CPU for the default engine (``ew``) at the headline batch
 size. Usage: ``python benchmarks/dpsgd.py [--batch-sizes 64,128,256] [--repeats 30] [--threads N]``.
 
 ``--accuracy`` (needs ``$DPFL_DATA_DIR`` with MNIST; minutes on CPU) also trains the same CNN on

@@ -12,7 +12,7 @@ solver's (k, t), Skellam noise shares encoded into the ring, the ledger commit b
 decoding. Reported per size, as medians over the rounds: the coordinator's stage durations
 (``Round.stage_seconds``), the round's wall time from its start to its completion (the round
 overhead), and the coordinator process's CPU time per round (gRPC, unpacking, summing,
-reconstruction, ledger). Target (issue 5): ≤ 3 s at 50 agents and 10⁵ parameters.
+reconstruction, ledger). Target: ≤ 3 s at 50 agents and 10⁵ parameters (docs/performance.md).
 
 On a 2-core machine the agents' own work (encoding with Skellam noise, masking with k + 1 PRG
 streams, packing) of all 50 agents shares the same two cores as the coordinator, so the wall time

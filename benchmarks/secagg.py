@@ -9,11 +9,11 @@ Reported, as medians over ``--repeat`` runs: per-client time per stage (mean and
 clients), server time per stage, the server's unmask time (reconstruction + mask removal), the
 end-to-end time of all clients and the server in one process (wall clock, and the process's
 CPU time, which other load on a shared machine does not inflate), the peak RSS, whether the
-aggregate equals the plain sum of the survivors' inputs, and the targets of issue 4. Also, outside
+aggregate equals the plain sum of the survivors' inputs, and the speed targets. Also, outside
 the protocol, the time one agent takes to encode a real vector of this size with Skellam noise.
 
-Reference (issue 4, same machine, n = 1000, L = 10⁵, k = 21): Flower 1.41 SecAgg+ takes 91.4 s for
-the server unmask and 215 s end to end.
+Reference (same machine, n = 1000, L = 10⁵, k = 21): Flower 1.41 SecAgg+ takes 91.4 s for the
+server unmask and 215 s end to end (docs/performance.md).
 """
 
 from __future__ import annotations

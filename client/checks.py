@@ -1,8 +1,9 @@
 """What the agent checks before it takes part in a round: the invitation, then the setup.
 
-The agent does not trust the coordinator (DESIGN.md, ledger rule 3). Both checks are pure
-functions of the messages, the algorithm and the accepted task; :mod:`dpfl.client.rounds` turns
-their refusals into a declined invitation or an ``Error`` on the wire.
+The agent does not trust the coordinator
+(docs/architecture.md#rule-3-budgets-are-enforced-on-both-sides). Both checks are pure functions of
+the messages, the algorithm and the accepted task; :mod:`dpfl.client.rounds` turns their refusals
+into a declined invitation or an ``Error`` on the wire.
 
 - :func:`parse_invitation`: a known algorithm, ``params_json`` a JSON object,
   ``privacy_events_json`` a non-empty JSON array of events (one event object is read as an array

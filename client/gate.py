@@ -1,7 +1,8 @@
 """The agent's own privacy decisions: accept or decline a round, and charge it before taking part.
 
-DESIGN.md, ledger rule 3: budgets are enforced before participation by the agent itself, from its
-own local ledger, because the agent does not trust the coordinator's arithmetic. The task loop
+docs/architecture.md#rule-3-budgets-are-enforced-on-both-sides: budgets are enforced before
+participation by the agent itself, from its own local ledger, because the agent does not trust the
+coordinator's arithmetic. The task loop
 asks a :class:`Gate` twice per round:
 
 1. :meth:`Gate.review` when an invitation arrives: the local policy (allowed algorithms, minimum

@@ -1,4 +1,5 @@
-"""The agent's own privacy ledger: SQLite in its state directory (DESIGN.md, ledger rule 3).
+"""The agent's own privacy ledger: SQLite in its state directory
+(docs/architecture.md#rule-3-budgets-are-enforced-on-both-sides).
 
 The agent does not trust the coordinator's arithmetic: before taking part it asks this ledger
 whether the round would exceed its policy, and it records what it spent — the events that
@@ -409,7 +410,9 @@ class LocalLedger:
         )
 
     def verify(self) -> None:
-        """Recompute every stored curve from its events (DESIGN.md ledger rule 2).
+        """Recompute every stored curve from its events.
+
+        docs/architecture.md#rule-2-every-event-can-be-recomputed.
 
         Raises:
             LocalLedgerError: naming the first record whose curve disagrees.

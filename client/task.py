@@ -1,53 +1,11 @@
-"""The agent's task loop: invitations, local training and the four secure-aggregation stages.
+"""The agent's task loop: invitations, local training and the secure-aggregation stages.
 
-:meth:`TaskLoop.serve` runs over one :class:`~dpfl.client.transport.CoordinatorLink` until the link
-ends, following docs/architecture.md, "A round over the wire", on the agent's side:
-
-1. **Invitation** (:func:`dpfl.client.checks.parse_invitation`) → the algorithm
-   (``get_algorithm``), ``params_json`` (a JSON object),
-   ``privacy_events_json`` (a JSON array of events in ``dpfl.accounting``'s form; one event object
-   is read as an array of one) and ``Algorithm.agent_charge`` are parsed; anything malformed, or a
-   refusal of the local :class:`~dpfl.client.gate.Gate` (policy, local budget), is answered with
-   ``InvitationResponse(accept=False, reason)`` — whatever the coordinator believes about budgets.
-   On acceptance the blobs the task may need start downloading (see *Downloads*).
-2. **AdvertiseKeysRequest** (the setup) → :func:`dpfl.client.checks.check_setup`: the setup's mode
-   must be the task's (``degree = threshold = 0`` marks a round without secure aggregation, taken
-   only when the task says ``secure_aggregation: false``; no downgrade, no silent upgrade), the
-   parameters are well formed (``RoundParameters.from_setup``: the ring cannot wrap; or
-   :class:`~dpfl.client.plain.PlainParameters`), an encoding is present, and
-   ``Algorithm.agent_check`` finds that the encoding's noise delivers the claimed events — all
-   before anything is computed or sent. A refusal is an ``Error`` (``INVALID_ARGUMENT`` for a
-   malformed setup, ``POLICY_DECLINED`` for another mode or noise that does not back the claim)
-   and the agent leaves the round. Then the secagg client answers with fresh keys (a plain round:
-   an acknowledgement without keys), and the algorithm's contribution starts in a worker thread
-   on the agent's device (:mod:`dpfl.client.local_work`): by default ``Algorithm.agent_compute``
-   followed by the encoding (clip, scale, conditional stochastic rounding, the agent's share of
-   the integer noise — all of it without secure aggregation —, mod 2^r) with the round's
-   ``EncodingConfig``.
-3. **ShareKeysRequest** → the secagg client's shares (a plain round has no such stage).
-4. **MaskedInputRequest** → waits for the encoded vector, masks it (a plain round: sends it as
-   is), **commits the local charge** (``Gate.charge``) and only then sends it (in pieces). A
-   refused charge sends an ``Error(BUDGET_EXCEEDED)`` instead, and nothing else.
-5. **UnmaskRequest** → the requested shares (a plain round has no such stage); **RoundResult**
-   ends the round.
-
-Every message is checked against the job's current round: an older round or another session is
-answered with ``Error(STALE_ROUND)``, a message of a job that never invited this agent with
-``UNKNOWN_JOB``, a request answered already with ``DUPLICATE``, one out of order with
-``WRONG_STAGE``, undecodable content with ``INVALID_ARGUMENT``; the round's state is unchanged by
-all of them. A request whose content breaks the protocol (the secagg client aborts) is answered
-with ``Error(PROTOCOL_ABORT)`` and the agent leaves the round. The coordinator's ``Error`` and
-``RoundResult`` messages are never answered (no error loops).
-
-One round at a time per job: an invitation for a later round (or a new attempt at the same
-round number, which a restarted coordinator makes) abandons the current one; an exact repeat of
-the accepted invitation is a duplicate. Jobs are independent: each has its own worker, so one
-job's training never delays another job's messages. When the link ends, every round in flight
-is dropped (the coordinator counts the agent as a dropout); the memory of which round each job
-is at survives reconnections, so a replayed old message is still refused as stale.
-
-**Downloads.** On acceptance the agent starts fetching the model and the job's public data
-(:func:`dpfl.client.local_work.fetch_blobs`, which says what counts as "none").
+:meth:`TaskLoop.serve` runs the agent's side of a round over one
+:class:`~dpfl.client.transport.CoordinatorLink` until the link ends. Every check runs before
+anything is computed or sent, the local charge is committed before the masked input leaves, and
+every message that does not fit the job's current round is answered with a precise ``Error``
+without changing the round's state. The sequence and the refusals, message by message:
+docs/agent.md#the-task-loop-message-by-message and docs/agent.md#what-the-agent-refuses.
 """
 
 from __future__ import annotations

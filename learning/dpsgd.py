@@ -1,10 +1,10 @@
 """DP-SGD with Opacus per-sample gradients: the record-level local training of DP-FedSGD.
 
-One step (Abadi et al. 2016, as in ALGORITHMS.md §2): draw a Poisson batch (each local record
-independently with probability ``p``), compute every record's gradient, clip each to L2 norm ``C``
-(factor ``min(1, C / (‖g‖ + 1e-6))``, Opacus's rule, so a clipped norm is strictly below ``C``),
-sum, add noise, and take ``θ ← θ − γ · (Σ clipped + noise) / (p · M)`` where ``p · M`` is the
-*expected* batch size (dividing by the realised size would make the sensitivity data-dependent).
+One step (Abadi et al. 2016, as in docs/algorithms.md#dp-fedsgd): draw a Poisson batch (each local
+record independently with probability ``p``), compute every record's gradient, clip each to L2 norm
+``C`` (factor ``min(1, C / (‖g‖ + 1e-6))``, Opacus's rule, so a clipped norm is strictly below
+``C``), sum, add noise, and take ``θ ← θ − γ · (Σ clipped + noise) / (p · M)`` where ``p · M`` is
+the *expected* batch size (dividing by the realised size would make the sensitivity data-dependent).
 
 Noise is explicit, in the units of the summed clipped gradients: ``noise_std`` is the per-step
 standard deviation THIS agent adds (the algorithm decides it: the whole ``C·σ``, or a share of

@@ -152,16 +152,17 @@ class PrivacySpec(_Strict):
 
     ``unit`` is the neighbouring relation: ``record`` (one example of any agent) or ``agent`` (an
     agent's whole data set). ``honest_fraction`` t: the noise must suffice even if a fraction
-    1 − t of the participants removes its own noise (ALGORITHMS.md, distributed noise rule).
-    ``noise``: ``skellam`` integer noise is exact inside the secure-aggregation ring; continuous
-    ``gaussian`` noise is rounded by each agent and its ledger entries are marked approximate.
+    1 − t of the participants removes its own noise (docs/algorithms.md#distributed-noise-rule).
+    ``noise``: ``skellam`` integer noise is exact inside the secure-aggregation ring; a sum of
+    ``gaussian`` (discrete Gaussian) noises is only close to one, so its entries are approximate.
 
     ``accounting`` (DP-FedSGD with ``local_steps`` > 1 under secure aggregation only):
     ``provable`` (default) charges the local-DP event that each agent's own noise proves for its
-    own S-step DP-SGD run; ``sum-dominating`` is the operator's opt-in to ALGORITHMS.md §2's
-    charge of the honest agents' summed noise, which is not a proven upper bound for S > 1
-    (an agent's later gradients are taken at its private local model), so its ledger entries
-    are marked approximate. Every other job must leave it at ``provable``.
+    own S-step DP-SGD run; ``sum-dominating`` is the operator's opt-in to the sum-dominating
+    recipe's charge of the honest agents' summed noise, which is not a proven upper bound for S > 1
+    (an agent's later gradients are taken at its private local model), so that figure is only
+    shown as a labelled claim and each agent's own-share event is charged
+    (docs/algorithms.md#dp-fedsgd). Every other job must leave it at ``provable``.
     """
 
     unit: Literal["record", "agent"] = "agent"
@@ -176,10 +177,10 @@ class PrivacySpec(_Strict):
 class SecAggSpec(_Strict):
     """Secure aggregation (Bell et al. 2020) and the adversary it is sized for.
 
-    ``threat_model`` (SECAGG.md §1): ``semi-honest`` (the server follows the protocol and reads
-    everything) or ``semi-malicious`` (it may also tell some neighbours of a client "alive" and
-    others "dropped"; the threshold t is raised as fcp does). The fully malicious protocol
-    (signed keys, neighbour attestations) is not implemented, so it cannot be asked for.
+    ``threat_model`` (docs/secagg.md#threat-models): ``semi-honest`` (the server follows the
+    protocol and reads everything) or ``semi-malicious`` (it may also tell some neighbours of a
+    client "alive" and others "dropped"; the threshold t is raised as fcp does). The fully malicious
+    protocol (signed keys, neighbour attestations) is not implemented, so it cannot be asked for.
     """
 
     enabled: bool = True
@@ -210,7 +211,7 @@ class SecAggSpec(_Strict):
 
 
 class DpFedAvgParams(_Strict):
-    """DP-FedAvg (ALGORITHMS.md §1): plain local SGD, update clipped to ``clip`` per agent."""
+    """DP-FedAvg (docs/algorithms.md#dp-fedavg): plain local SGD, updates clipped to ``clip``."""
 
     clip: float = Field(default=1.0, gt=0)
     sampling_rate: float = Field(default=1.0, gt=0, le=1)
@@ -224,7 +225,7 @@ class DpFedAvgParams(_Strict):
 
 
 class DpFedSgdParams(_Strict):
-    """DP-FedSGD (ALGORITHMS.md §2): ``local_steps`` DP-SGD steps, per-sample clip ``clip``.
+    """DP-FedSGD (docs/algorithms.md#dp-fedsgd): ``local_steps`` DP-SGD steps, record clip ``clip``.
 
     ``batch_sampling_rate`` p is each local record's inclusion probability per step (Poisson).
     ``expected_batch_size`` B normalises every agent's noisy gradient sum
@@ -247,7 +248,7 @@ class DpFedSgdParams(_Strict):
 
 
 class DpFedLsParams(DpFedAvgParams):
-    """DP-Fed-LS (ALGORITHMS.md §3): DP-FedAvg plus Laplacian smoothing with ``sigma_ls``."""
+    """DP-Fed-LS (docs/algorithms.md#dp-fed-ls): DP-FedAvg plus Laplacian smoothing."""
 
     sigma_ls: float = Field(default=1.0, ge=0)
     client_sampling: Literal["poisson", "uniform"] = "poisson"
@@ -255,7 +256,7 @@ class DpFedLsParams(DpFedAvgParams):
 
 
 class DpHelmetParams(_Strict):
-    """DP-Helmet (ALGORITHMS.md §4): projected SGD on one-vs-rest linear models."""
+    """DP-Helmet (docs/algorithms.md#dp-helmet): projected SGD on one-vs-rest linear models."""
 
     # chosen on a validation split of digits (50 agents, record level, ε = 4;
     # benchmarks/helmet_defaults.py): 0.76 there, against 0.19 for the former (0.01, 5)
@@ -274,7 +275,7 @@ class DpHelmetParams(_Strict):
 
 
 class PateFlParams(_Strict):
-    """PATE-FL (ALGORITHMS.md §5): ``queries`` public examples labelled by noisy votes.
+    """PATE-FL (docs/algorithms.md#pate-fl): ``queries`` public examples labelled by noisy votes.
 
     ``queries`` is the total over the job, answered in ``rounds`` batches; ``sigma`` is the noise
     std of the summed votes (None: calibrated from ``privacy.target_epsilon``).
@@ -291,7 +292,7 @@ class PateFlParams(_Strict):
 
 
 class PrivateKnnFlParams(_Strict):
-    """Private-kNN-FL (ALGORITHMS.md §6): votes are the labels of the ``k`` nearest records."""
+    """Private-kNN-FL (docs/algorithms.md#private-knn-fl): votes of the ``k`` nearest records."""
 
     queries: int = Field(default=200, ge=1)
     k: int = Field(default=10, ge=1)

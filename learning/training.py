@@ -274,7 +274,7 @@ def local_update(
     """The DP-FedAvg agent's local work: E steps (or epochs) of plain SGD from the global model.
 
     The global ``model`` is left untouched; the returned delta is what the algorithm then clips
-    to ``S`` and noises (ALGORITHMS.md §1). See :func:`train` for the arguments.
+    to ``S`` and noises (docs/algorithms.md#dp-fedavg). See :func:`train` for the arguments.
 
     Raises:
         TrainingError: bad data or hyper-parameters.

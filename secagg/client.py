@@ -1,7 +1,7 @@
 """The client (agent) side of the protocol: one frozen state per stage, one pure step function.
 
 ``step(state, request) -> (state, response | None)``. A client verifies every request
-(SECAGG.md §2, stages 2 and 4) and answers each stage at most once:
+(docs/secagg.md#stage-2-share-keys, #stage-4-unmask) and answers each stage at most once:
 
 - a message of another job, round or session raises :class:`StaleMessage`, one of an earlier stage
   already answered raises :class:`DuplicateMessage`, one of a later stage raises
@@ -224,8 +224,8 @@ def _advertise(
     session = message.header.session_id
     if not isinstance(session, bytes) or len(session) != SESSION_ID_BYTES:
         raise ParameterError(f"session id must have {SESSION_ID_BYTES} bytes")
-    # SECAGG.md stage 0, step 4: the session id must be SHA-256(round_id ‖ server nonce), so that a
-    # server cannot present one session's id (and hence its ciphertexts) in another round.
+    # docs/secagg.md#stage-0-setup: the session id must be SHA-256(round_id ‖ server nonce), so that
+    # a server cannot present one session's id (and hence its ciphertexts) in another round.
     if (
         compute_session_id(
             job_id=state.job_id, round=state.round, nonce=message.setup.session_nonce

@@ -79,7 +79,7 @@ class RoundParameters:
         sigma: int = 40,
         eta: int = 20,
     ) -> RoundParameters:
-        """Parameters from the solver of SECAGG.md §3, with min_survivors = ⌈n(1−δ)⌉.
+        """Parameters from the solver of docs/secagg.md#parameters, with min_survivors = ⌈n(1−δ)⌉.
 
         Give either ``encoding`` (its ring is used) or ``ring_bits`` (raw ring vectors).
         """

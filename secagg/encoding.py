@@ -1,20 +1,11 @@
-"""Real vectors to the ring Z_{2^r} and back (SECAGG.md §4; Kairouz, Liu & Steinke 2021, DDG).
+"""Real vectors to the ring Z_{2^r} and back (Kairouz, Liu & Steinke 2021, DDG).
 
-encode(x) = (round_cond(2^b · clip_S(x)) + noise) mod 2^r, decode(z) = centre(z)/2^b where
-centre maps Z_{2^r} to [−2^{r−1}, 2^{r−1}).
-
-- **Clip** to L2 norm S: the sensitivity analysis needs it.
-- **Stochastic rounding** ⌊v⌋ + Bernoulli(v − ⌊v⌋) is unbiased (up to 2^−64 per coordinate: the
-  Bernoulli compares a 64-bit uniform with the fraction).
-- **Conditional rounding** re-draws the rounding until ‖z‖₂ ≤ Δ₂ = min(c + √d,
-  √(c² + d/4 + √(2 ln(1/β))·(c + √d/2))), c = S·2^b (DDG, Theorem 1): then Δ₂ is an exact L2
-  sensitivity of one agent's integer vector, and Δ₁ = Δ₂·min(√d, Δ₂) its L1 sensitivity
-  (integer coordinates). With β = 0 the first bound always holds and nothing is re-drawn.
-- **Bit budget.** |z_i| ≤ B = ⌈c⌉ per coordinate, and the summed noise of N agents has standard
-  deviation σ_Z. The ring is wide enough when 2^r > 2(N·B + κσ_Z): the centred sum then never wraps
-  unless the noise exceeds κ standard deviations (κ = 10: probability < 10^−22 per coordinate for
-  Skellam or Gaussian tails). :func:`bit_budget` gives the smallest such r, and
-  :meth:`EncodingConfig.check_no_wrap` refuses any configuration that could wrap.
+``encode(x) = (round_cond(2^b · clip_S(x)) + noise) mod 2^r`` and ``decode(z) = centre(z)/2^b``.
+Conditional stochastic rounding makes Δ₂ an exact L2 sensitivity of one agent's integer vector
+(:meth:`EncodingConfig.rounded_l2_bound`), and :func:`bit_budget` picks the smallest ring in
+which N vectors plus κ = 10 standard deviations of their summed noise cannot wrap
+(:meth:`EncodingConfig.check_no_wrap` refuses any that could). Formulas:
+docs/secagg.md#encoding-for-secure-aggregation.
 """
 
 from __future__ import annotations

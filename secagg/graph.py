@@ -1,4 +1,5 @@
-"""The neighbour graph: a Harary graph H(k, n) with random labels plus a self-edge (SECAGG.md §2).
+"""The neighbour graph: a Harary graph H(k, n) with random labels plus a self-edge
+(docs/secagg.md#the-protocol).
 
 A CSPRNG permutation π places client π[p] at ring position p; the neighbours of u are the clients at
 positions pos(u) + d mod n for d ∈ [−k/2, k/2]. So |N(u)| = k + 1 (u keeps one share of its own
@@ -88,5 +89,5 @@ def random_permutation(n: int, rng: RandomStream) -> tuple[int, ...]:
 
 
 def random_harary_graph(n: int, degree: int, rng: RandomStream) -> NeighbourGraph:
-    """H(k, n) with CSPRNG-random labels and self-edges (SECAGG.md §2, stage 0)."""
+    """H(k, n) with CSPRNG-random labels and self-edges (docs/secagg.md#stage-0-setup)."""
     return NeighbourGraph.from_order(random_permutation(n, rng), degree)

@@ -166,7 +166,7 @@ def largest_correct(dist: Hypergeometric, scale: int, guess: int) -> int:
 
 
 def disconnection_ok(n: int, k: int, bad: int, sigma: int) -> bool:
-    """(n(n−k−1)/2)·C(B,k)/C(n,k) < 2^−(σ+1), exactly (SECAGG.md §3, graph condition (a))."""
+    """(n(n−k−1)/2)·C(B,k)/C(n,k) < 2^−(σ+1), exactly (docs/secagg.md#parameters, condition (a))."""
     if k > bad:
         return True
     log_p = math.log(n) + math.log(n - k - 1) - math.log(2) + _log_comb(bad, k) - _log_comb(n, k)

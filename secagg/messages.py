@@ -28,7 +28,7 @@ class Stage(enum.IntEnum):
 
     UNSPECIFIED = 0
     INVITATION = 1
-    ADVERTISE_KEYS = 2  # SECAGG.md stage 1
+    ADVERTISE_KEYS = 2  # docs/secagg.md#stage-1-advertise-keys
     SHARE_KEYS = 3  # stage 2
     MASKED_INPUT = 4  # stage 3
     UNMASK = 5  # stage 4

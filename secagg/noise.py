@@ -1,23 +1,12 @@
-"""Integer noise for secure aggregation, sampled exactly from a CSPRNG stream (SECAGG.md §4.6).
+"""Integer noise for secure aggregation, sampled exactly from a CSPRNG stream.
 
-- **Skellam** Sk(μ) = Poisson(μ) − Poisson(μ) (variance 2μ), the default: a sum of independent
-  Skellams is Skellam, so N agents adding Sk(μ) each give exactly Sk(Nμ) on the sum and the RDP
-  bound of Agarwal, Kairouz & Liu (2021) applies without approximation.
-- **Discrete Gaussian** N_Z(0, σ²) by Canonne, Kamath & Steinke (2020), Algorithm 3. The sum of
-  discrete Gaussians is only close to one (Kairouz, Liu & Steinke 2021 bound the gap).
-
-Each agent draws its *share* of the total noise: per-agent μ = μ_total/(t·N) for Skellam and
-σ = σ_total/√(t·N) for the discrete Gaussian, with t the honest fraction (ALGORITHMS.md, the
-distributed noise rule): :meth:`NoiseSpec.skellam_share` and
-:meth:`NoiseSpec.discrete_gaussian_share`.
-
-Poisson(λ) is sampled exactly by rejection from m + DLap(s), m = ⌊λ⌋ (the mode), s ≈ √λ, accepting
-k with probability exp(f(k) − M), f(k) = log(p(m+k)/p(m)) + |k|/s. f is concave on each side of 0
-(the Poisson pmf is log-concave), so its maximum is found on a few integers around the zeros of its
-differences and M is that maximum plus the float error bound: every acceptance probability is ≤ 1.
-The acceptances are decided exactly by :func:`dpfl.secagg.sampling.bernoulli_exp`; the float
-log-factorial ratios carry rigorous error bounds (Stirling series with its truncation bound, or a
-table of lgamma for small arguments). All loops run over batches, never per element.
+Skellam ``Sk(μ) = Poisson(μ) − Poisson(μ)`` is the default because independent Skellams sum to a
+Skellam, so the summed noise is exactly what the accountant analyses; the discrete Gaussian
+(Canonne, Kamath & Steinke 2020) is offered too, its sums only close to one. Each agent draws its
+share of the total (:meth:`NoiseSpec.skellam_share`, :meth:`NoiseSpec.discrete_gaussian_share`;
+docs/algorithms.md#distributed-noise-rule). Poisson variates come from exact rejection against a
+discrete Laplace proposal, every acceptance decided exactly by
+:func:`dpfl.secagg.sampling.bernoulli_exp`, in batches (docs/secagg.md#integer-noise).
 """
 
 from __future__ import annotations

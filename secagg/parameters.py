@@ -1,26 +1,11 @@
-"""Choosing the graph degree k and the Shamir threshold t (SECAGG.md §3; Bell et al. 2020, §4).
+"""Choosing the graph degree k and the Shamir threshold t (Bell et al. 2020, §4).
 
-The rule is the one of fcp's ``graph_parameter_finder.cc``: take the smallest even k that passes,
-with B = ⌊γn⌋ + ⌊δn⌋ bad clients, σ the security and η the correctness parameter,
-
-- disconnection: (n(n−k−1)/2) · C(B,k)/C(n,k) < 2^−(σ+1)  (union bound over pairs of gaps of k/2
-  consecutive bad clients on the ring: graph condition (a));
-- security: t1 = min{a : P[Hyp(n, ⌊γn⌋, k) > a] < 2^−(σ+1)/n}  (condition (b), per client);
-- semi-malicious: t1 ← ⌈(t1 + k − 1.25)/2⌉, so that 2t > k + (corrupted neighbours);
-- correctness: t2 = max{t : P[Hyp(n, ⌈(1−δ)n⌉, k) ≤ t−1] < 2^−η/n}  (condition (c));
-- accept k when t2 > t1, with t = max(t1 + 1, 2).
-
-Unlike fcp, which evaluates the tails in floating point (lgamma) only, every comparison here is
-*exact*: it is taken in floating point when the value is clearly on one side, and with integer
-arithmetic on the binomial coefficients otherwise ("P < 2^−41/n" becomes
-"n · 2^41 · Σ C(K,x)C(n−K,k−x) < C(n,k)"; :mod:`dpfl.secagg.hypergeometric`). No rounding can push
-a borderline k or t to the insecure side, and the table of SECAGG.md §3 (and fcp's own test table)
-is reproduced cell for cell. The fractions γ and δ are read as the decimal numbers they print as
-(``0.05`` is 1/20), so ⌊γn⌋ is never off by one.
-
-When no k < n − 1 passes (tiny cohorts), the graph is complete (k = n − 1) and t is the smallest
-value with t > ⌊γn⌋ (semi-honest) or 2t > n + ⌊γn⌋ (semi-malicious); it must not exceed the
-⌈(1−δ)n⌉ clients guaranteed to survive.
+The rule is fcp's ``graph_parameter_finder.cc``: the smallest even k whose random Harary graph
+is connected over the honest survivors, gives no client t corrupted neighbours and leaves every
+client t responding ones, each within its failure budget (docs/secagg.md#parameters). Unlike fcp,
+every tail comparison is exact (:mod:`dpfl.secagg.hypergeometric`), so no rounding pushes a
+borderline k or t to the insecure side, and γ, δ are read as the decimals they print as. Small
+cohorts fall back to the complete graph.
 """
 
 from __future__ import annotations
@@ -40,7 +25,7 @@ from .hypergeometric import (
 
 
 class ThreatModel(enum.Enum):
-    """The server the parameters must defend against (SECAGG.md §1)."""
+    """The server the parameters must defend against (docs/secagg.md#threat-models)."""
 
     SEMI_HONEST = "semi-honest"  # fcp CURIOUS_SERVER
     SEMI_MALICIOUS = "semi-malicious"  # fcp SEMI_MALICIOUS_SERVER

@@ -2,11 +2,11 @@
 
 PRG(seed) = AES-CTR keystream under K = HKDF(seed, session_id, "prg" ‖ name ‖ m ‖ r), read as m
 little-endian words of the container width (32 bits when R ≤ 2^32, else 64 bits) and reduced mod
-R = 2^r (SECAGG.md §2, stage 3). The key changes with the session, the name ("self" for b_i, "pair"
-for s_ij), the length and the ring, so no two uses ever share a keystream. For a power-of-two R the
-reduction is a mask and the words are exactly uniform; for any other modulus (not used by the
-protocol, kept for completeness) words above the modulus are rejected in vectorised batches, as
-fcp's ``map_of_masks.cc`` does.
+R = 2^r (docs/secagg.md#stage-3-masked-input). The key changes with the session, the name ("self"
+for b_i, "pair" for s_ij), the length and the ring, so no two uses ever share a keystream. For a
+power-of-two R the reduction is a mask and the words are exactly uniform; for any other modulus (not
+used by the protocol, kept for completeness) words above the modulus are rejected in vectorised
+batches, as fcp's ``map_of_masks.cc`` does.
 
 :class:`MaskAccumulator` adds and subtracts many expansions into one vector in the container ring
 Z_{2^32} or Z_{2^64} and reduces mod R once at the end: reduction commutes with ring addition

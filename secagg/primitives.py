@@ -1,4 +1,5 @@
-"""Key agreement, authenticated encryption of shares and the session identifier (SECAGG.md §2).
+"""Key agreement, authenticated encryption of shares and the session identifier
+(docs/secagg.md#the-protocol).
 
 - X25519 (RFC 7748) for both key pairs of a client; every derived key goes through HKDF-SHA256 with
   the session id as salt and a length-prefixed info string (:mod:`dpfl.secagg.kdf`).
@@ -113,7 +114,7 @@ def agree_many(private: bytes, peer_publics: list[bytes]) -> list[bytes]:
 
 
 def compute_session_id(*, job_id: str, round: int, nonce: bytes) -> bytes:
-    """session_id = SHA-256(encode(job_id ‖ round ‖ server nonce)) (SECAGG.md stage 0, step 4)."""
+    """session_id = SHA-256(encode(job_id ‖ round ‖ nonce)) (docs/secagg.md#stage-0-setup)."""
     if len(nonce) < 16:
         raise ParameterError(f"the server nonce needs ≥ 16 bytes, got {len(nonce)}")
     return hashlib.sha256(encode_fields(DOMAIN, "session", job_id, round, nonce)).digest()

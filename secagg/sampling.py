@@ -1,20 +1,10 @@
 """Exact, vectorised Bernoulli(F·exp(−G)) and discrete Laplace sampling from a CSPRNG stream.
 
-The samplers of :mod:`dpfl.secagg.noise` reduce to one primitive: accept with probability
-p = F·exp(−G), F and G exact rationals. :func:`bernoulli_exp` decides it for a whole array at once:
-
-1. A uniform U ∈ [0, 1) is drawn lazily: its first 52 bits give the interval [u·2^−52, (u+1)·2^−52).
-2. A float approximation of log p with a *rigorous* absolute error bound e gives an interval
-   [p_lo, p_hi] ∋ p (exp is widened by a further factor 1 ± 2^−50, a few ulps).
-3. U < p is certain when (u+1)·2^−52 ≤ p_lo, U ≥ p is certain when u·2^−52 ≥ p_hi. Only the rare
-   undecided entries (probability ≈ p_hi − p_lo + 2^−52) are resolved one by one, exactly: p is
-   bracketed with ``decimal`` (correctly rounded exp) and more bits of U are drawn, until the two
-   intervals separate.
-
-The outcome is exactly Bernoulli(p): floating point only decides *when* the exact arithmetic runs,
-never the answer. This is the standard "lazy comparison" technique; it avoids both the float
-samplers whose output sets leak (Mironov 2012) and the per-element Python loops of a literal
-Canonne–Kamath–Steinke implementation.
+:func:`bernoulli_exp` decides ``U < p`` for a whole array by lazy comparison: a float estimate of
+p with a rigorous error bound settles almost every entry from the first 52 bits of U, and the
+rare undecided ones are resolved exactly (``decimal`` brackets of p, more bits of U) until the
+intervals separate. Floating point only decides when the exact arithmetic runs, never the
+answer, which avoids both leaky float samplers (Mironov 2012) and per-element Python loops.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """The server (coordinator) side: pure transitions over the states of :mod:`.server_states`.
 
-A driver (the coordinator's round loop, or :func:`dpfl.secagg.simulate`) uses four functions:
-
-- :func:`start_round` fixes the setup (graph from a CSPRNG permutation, session id) and returns the
-  ``AdvertiseKeysRequest`` of every client;
-- :func:`receive` adds one client's response as it arrives and returns the new state; a response
-  that breaks the rules raises a typed :class:`~dpfl.secagg.errors.ProtocolViolation` and changes
-  nothing (the client simply counts as not having answered);
-- :func:`close_stage` ends the current stage with whoever answered (call it when ``pending`` is
-  empty or at the deadline) and returns the next state and the requests to send, or
-  :class:`ServerAborted`;
-- :func:`begin_unmask` sends the unmask requests. Closing the masked-input stage stops at
-  :class:`ServerReadyToUnmask` so that the coordinator can commit the privacy ledger first.
-
-Rules enforced (SECAGG.md §2): exactly one ciphertext per listed neighbour; A1 ⊇ A2 ⊇ A3; abort as
-soon as fewer than ``min_survivors`` clients remain or some secret cannot reach t shares; a client
-is either alive (its b is rebuilt) or dropped (its s^SK is rebuilt), never both; clients that drop
-after sending their masked input are still counted.
+A driver calls :func:`start_round` (graph, session id, the advertise-keys requests),
+:func:`receive` for each response (a violation raises a typed
+:class:`~dpfl.secagg.errors.ProtocolViolation` and changes nothing), :func:`close_stage` when
+everyone answered or at the deadline, and :func:`begin_unmask` once the privacy ledger is
+committed: closing the masked-input stage stops at :class:`ServerReadyToUnmask` for that. The
+rules enforced (one ciphertext per neighbour, A1 ⊇ A2 ⊇ A3, all or nothing, never both shares of
+one client, clients counted once their masked input arrived) are in docs/secagg.md#the-protocol.
 """
 
 from __future__ import annotations
@@ -189,7 +179,8 @@ def _close_masked(state: ServerCollectingMaskedInputs) -> ServerState:
 def begin_unmask(state: ServerReadyToUnmask) -> tuple[ServerCollectingUnmask, tuple[Outbound, ...]]:
     """Stage 4: ask each j ∈ A3 for b-shares of N(j) ∩ A3 and s-shares of N(j) ∩ (A2 \\ A3).
 
-    Call only after the round's privacy events are committed (DESIGN.md, ledger rule 1).
+    Call only after the round's privacy events are committed
+    (docs/architecture.md#rule-1-never-under-count).
     """
     if not isinstance(state, ServerReadyToUnmask):
         raise WrongStage(f"begin_unmask needs ServerReadyToUnmask, got {type(state).__name__}")

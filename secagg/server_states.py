@@ -112,9 +112,9 @@ class ServerCollectingMaskedInputs:
 class ServerReadyToUnmask:
     """Masked inputs closed, no unmask request sent yet.
 
-    **Ledger hook** (DESIGN.md, ledger rule 1): the aggregate becomes computable as soon as the
-    unmask requests go out, so the coordinator commits the round's privacy events while holding
-    this state, and only then calls :func:`dpfl.secagg.server.begin_unmask`.
+    **Ledger hook** (docs/architecture.md#rule-1-never-under-count): the aggregate becomes
+    computable as soon as the unmask requests go out, so the coordinator commits the round's privacy
+    events while holding this state, and only then calls :func:`dpfl.secagg.server.begin_unmask`.
     """
 
     stage: ClassVar[Stage] = Stage.UNMASK

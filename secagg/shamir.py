@@ -1,20 +1,12 @@
-"""t-of-n Shamir secret sharing over GF(p), p = 2^521 − 1 (a Mersenne prime, SECAGG.md §2).
+"""t-of-n Shamir secret sharing over GF(p), p = 2^521 − 1 (a Mersenne prime above any 32-byte
+secret).
 
-A 32-byte secret is the big-endian integer it encodes (< 2^256 < p). Client j's evaluation point is
-x_j = j + 1, so x = 0 (where the secret lives) never belongs to a client. A share's y value travels
-as 66 bytes, big-endian (``UnmaskShare.share``).
-
-Reconstruction is the server's hot path (Flower's SecAgg+ spends 97 % of its server time there), so
-:func:`reconstruct_many` rebuilds the secrets of *all* owners of one unmask round together:
-
-- the Lagrange coefficients at 0, λ_j = Π_{m≠j} x_m / (x_m − x_j), depend only on the set of
-  x-coordinates; they are cached per x-set (:class:`LagrangeCache`);
-- the denominators of every x-set not yet cached are inverted together with Montgomery's trick:
-  one modular exponentiation for the whole batch instead of one per share;
-- each secret is then Σ_j λ_j y_j mod p: t multiplications.
-
-Invariants (SECAGG.md §6.6): any t shares determine the secret; t − 1 shares are independent of it
-(the other coefficients are uniform); x = 0 and duplicate x are refused with :class:`InvalidShare`.
+Client j's evaluation point is x_j = j + 1, so x = 0 (where the secret lives) is nobody's; a
+share's y travels as 66 big-endian bytes. Reconstruction is the server's hot path, so
+:func:`reconstruct_many` rebuilds every secret of an unmask round together, with Lagrange
+coefficients cached per x-set (:class:`LagrangeCache`) and the missing denominators inverted in
+one batch (Montgomery's trick). Invariants (docs/secagg.md#shamir): any t shares determine the
+secret, t − 1 are independent of it, x = 0 and duplicate x raise :class:`InvalidShare`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Reconstruction and removal of the masks (SECAGG.md §2, "Reconstruction").
+"""Reconstruction and removal of the masks (docs/secagg.md#reconstruction).
 
 z = Σ_{A3} y_i − Σ_{A3} PRG(b_i) − Σ_{d∈A2\\A3} Σ_{i∈A3∩N(d)} sgn(i,d)·PRG(KA(s_d^SK, s_i^PK)),
 sgn(i,d) = +1 if i < d else −1.

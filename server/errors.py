@@ -1,45 +1,13 @@
 """The coordinator's typed errors and how every transport reports them.
 
-Handlers raise these; the gRPC servicer and the FastAPI routers are thin adapters that only map an
-error's class to a status (STYLE.md conventions 11 and 14). Each class carries its mapping as two
-class attributes, so an adapter needs no ``isinstance`` ladder::
+Handlers raise these; the gRPC servicer and the FastAPI routers are thin adapters. Each class
+carries its mapping as two class attributes, so an adapter needs no ``isinstance`` ladder::
 
     grpc.StatusCode[err.grpc_status]      # gRPC
     JSONResponse(status_code=err.http_status, content={"detail": str(err), "code": err.code})
 
-| class                | gRPC status         | HTTP | meaning                                   |
-|----------------------|---------------------|------|-------------------------------------------|
-| ServerError          | INTERNAL            | 500  | root of all below (never raised bare)     |
-| ConfigurationError   | FAILED_PRECONDITION | 500  | settings refused (insecure, inconsistent) |
-| StoreError           | INTERNAL            | 500  | root of the store's errors                |
-| InvalidInput         | INVALID_ARGUMENT    | 422  | a value the store cannot accept           |
-| NotFound             | NOT_FOUND           | 404  | no such agent, job, round, model          |
-| Conflict             | FAILED_PRECONDITION | 409  | contradicts the stored state              |
-| AlreadyExists        | ALREADY_EXISTS      | 409  | a unique key is taken                     |
-| InvalidTransition    | FAILED_PRECONDITION | 409  | a status change not allowed               |
-| BudgetExceeded       | RESOURCE_EXHAUSTED  | 409  | a charge would exceed a budget            |
-| InvalidCredential    | UNAUTHENTICATED     | 401  | unknown, revoked, expired, used           |
-| PermissionDenied     | PERMISSION_DENIED   | 403  | authenticated but not allowed             |
-| LedgerIntegrityError | DATA_LOSS           | 500  | curves disagree with events               |
-| StoreUnavailable     | UNAVAILABLE         | 503  | database unreachable/unmigrated           |
-| MetricsError         | INTERNAL            | 500  | an impossible metric update (metrics.py)  |
-| RoundMessageError    | INVALID_ARGUMENT    | 422  | a refused agent message (handlers.py)     |
-| MalformedMessage     | INVALID_ARGUMENT    | 422  | undecodable or out-of-range content       |
-| MessageTooLarge      | RESOURCE_EXHAUSTED  | 413  | over the configured message size          |
-| StaleRound           | FAILED_PRECONDITION | 422  | another round or session                  |
-| WrongStage           | FAILED_PRECONDITION | 422  | another stage than the one collected      |
-| UnknownJob           | NOT_FOUND           | 422  | no round of that job is running           |
-| DuplicateMessage     | ALREADY_EXISTS      | 422  | a second answer where one is allowed      |
-
-The ``RoundMessageError`` family (``dpfl.server.handlers``) is raised for agent messages; on the
-task stream each is answered with an ``Error`` carrying its ``error_code`` (``dpfl.v1.ErrorCode``)
-rather than with a status.
-
-``dpfl.learning.jobs.JobSpecError`` (a bad job document) is not a ``ServerError``, but every
-transport maps it the same way as ``InvalidInput``: ``INVALID_ARGUMENT`` / 422.
-
-Invariant: messages name the offending object and the problem (``"agent 'a-1' not found"``), and
-never contain a secret (tokens and credentials are never echoed back).
+The table of classes and statuses: docs/architecture.md#error-classes-and-statuses. Messages name
+the offending object and the problem (``"agent 'a-1' not found"``) and never contain a secret.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Transport-free handlers of the agent protocol: ``(request, store, ...) -> response``.
 
 The gRPC servicer (:mod:`dpfl.server.grpc`) and the in-process link of simulations are thin
-adapters over these functions (STYLE.md 11): they only turn metadata and protobufs into
-arguments and map the typed errors raised here to a status (``err.grpc_status``, see
-:mod:`dpfl.server.errors`) or to an ``Error`` message (``err.error_code``).
+adapters over these functions (docs/architecture.md#handlers-free-of-transport-typed-errors): they
+only turn metadata and protobufs into arguments and map the typed errors raised here to a status
+(``err.grpc_status``, see :mod:`dpfl.server.errors`) or to an ``Error`` message
+(``err.error_code``).
 
 Invariants:
 

@@ -1,40 +1,12 @@
 """The contract between an algorithm and the two shells that run it (coordinator and agent).
 
-An algorithm module (``learning/algorithms/<name>.py``) subclasses :class:`Algorithm` and keeps its
-three sides together (ALGORITHMS.md):
-
-- **coordinator side**: calibrate the noise once per job (:meth:`Algorithm.plan`), build the
-  initial state (:meth:`Algorithm.initial_state`), pick the round's invitees
-  (:meth:`Algorithm.select`), describe the round's task (:meth:`Algorithm.round_task`) and its
-  ring encoding once the participants are known (:meth:`Algorithm.encoding`), and turn the decoded
-  SUM into the next state (:meth:`Algorithm.finish_round`). It never sees one agent's vector.
-- **agent side**: from the task and the agent's private data, compute the real vector to be
-  summed (:meth:`Algorithm.agent_compute`), already clipped to the encoding's L2 bound; and check
-  that what it is asked to do matches the privacy the coordinator claims
-  (:meth:`Algorithm.agent_check`). The shells put into the secure sum what
-  :meth:`Algorithm.agent_contribution` returns: by default the real vector encoded into the
-  round's ring with the agent's share of the noise (``dpfl.secagg.encode``). An algorithm whose
-  noise must be added INSIDE the local computation (DP-FedSGD adds integer noise at every local
-  DP-SGD step, and its local model follows the noisy steps) overrides
-  :meth:`Algorithm.agent_contribution` instead of :meth:`Algorithm.agent_compute`.
-- **privacy side**: the events a round charges to each affected client if it commits
-  (:meth:`Algorithm.charges`), in :mod:`dpfl.accounting` terms; the events an invitation announces
-  (:meth:`Algorithm.invitation_events`); and what the agent itself records in its own local ledger
-  (:meth:`Algorithm.agent_charge`), which may be more conservative than the coordinator's charge
-  because the agent cannot verify everything the coordinator claims.
-
-The shells own transport, secure aggregation, the ledger and the model store; nothing
-algorithm-specific lives in ``server/`` or ``client/``. Invariants every implementation keeps:
-
-1. :meth:`Algorithm.charges` is an upper bound on what the released SUM costs each client, for any
-   set of survivors of at least ``min_survivors`` whose honest fraction is at least the job's
-   ``privacy.honest_fraction`` (SECAGG.md §4: per-agent noise is split over ``t·N·(1−δ)`` of
-   the N accepted participants and never below what the ``t·min_survivors`` guaranteed honest
-   survivors need, so dropouts cannot thin the noise below what is charged, and without dropouts
-   the summed noise does not depend on N: ``common.per_agent_noise``).
-2. Every random choice that privacy depends on (sampling of clients, noise) comes from a CSPRNG.
-3. Plans, tasks and states are JSON-serialisable (states through bytes), so that a restarted
-   coordinator resumes with the same noise and the same model.
+An algorithm module subclasses :class:`Algorithm` and keeps its three sides together: the
+coordinator side (plan, select, round task, encoding, and the next state from the decoded SUM),
+the agent side (the vector it contributes, and the check that the setup delivers the claimed
+privacy) and the privacy side (the charges a committed round makes, the events an invitation
+announces, and what the agent records itself). The shells own transport, secure aggregation, the
+ledger and the model store. The contract and its invariants:
+docs/algorithms.md#the-contract-in-one-paragraph.
 """
 
 from __future__ import annotations
@@ -296,7 +268,10 @@ class Algorithm(abc.ABC):
         min_survivors: int,
     ) -> EncodingConfig:
         """The ring encoding, with each agent's share of the noise, for ``participants`` agents
-        of which at least ``min_survivors`` will be summed (invariant 1 of the module)."""
+        of which at least ``min_survivors`` will be summed.
+
+        docs/algorithms.md#invariants-of-every-algorithm, 1.
+        """
 
     @abc.abstractmethod
     def charges(
@@ -362,7 +337,8 @@ class Algorithm(abc.ABC):
     ) -> tuple[DpEvent, ...]:
         """What the AGENT records in its own local ledger for ``events`` (default: them as is).
 
-        The agent does not trust the coordinator (DESIGN.md, ledger rule 3): an algorithm whose
+        The agent does not trust the coordinator
+        (docs/architecture.md#rule-3-budgets-are-enforced-on-both-sides): an algorithm whose
         claimed events rest on something only the coordinator does (e.g. amplification by client
         sampling, which the agent cannot verify and which does not hold against the coordinator
         that knows the sample) returns here the conservative event the agent can stand behind.

@@ -1,35 +1,12 @@
-"""What DP-FedAvg, PATE-FL and the algorithms after them share: task parameters, client sampling,
-the distributed-noise split, the choice of the encoding's scale and the calibration record.
+"""What the algorithms share: task parameters, CSPRNG client sampling, the noise split, the choice
+of the encoding's scale and the calibration record.
 
-Invariants:
-
-- **Noise split** (ALGORITHMS.md, distributed noise rule; SECAGG.md §4): under secure aggregation
-  each of the N accepted participants adds ``Sk(μ_total/(t·c))`` (or a discrete Gaussian of std
-  ``σ_total/√(t·c)``) with ``c = min(N·(1−δ), m_s)``, δ the job's ``secagg.dropout_fraction`` and
-  m_s = ``min_survivors`` (:func:`per_agent_noise`, the ONE place every algorithm takes its share
-  from). Since m_s ≥ ⌈N(1−δ)⌉ (the secure aggregation's survivor floor, raised further by the
-  Shamir threshold), c = N(1−δ) in every round the coordinator runs, so without dropouts the N
-  shares add up to ``Sk(μ_total/(t(1−δ)))`` WHATEVER N IS (up to the few ulps the share is
-  rounded up): one agent's participation does not change the noise law of the sum, which the
-  Skellam bound under add/remove with Poisson sampling assumes (docs/accounting.md). The older
-  split ``μ_total/(t·m_s)`` made the summed noise ``N·μ_total/(t·⌈N(1−δ)⌉)``, which moves with N
-  through the ceiling. Any summed set still has ≥ m_s members of which ≥ t·m_s are honest, and
-  the share is at least ``μ_total/(t·m_s)``, so the honest noise alone is ≥ ``Sk(μ_total)``
-  (variance ≥ ``σ_total²``): dropouts can never thin the noise below what is charged (base.py
-  invariant 1). The per-agent value is rounded UP in floating point until
-  ``share·(t·m_s) ≥ total`` holds exactly in float64, and the agent checks that very inequality
-  (:func:`noise_covers`, :func:`check_noise`), so both sides agree bit for bit. Without secure
-  aggregation (or under an accounting that credits no other agent's noise, DP-FedSGD's local-DP
-  charge) every agent adds the whole ``total`` itself.
-- **t is a trust assumption** (``privacy.honest_fraction``), not derived from the secure
-  aggregation's ``corrupt_fraction``: agents colluding with the coordinator could subtract their
-  own noise, so a cautious job sets ``t ≤ 1 − corrupt_fraction`` (dropouts are already covered by
-  splitting over m_s), and an agent can refuse optimistic jobs with its policy's
-  ``max_honest_fraction``. The plan records both.
-- **Client sampling** draws from a CSPRNG (:class:`dpfl.secagg.RandomSource`, AES-CTR): client i
-  is included iff a uniform integer below the denominator of the float ``q`` (a power of two) is
-  below its numerator, so the inclusion probability is exactly the float ``q``.
-- Every problem with a task's parameters is an :class:`AlgorithmError` naming ``params.<key>``.
+:func:`per_agent_noise` is the one place every algorithm takes its noise share from: the total
+split over ``t·N·(1−δ)`` participants, never below what the ``t·min_survivors`` honest survivors
+need, rounded up so that the agent's :func:`noise_covers` check agrees bit for bit
+(docs/algorithms.md#distributed-noise-rule). Client sampling includes client i with probability
+exactly the float ``q``. Every problem with a task's parameters is an :class:`AlgorithmError`
+naming ``params.<key>``.
 """
 
 from __future__ import annotations

@@ -1,34 +1,9 @@
-"""DP-Fed-LS (ALGORITHMS.md §3): DP-FedAvg plus Laplacian smoothing of the noisy aggregate.
+"""DP-Fed-LS: DP-FedAvg plus Laplacian smoothing of the noisy aggregate on the coordinator.
 
-Everything DP-FedAvg does (:mod:`~dpfl.learning.algorithms.dp_fedavg`: clipped deltas, exact
-distributed Skellam noise, the ledger), plus:
-
-- **smoothing** on the coordinator, between the decoded sum and the model step:
-  ``u ← A_σ⁻¹ u`` with ``A_σ = I + σ_ls·L`` (:mod:`~dpfl.learning.algorithms.smoothing`, FFT),
-  per flattened parameter tensor (``smoothing_scope: tensor``) or over the whole flattened vector
-  (``vector``). It is post-processing of the released sum: privacy unchanged.
-- **client sampling** ``poisson`` (each client with probability q, as DP-FedAvg) or ``uniform``:
-  exactly m = max(1, round(q·n)) clients drawn without replacement from the n clients of the
-  round's population with a CSPRNG (partial Fisher–Yates over ``RandomStream.randbelow``). The
-  update divides by that m. Fixed-size sampling pairs with **replace-one** neighbouring (the
-  population size is public; Wang, Balle & Kasiviswanathan 2019): one agent's data replaced
-  moves its rounded vector by at most twice the rounded norm bound, so each round charges
-  ``SampledWithoutReplacementEvent(n, m, SkellamEvent(μ, 2Δ₁, 2Δ₂, d))`` (or the Gaussian
-  counterpart, approximate) to every client of the population, and an unsampled round (m ≥ n,
-  or no secure aggregation, charged to participants only) the bare release with the same
-  replace-one sensitivities, so that every round of the job is accounted under one relation.
-  ``n`` is the population the round was drawn from; a smaller population (clients over budget
-  left out) only raises the sampling ratio, so the charge never falls below the truth.
-
-**Calibration.** The noise is calibrated exactly (RDP/PLD accountant, DP-FedAvg's direct Skellam
-calibration) for the chosen sampling. Beside it the plan reports the seed's closed form for BOTH
-samplings (``accounting.fedls_noise_multiplier``: ``ν ≥ (τ·G/ε)·√((c·T/λ)·(log(1/δ)/(1−λ) + ε))``,
-c = 14 uniform, 8 Poisson, minimised over λ), each with the accountant's exact ε at that ν for the
-corresponding event shape, so that a reader sees how much the closed form over- (or under-)
-provisions. The closed forms are never used to charge the ledger.
-
-Task parameters: DP-FedAvg's (``"algorithm": "dp-fed-ls"``) plus ``"client_sampling"``,
-``"sample_size"`` (uniform only), ``"sigma_ls"`` and ``"smoothing_scope"``.
+Smoothing (:mod:`~dpfl.learning.algorithms.smoothing`) is post-processing, so privacy is
+DP-FedAvg's; ``client_sampling: uniform`` draws a fixed-size sample and charges the replace-one
+``SampledWithoutReplacementEvent`` instead. The paper's closed-form noise bound is reported beside
+the exact calibration, never charged. Details: docs/algorithms.md#dp-fed-ls.
 """
 
 from __future__ import annotations

@@ -1,38 +1,12 @@
 """Which privacy event a DP-FedSGD round charges, and who adds how much noise for it.
 
-Every DP-FedSGD round releases ``Σ_i Z_i``, the sum over the participants of their S noisy
-local DP-SGD steps (:mod:`~dpfl.learning.algorithms.integer_dpsgd`). The event charged is always
-S compositions of one Poisson-subsampled step, ``SelfComposedEvent(PoissonSampledEvent(p,
-SkellamEvent(μ, Δ₁, Δ₂, d)), S)`` (Gaussian with ``privacy.noise: gaussian``); what differs is
-WHOSE noise μ stands for, i.e. how each agent's noise share is sized (:func:`shares_noise`):
-
-- **central** (secure aggregation, S = 1): one step from the GLOBAL model θ. Every agent's
-  per-record gradients are taken at θ, which is public, so the sum over agents of that step is
-  exactly ONE Poisson-subsampled Skellam mechanism on the union of the data: sensitivity one
-  rounded record (Δ₁, Δ₂), noise the honest agents' summed shares ``≥ Sk(μ)``. Exact; the
-  shares are split (``common.per_agent_noise``).
-- **local** (secure aggregation with S > 1 and ``privacy.accounting: provable``, the default;
-  or no secure aggregation): each agent adds the WHOLE μ at every step itself. Agent i's S
-  steps are then a DP-SGD run with Poisson rate p whose every step is the subsampled Skellam
-  mechanism of its own noise on its own records at its current local model, which is a function
-  of its earlier noisy outputs: adaptive composition (Mironov 2017, Prop. 1) gives the S-fold
-  event for its run, ``Z_i`` is a function of the run, and the released sum adds the other
-  agents' ``Z_j``, which do not depend on agent i's records (post-processing). A proven bound
-  whatever the other agents do; ``secure_aggregation`` in the ledger says whether masking was
-  applied as well.
-- **sum-dominating** (secure aggregation, S > 1, ``privacy.accounting: sum-dominating``, an
-  explicit operator opt-in): ALGORITHMS.md §2's recipe, split shares as in the central case and
-  μ calibrated so that the honest agents' SUMMED noise would meet the target. That figure is NOT
-  a bound for S > 1, by any factor: from the second step on, agent i's gradients are taken at its
-  private local state θ_i^s, which depends on a record through the earlier steps, so one record
-  can move ALL of agent i's later per-record gradients (docs/accounting.md, "The sum-dominating
-  figure is not a bound"; ``tests/support/multistep_counterexample.py``: 16·C instead of C).
-  It is kept only as a labelled claim (:data:`CLAIM_LABEL`), stored in the plan apart from the
-  guaranteed ε, and never charged, added to a total or compared with a budget. What the
-  coordinator charges and announces, and what the agent records, is :func:`agent_event`: the
-  local-DP event of each agent's OWN share ``agent_noise`` (the share of the plan's whole
-  population, the smallest any round gives it), which :meth:`DpFedSgd.agent_check` verifies
-  against the agent's own noise alone.
+The event is always S compositions of one Poisson-subsampled step; what differs is whose noise μ
+stands for (:func:`shares_noise`): **central** (S = 1 under secure aggregation: the step is taken
+at the public global model, so the sum is one subsampled mechanism and shares are split),
+**local** (S > 1 by default, or no secure aggregation: each agent adds the whole μ and its own
+run is charged), or **sum-dominating** (an operator opt-in whose figure is not a bound for S > 1,
+kept only as the labelled claim :data:`CLAIM_LABEL`; each agent's own share is charged,
+:func:`agent_event`). Why: docs/accounting.md#c-dp-fedsgd-with-several-local-steps.
 """
 
 from __future__ import annotations

@@ -1,33 +1,11 @@
-"""DP-Helmet's local learner: one-vs-rest linear models by projected SGD (ALGORITHMS.md §4).
+"""DP-Helmet's local learner: one-vs-rest linear models by projected SGD.
 
-Each record's features ``φ(x) ∈ R^p`` (a fixed, data-independent extractor) become the input
-``a = clip_c((1, φ(x))) ∈ R^{p+1}`` (bias coordinate first, then the whole vector L2-clipped to
-c, so ‖a‖ ≤ c holds for the bias too). For each class k (labels ``y_k = ±1``) the model
-``f_k ∈ R^{p+1}`` minimises
-
-    J(f) = (Λ/2)·‖f‖² + (1/M)·Σ_i ℓ(y_k · fᵀ a_i),
-
-ℓ the Huber-smoothed hinge ``huber_h(z) = 0 (z > 1+h); (1+h−z)²/(4h) (|1−z| ≤ h); 1−z (z < 1−h)``
-or the logistic loss ``log(1 + e^{−z})``. Training is projected SGD with one record per step over
-``epochs`` passes (a fresh permutation per pass), step size ``η_t = min(1/β, 1/(Λ·t))`` at the
-t-th step (t = 1, 2, ...) with ``β = √((c²·κ + Λ)² + p·Λ²)``, κ = 1/(2h) (Huber) or 1/4
-(logistic) bounding ℓ'', and projection of every f_k onto the ball of radius R after each step.
-
-**Sensitivity** (replace one record; the contraction argument of Wu et al. 2017, "Bolt-on
-Differential Privacy for Scalable Stochastic Gradient Descent-based Analytics", strongly convex
-case with decreasing steps; proof in docs/accounting.md, "DP-Helmet: record-level sensitivity"):
-every step ``f ↦ (1 − η_tΛ)f − η_t∇ℓ(f)`` with ``η_t ≤ 1/β`` is (1 − η_tΛ)-contractive and the
-projection is non-expansive. At the differing record the two runs apply the SAME regulariser
-term, which cancels, so the step adds at most ``η_t‖∇ℓ − ∇ℓ'‖ ≤ 2η_t·c`` (|ℓ'| ≤ 1, ‖a‖ ≤ c);
-the later steps shrink that to at most ``2c/(ΛT)`` per meeting, and E passes of M steps give
-
-    ‖f − f'‖ ≤ s = 2c/(M·Λ)   per class,
-
-whatever the (data-independent) order of the records (the bound of the exact minimiser,
-Chaudhuri, Monteleoni & Sarwate 2011, Cor. 8). Protecting a whole data set, both models
-lie in the R-ball: ``s = 2R``. Training never reads anything but the agent's own records, the
-task's hyper-parameters and a public seed for the order. ``test_dp_helmet.py`` checks the bound
-empirically on neighbouring data sets with the same order.
+Per class, ``J(f) = (Λ/2)‖f‖² + (1/M)·Σ ℓ(y·fᵀa)`` with ``a = clip_c((1, φ(x)))``, ℓ the
+Huber-smoothed hinge or the logistic loss, one record per step over ``epochs`` passes, step
+``min(1/β, 1/(Λt))`` and projection onto the R-ball. These choices make each step a contraction,
+which gives the per-class sensitivity ``2c/(MΛ)``
+(docs/accounting.md#dp-helmet-record-level-sensitivity). Training reads only the agent's records,
+the task and a public seed for the order.
 """
 
 from __future__ import annotations

@@ -1,32 +1,12 @@
 """DP-SGD in the secure-aggregation ring: DP-FedSGD's local steps with exact integer noise.
 
-One step s of agent i (ALGORITHMS.md §2 and "Encoding"), model θ, C the per-record clip, u = 2^b:
-
-1. **Poisson batch**: each local record independently with probability exactly p (the float's
-   value; 64-bit CSPRNG draws, :func:`~dpfl.learning.algorithms.common.poisson_sample`);
-2. **per-record gradients** ∇ℓ(θ; x_j, y_j) with ``torch.func`` (``vmap`` of ``grad`` over the
-   batch: each record's gradient is computed from that record alone), in float64;
-3. **clip and round each record**: ``clip_C`` with the encoder's float-safe margin, scale by u,
-   conditional stochastic rounding per record (re-drawn until ‖z_j‖₂ ≤ Δ₂, decided exactly), so
-   every record's integer vector has L2 norm ≤ Δ₂ and L1 norm ≤ Δ₁ — the encoder's bounds
-   (:meth:`~dpfl.secagg.EncodingConfig.rounded_l2_bound`; Kairouz, Liu & Steinke 2021, Thm. 1);
-4. **integer sum and noise**: ``I_s = Σ_j z_j`` (exact int64), clamped per coordinate to
-   ``[−L, L]`` with ``L = M_max·⌈C·2^b⌉`` (what the ring was sized for), plus this agent's noise
-   share ``n_s`` (Skellam or discrete Gaussian, :class:`~dpfl.secagg.NoiseSpec`, from the
-   CSPRNG). The clamp never acts for an agent of at most M_max records; for a larger one it
-   replaces a refusal, which would make the guarantee depend on the data set's size (an agent
-   of M_max records refuses once one record is added). Clamping each coordinate is 1-Lipschitz
-   per coordinate, so two sums that differ by one rounded record still differ by at most that
-   record's |z_j| in every coordinate: the L1 and L2 sensitivities (Δ₁, Δ₂) of the step, and so
-   its event, are unchanged, whatever the data set's size (docs/accounting.md);
-5. **local step**: ``θ ← θ − γ·(I_s + n_s)/(B·u)`` with the round's common normaliser B;
-
-and the agent sends ``Z = Σ_s (I_s + n_s)``, an integer vector, exactly (no clipping, no
-rounding after training: the ring holds it, see DP-FedSGD's plan). Adding or removing one record
-changes I_s by one rounded record, so each step's sum over the agents, ``Σ_i (I_{i,s} + n_{i,s})``
-is the Skellam mechanism with sensitivities (Δ₁, Δ₂) and the agents' summed noise on a Poisson
-sample of the union of their data, and ``Σ_i Z_i = Σ_s (that)`` is a function of the S step
-releases: the accounting of DP-FedSGD composes S such releases per round.
+Per step: a Poisson batch at rate exactly p; per-record gradients (``torch.func``), each clipped
+to C, scaled by 2^b and conditionally rounded PER RECORD, so every record's integer vector has
+the encoder's bounds Δ₂, Δ₁; their exact sum clamped per coordinate to what the ring was sized for
+(1-Lipschitz, so the step's sensitivities are unchanged, whatever the data set's size); plus this
+agent's noise share; then ``θ ← θ − γ·(I_s + n_s)/(B·2^b)``. The agent sends the exact sum of its
+S noisy steps, so each step's sum over agents is one subsampled Skellam release
+(docs/algorithms.md#dp-fedsgd).
 """
 
 from __future__ import annotations

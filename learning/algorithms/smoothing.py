@@ -1,4 +1,5 @@
-"""Laplacian smoothing of a vector: ``x = A_σ⁻¹ v`` with ``A_σ = I + σ·L`` (ALGORITHMS.md §3).
+"""Laplacian smoothing of a vector: ``x = A_σ⁻¹ v`` with ``A_σ = I + σ·L``
+(docs/algorithms.md#dp-fed-ls).
 
 L is the Laplacian of the 1-D periodic chain on d nodes (``2I − P − Pᵀ`` for the cyclic shift P:
 diagonal 2, first off-diagonals −1, corners −1; for d = 2 the two −1's of each row fall on the

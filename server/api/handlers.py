@@ -1,4 +1,5 @@
-"""The REST API's handlers: ``(store, arguments) -> public schema``, free of HTTP (STYLE.md 11).
+"""The REST API's handlers: ``(store, arguments) -> public schema``, free of HTTP
+(docs/architecture.md#handlers-free-of-transport-typed-errors).
 
 Routers only authenticate, call one of these in a worker thread (every store method is one
 blocking transaction) and let the typed errors of ``dpfl.server.errors`` become statuses. Nothing
@@ -120,7 +121,7 @@ def _event_public(report: EventReport) -> LedgerEventPublic:
 def budget_report(
     store: Store, client_id: str, *, delta: float | None = None, tight: bool = False
 ) -> BudgetReport:
-    """The issue-5 budget document: ε at ``delta`` per job and in total, the events behind it,
+    """The budget document: ε at ``delta`` per job and in total, the events behind it,
     and the remaining budget. Raises: NotFound, InvalidInput (δ)."""
     b = store.client_budget(client_id, delta=delta, include_events=True, tight=tight)
     return BudgetReport(

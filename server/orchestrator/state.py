@@ -9,7 +9,8 @@ base64). Later the round's secure-aggregation parameters and encoding are added 
 Recovery (:func:`restore`), after ``abort_interrupted_rounds``:
 
 - a round number with an unfinished (now aborted) attempt is redone from that attempt's stored
-  plan and state: the same noise, the same model (ALGORITHMS.md invariant 3);
+  plan and state: the same noise, the same model (docs/algorithms.md#invariants-of-every-algorithm,
+  3);
 - otherwise the job continues after its last completed round, from the model version that round
   stored, with the details and attachments of that round's starting state advanced by the
   algorithm's own ``finish_round``-free bookkeeping: ``details["round"]``. Algorithms whose

@@ -1,6 +1,6 @@
 """Ledger arithmetic shared by every store backend (pure: no I/O, no transactions).
 
-The three rules of DESIGN.md "The privacy ledger" rest on this module:
+The three rules of docs/architecture.md#the-privacy-ledger rest on this module:
 
 1. never under-count: a round's charges are validated completely (every event accounted, every
    curve finite or +inf, never NaN or negative) *before* the backend writes anything, so a bad

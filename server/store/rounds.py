@@ -6,7 +6,7 @@ Life cycle of one attempt at one round (:class:`~dpfl.server.store.records.Round
        |                          |
        +------abort_round---------+--------> aborted
 
-Rules (DESIGN.md "The privacy ledger"):
+Rules (docs/architecture.md#the-privacy-ledger):
 
 - **charge before unmasking.** ``commit_round`` writes every ledger entry of the round, updates the
   running sums and marks the round committed in ONE transaction; the coordinator calls it after

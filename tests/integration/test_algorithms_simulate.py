@@ -1,11 +1,11 @@
-"""The four algorithms of issue 7 end to end, as ``dpfl simulate`` runs them: the job files under
+"""Four algorithms end to end, as ``dpfl simulate`` runs them: the job files under
 ``examples/``, a coordinator and ten real agents over loopback gRPC, secure aggregation, the SQL
 ledger.
 
 Each run must complete, beat the accuracy floor stated below (measured with the in-process
 harness, ``tests/support/algorithm_harness.py``, over ten noise seeds), and leave a ledger whose
 ε per client equals the accountant's ε recomputed from scratch from the stored event parameters
-(DESIGN.md, ledger rule 2), within the job's target.
+(docs/architecture.md#rule-2-every-event-can-be-recomputed), within the job's target.
 
 | example | unit | ε (δ = 1e-5) | harness accuracy, 10 seeds: mean (min) | floor |
 |---|---|---|---|---|
@@ -17,8 +17,7 @@ harness, ``tests/support/algorithm_harness.py``, over ten noise seeds), and leav
 Each floor is at least four standard deviations of the seeds' spread below the mean (the
 agents' noise is drawn from the system CSPRNG here, so runs differ). dp-fedsgd is charged with
 the provable (local-DP) accounting of its 5 local steps, every agent adding the whole step
-noise; its example's learning rate went from 0.5 to 1.0 with that change (at 0.5 the provable
-run averages 0.69 (0.64), the former sum-dominating charge 0.72 (0.70); docs/algorithms.md).
+noise, at learning rate 1.0 (docs/algorithms.md#dp-fedsgd compares the accounting modes).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Budgets on both sides (DESIGN.md, ledger rule 3), with real agents over loopback gRPC.
+"""Budgets on both sides (docs/architecture.md#rule-3-budgets-are-enforced-on-both-sides), with real
+agents over loopback gRPC.
 
 - The coordinator does not invite (nor charge) a client whose next round would exceed its budget.
 - A coordinator that ignores budgets (a test switch, never in production settings) still cannot

@@ -2,7 +2,8 @@
 
 Five agents, three rounds, on SQLite and on PostgreSQL. The ledger must hold exactly one charge
 per client and round, and each client's ε reported by the store must equal the accountant's ε
-recomputed from scratch from the stored event parameters (DESIGN.md, ledger rule 2).
+recomputed from scratch from the stored event parameters
+(docs/architecture.md#rule-2-every-event-can-be-recomputed).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The store contract, part 2: the privacy ledger (DESIGN.md's three rules), on every backend.
+"""The store contract, part 2: the privacy ledger (the three rules of
+docs/architecture.md#the-privacy-ledger), on every backend.
 
 Every ε the store reports is compared with an independent recomputation by dpfl.accounting from
 the events alone (``RdpAccountant``); failures are injected mid-commit and must leave nothing.

@@ -289,7 +289,8 @@ def run_job(
             survivors=len(summed),
         )
         result.state = round_outcome.state
-        _wire(dict(result.state.details))  # invariant 3: states are JSON (blobs aside)
+        # states are JSON, blobs aside (docs/algorithms.md#invariants-of-every-algorithm)
+        _wire(dict(result.state.details))
         result.rounds.append(
             RoundRecord(
                 round_number,
@@ -305,7 +306,7 @@ def run_job(
 
 
 def make_job(**overrides: Any) -> JobSpec:
-    """The issue-5 DP-FedAvg job (sampling rate 0.3), with top-level sections overridden."""
+    """The demo DP-FedAvg job (sampling rate 0.3), with top-level sections overridden."""
     doc: dict[str, Any] = {
         "name": "demo-dpfedavg",
         "algorithm": "dp-fedavg",

@@ -48,7 +48,7 @@ from dpfl.server.store import (
 )
 from support.paths import ROOT
 
-#: The job file of issue 5 (``make demo``'s job).
+#: ``make demo``'s job file.
 DEMO_PATH = ROOT / "examples" / "demo-dpfedavg.yaml"
 FEDAVG_YAML = """\
 name: dashboard-dpfedavg

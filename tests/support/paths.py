@@ -7,7 +7,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 VECTORS = ROOT / "tests" / "vectors"
 ARTIFACTS = ROOT / "tests" / "artifacts"
-#: Code folders and the import package each one becomes (DESIGN.md's layout table).
+#: Code folders and the import package each one becomes (the table of
+#: docs/architecture.md#packages).
 CODE_PACKAGES = {
     "accounting": "dpfl.accounting",
     "secagg": "dpfl.secagg",

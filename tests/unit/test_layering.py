@@ -1,8 +1,9 @@
-"""The import rules of DESIGN.md's layout table, checked on the source (AST) and at run time.
+"""The import rules of the table of docs/architecture.md#packages, checked on the source (AST) and
+at run time.
 
 - ``server`` and ``client`` never import each other;
 - ``accounting`` and ``secagg`` import no torch, gRPC, protobuf, SQL or web framework;
-- ``learning`` imports neither transport nor the server/client shells;
+- ``learning`` imports neither transport nor the server and client shells;
 - ``protos`` imports only grpc/protobuf/numpy and the pure ``secagg`` (to convert its messages).
 """
 

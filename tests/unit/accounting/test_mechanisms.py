@@ -130,7 +130,7 @@ def test_voting_equals_its_closed_form_under_the_plain_conversion(
 
 
 def _dd_single(g: float, n: int, c: int, sigma: float, s: float, alpha: float) -> float:
-    """ALGORITHMS.md §5, written out independently."""
+    """docs/algorithms.md#pate-fl, written out independently."""
     return c * math.exp(-(n**2) * g**2 / (8 * sigma**2)) + math.log1p(
         math.exp(
             (2 * alpha - 1) * sigma**2 / (2 * s**2) - n**2 * g**2 / (16 * sigma**2) + math.log(c)

@@ -48,7 +48,7 @@ def test_json_of_every_client(coordinator: Coordinator, capsys: Capture) -> None
         assert c["epsilon"] == pytest.approx(store.client_budget(client_id).epsilon, rel=1e-12)
 
 
-def test_json_of_one_client_has_the_issue_5_keys(coordinator: Coordinator, capsys: Capture) -> None:
+def test_json_of_one_client_has_the_budget_keys(coordinator: Coordinator, capsys: Capture) -> None:
     url, token, store, finished = coordinator
     client_id = finished.client_ids[0]
     code, out, _ = run(

@@ -1,4 +1,4 @@
-"""Client-side verification (SECAGG.md §2 stages 2–4, §6.4, §6.7, §6.8)."""
+"""Client-side verification (docs/secagg.md#the-protocol, #invariants-and-their-tests)."""
 
 from __future__ import annotations
 

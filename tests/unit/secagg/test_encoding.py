@@ -1,4 +1,5 @@
-"""Ring encoding (SECAGG.md §4, §6.9): round trip, bit budget, no wrap, unbiased rounding."""
+"""Ring encoding (docs/secagg.md#encoding-for-secure-aggregation, #encoding): round trip, bit
+budget, no wrap, unbiased rounding."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The random Harary neighbour graph (SECAGG.md §2, stage 0)."""
+"""The random Harary neighbour graph (docs/secagg.md#stage-0-setup)."""
 
 from __future__ import annotations
 

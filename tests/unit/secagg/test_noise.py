@@ -1,4 +1,5 @@
-"""Exact integer noise samplers (SECAGG.md §4.6): distributions, the exact fallback, the specs."""
+"""Exact integer noise samplers (docs/secagg.md#integer-noise): distributions, the exact fallback,
+the specs."""
 
 from __future__ import annotations
 

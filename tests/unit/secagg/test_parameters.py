@@ -1,5 +1,5 @@
-"""The (k, t) solver: SECAGG.md §3's table cell for cell, fcp's own test table, and an independent
-exact re-derivation for small n."""
+"""The (k, t) solver: the table of docs/secagg.md#parameter-table cell for cell, fcp's own test
+table, and an independent exact re-derivation for small n."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from dpfl.secagg.parameters import (
 SH, SM = ThreatModel.SEMI_HONEST, ThreatModel.SEMI_MALICIOUS
 NS = (10**3, 10**4, 10**5, 10**6)
 
-# SECAGG.md §3: (γ, δ, model, η) per column; rows n = 10^3 .. 10^6. The "⅓/⅓" column is fcp's
-# test instance, whose rates are 0.33.
+# docs/secagg.md#parameters: (γ, δ, model, η) per column; rows n = 10^3 .. 10^6. The "⅓/⅓" column is
+# fcp's test instance, whose rates are 0.33.
 COLUMNS = {
     "SH 5%/5% η20": (0.05, 0.05, SH, 20, [(30, 17), (34, 20), (36, 21), (38, 22)]),
     "SH 5%/5% η30": (0.05, 0.05, SH, 30, [(34, 18), (38, 21), (40, 22), (44, 24)]),
@@ -98,7 +98,7 @@ def test_fcp_table(
 
 
 def _reference(n: int, gamma: Fraction, delta: Fraction, model: ThreatModel) -> tuple[int, int]:
-    """The rule of SECAGG.md §3 in plain exact integer arithmetic (no float shortcut)."""
+    """The rule of docs/secagg.md#parameters in exact integer arithmetic (no float shortcut)."""
     corrupted = math.floor(gamma * n)
     bad = corrupted + math.floor(delta * n)
     survivors = math.ceil((1 - delta) * n)

@@ -1,4 +1,4 @@
-"""The AES-CTR mask generator and mask cancellation (SECAGG.md §6.5)."""
+"""The AES-CTR mask generator and mask cancellation (docs/secagg.md#masks-cancel)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Key agreement, share encryption and the context encoding (SECAGG.md §2, §6.7)."""
+"""Key agreement, share encryption and the context encoding (docs/secagg.md#primitives)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Server-side rules (SECAGG.md §2, §6.2–§6.4, §6.7): what it accepts, aborts on and asks."""
+"""Server-side rules (docs/secagg.md#the-protocol, #invariants-and-their-tests): what it accepts,
+aborts on and asks."""
 
 from __future__ import annotations
 

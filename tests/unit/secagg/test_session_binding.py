@@ -1,5 +1,5 @@
-"""SECAGG.md stage 0, step 4: the client recomputes session_id = SHA-256(job ‖ round ‖ nonce) from
-the setup's server nonce and leaves the round when the header's id differs."""
+"""docs/secagg.md#stage-0-setup: the client recomputes session_id = SHA-256(job ‖ round ‖ nonce)
+from the setup's server nonce and leaves the round when the header's id differs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shamir sharing over GF(2^521 − 1) (SECAGG.md §6.6)."""
+"""Shamir sharing over GF(2^521 − 1) (docs/secagg.md#shamir)."""
 
 from __future__ import annotations
 

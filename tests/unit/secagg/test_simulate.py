@@ -1,4 +1,5 @@
-"""The whole protocol in process (SECAGG.md §6.1–§6.3, golden transcripts, uniformity)."""
+"""The whole protocol in process (docs/secagg.md#exact-sum, #counted-after-masking, #all-or-nothing,
+golden transcripts, uniformity)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,15 @@
-"""Every store error maps to a real gRPC status code and an HTTP status (server/errors.py)."""
+"""Every store error maps to a real gRPC status code and an HTTP status (server/errors.py), as
+docs/architecture.md#error-classes-and-statuses documents."""
 
 from __future__ import annotations
 
 import grpc
 import pytest
+from support.paths import ROOT
 
 from dpfl.server import errors
+
+TABLE = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
 
 
 def _all() -> list[type[errors.ServerError]]:
@@ -22,7 +26,7 @@ def _all() -> list[type[errors.ServerError]]:
 def test_mapping_is_valid_and_documented(cls: type[errors.ServerError]) -> None:
     assert isinstance(grpc.StatusCode[cls.grpc_status], grpc.StatusCode)
     assert 400 <= cls.http_status < 600
-    row = next(line for line in (errors.__doc__ or "").splitlines() if f"| {cls.__name__} " in line)
+    row = next(line for line in TABLE.splitlines() if f"| `{cls.__name__}` " in line)
     assert f" {cls.grpc_status} " in row
     assert f" {cls.http_status} " in row
 

@@ -121,7 +121,7 @@ def test_summed_noise_without_dropouts_does_not_depend_on_the_participant_count(
             )
             sums.append(n * share if kind is NoiseKind.SKELLAM else n * share * share)
     assert sums == pytest.approx([want] * len(sums), rel=1e-13)
-    # the split over ⌈N(1−δ)⌉ it replaces moved with N whenever N(1−δ) is not an integer
+    # a split over ⌈N(1−δ)⌉ would move with N whenever N(1−δ) is not an integer
     if dropout > 0:
         old = [n * total / (t * math.ceil(n * (1 - dropout))) for n in range(2, 41)]
         assert max(old) / min(old) > 1 + 1e-3

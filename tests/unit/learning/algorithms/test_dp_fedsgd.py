@@ -256,8 +256,8 @@ def test_several_local_steps_add_the_whole_noise_per_agent_by_default(
     plans: dict[str, tuple[Any, JobPlan]], participants: int, survivors: int
 ) -> None:
     """Provable accounting of S = 3: every agent's own share is the whole μ; summing split
-    shares, as ALGORITHMS.md §2 does, only with the job's opt-in (and never below the plan's
-    ``agent_noise``, the share its agents record)."""
+    shares, as docs/algorithms.md#dp-fedsgd does, only with the job's opt-in (and never below the
+    plan's ``agent_noise``, the share its agents record)."""
     job, plan = plans["local"]
     assert (plan.details["accounting_mode"], plan.details["agent_noise"]) == ("local", None)
     task = ALGORITHM.round_task(job, plan, _state(plan), round_number=1)

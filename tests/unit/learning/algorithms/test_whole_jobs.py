@@ -2,7 +2,7 @@
 integer noise, the real secure-aggregation state machines, both ledgers through dpfl.accounting.
 
 Measured figures (stated in the final report and checked here with a margin):
-- DP-FedAvg, issue-5 job with q = 0.3, 100 agents, 10 rounds, ε = 4 at δ = 1e-5: ~0.70 test
+- DP-FedAvg, the demo job with q = 0.3, 100 agents, 10 rounds, ε = 4 at δ = 1e-5: ~0.70 test
   accuracy on digits on average over sampling/noise seeds (0.67-0.80 typical), this seed 0.70;
 - PATE-FL, 10 agents, σ = 3 (agent level, 200 queries): pseudo-labels ~0.85, student ~0.88.
 """
@@ -21,8 +21,8 @@ from dpfl.secagg import SeededRandomSource
 from dpfl.secagg.messages import Stage
 
 
-def test_dp_fedavg_issue5_job_learns_digits_within_epsilon_4() -> None:
-    job = make_job()  # the job file of issue 5 with sampling_rate 0.3
+def test_dp_fedavg_demo_job_learns_digits_within_epsilon_4() -> None:
+    job = make_job()  # the demo job file with sampling_rate 0.3
     sampling = SeededRandomSource(b"sampling-seed-00000000")
     result = run_job(
         job,
