@@ -339,11 +339,13 @@ def download(
         raise InvalidInput("download request: job_id is missing")
     if request.kind not in (pb.BLOB_MODEL, pb.BLOB_PUBLIC_DATA):
         raise InvalidInput(f"download request: unknown blob kind {request.kind}")
+    # the agent's own memberships (a few rows), not the job's population: every member
+    # downloads every round, so a population-sized check would cost O(N²) rows per round
     try:
-        members = store.job_members(request.job_id)
+        member = request.job_id in store.agent_jobs(agent.id)
     except NotFound:
-        members = []
-    if agent.id not in members:
+        member = False
+    if not member:
         raise NotFound(f"job {request.job_id!r} not found")
     if request.kind == pb.BLOB_MODEL:
         model = store.get_model_version(request.job_id, int(request.version))

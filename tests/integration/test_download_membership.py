@@ -1,0 +1,62 @@
+"""Downloads check membership from the agent's side, never by loading the job's population.
+
+Every member of a job downloads the model every round; a check that reads the job's whole member
+list made each round cost O(N²) rows at the coordinator (10⁶ rows per round at N = 1000, the
+largest cost ``benchmarks/scale.py`` found). The answers stay the same: members get the blob,
+everyone else (and unknown jobs) get the same ``NotFound``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from support.databases import PostgresBackend, SqliteBackend
+
+from dpfl.learning.jobs import parse_job
+from dpfl.protos.dpfl.v1 import agent_pb2 as pb
+from dpfl.server import handlers
+from dpfl.server.errors import NotFound
+from dpfl.server.store import Store
+
+SPEC = parse_job({"name": "dl", "algorithm": "dp-fedavg", "privacy": {"target_epsilon": 4.0}})
+
+
+class DownloadMembership:
+    def test_download_never_reads_the_population(
+        self, store: Store, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        agents = [store.create_agent(name=f"a{i}") for i in range(40)]
+        outsider = store.create_agent(name="outsider")
+        job = store.create_job(SPEC, members=[a.id for a in agents])
+        other = store.create_job(SPEC, members=[outsider.id])
+        store.add_model_version(job.id, b"model-bytes")
+        reads: list[Any] = []
+        population = store.job_members
+
+        def counted(job_id: str) -> list[str]:
+            reads.append(job_id)
+            return population(job_id)
+
+        monkeypatch.setattr(store, "job_members", counted)
+        request = pb.DownloadRequest(job_id=job.id, kind=pb.BLOB_MODEL, version=0)
+        for agent in agents:
+            chunks = list(handlers.download(store, agent, request, blobs=None))
+            assert b"".join(c.data for c in chunks) == b"model-bytes"
+        with pytest.raises(NotFound, match="not found"):
+            handlers.download(store, outsider, request, blobs=None)
+        unknown = pb.DownloadRequest(job_id="job-unknown", kind=pb.BLOB_MODEL, version=0)
+        with pytest.raises(NotFound, match="not found"):
+            handlers.download(store, agents[0], unknown, blobs=None)
+        theirs = pb.DownloadRequest(job_id=other.id, kind=pb.BLOB_MODEL, version=0)
+        with pytest.raises(NotFound, match="not found"):
+            handlers.download(store, agents[0], theirs, blobs=None)
+        assert reads == []
+
+
+class TestSqliteDownloads(SqliteBackend, DownloadMembership):
+    pass
+
+
+class TestPostgresDownloads(PostgresBackend, DownloadMembership):
+    pass
