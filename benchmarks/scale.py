@@ -19,7 +19,7 @@ coordinator; HTTP/2 and TLS framing excluded). ``--plot`` draws round time again
 The agents' own work (Skellam encoding, masking with k + 1 PRG streams) runs on the same cores as
 the coordinator here, so on a small machine the wall time includes N agents' compute serialised,
 which a deployment spreads over N machines; ``coordinator_cpu_s_per_round`` isolates the
-coordinator's part.
+coordinator's part and ``agents_cpu_s_per_round`` is what the worker processes spent.
 """
 
 from __future__ import annotations
@@ -77,6 +77,20 @@ def count_stream_bytes(counter: ByteCounter) -> None:
             yield message
 
     AgentServicer._connect = counted  # type: ignore[method-assign]
+
+
+def process_cpu_s(pids: Sequence[int]) -> float:
+    """User + system CPU seconds of processes ``pids`` (Linux ``/proc``)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+                fields = f.read().rpartition(")")[2].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / ticks
 
 
 def rss_mb() -> tuple[float, float]:
@@ -174,21 +188,28 @@ async def _points(
             await coordinator.orchestrator.start(job.id)
             total = args.rounds + args.warmup
             cpu_start: float | None = None
+            agents_cpu_start = 0.0
             bytes_start = 0
-            while True:
-                rounds = [r for r in store.list_rounds(job.id) if r.status.value == "completed"]
-                if cpu_start is None and len(rounds) >= args.warmup:
+            runner = coordinator.orchestrator.runner(job.id)
+            while True:  # the runner's in-memory reports: polling the store would load it
+                done = sum(1 for r in runner.reports if r.completed) if runner else 0
+                if cpu_start is None and done >= args.warmup:
                     cpu_start = time.process_time()
+                    agents_cpu_start = process_cpu_s([p.pid for p in procs if p.pid])
                     bytes_start = counter.inbound + counter.outbound
-                if len(rounds) >= total:
+                if done >= total:
                     cpu = (time.process_time() - (cpu_start or 0.0)) / args.rounds
+                    agents_cpu = (
+                        process_cpu_s([p.pid for p in procs if p.pid]) - agents_cpu_start
+                    ) / args.rounds
                     moved = (counter.inbound + counter.outbound - bytes_start) / args.rounds
                     break
-                state = store.get_job(job.id)
-                if state.status.value == "failed":
-                    raise RuntimeError(f"benchmark job failed: {state.error}")
+                if runner is None or job.id not in coordinator.orchestrator.running():
+                    state = await asyncio.to_thread(store.get_job, job.id)
+                    raise RuntimeError(f"benchmark job ended early: {state.status} {state.error}")
                 await asyncio.sleep(0.1)
             await coordinator.orchestrator.stop(job.id)
+            rounds = [r for r in store.list_rounds(job.id) if r.status.value == "completed"]
             measured = sorted(rounds, key=lambda r: r.number)[args.warmup : total]
             walls = [(r.finished_at - r.started_at).total_seconds() for r in measured]
             per_stage = {s: [r.stage_seconds.get(s, 0.0) for r in measured] for s in STAGES}
@@ -211,6 +232,7 @@ async def _points(
                     "stage_p99_s": {s: round(_quantile(v, 0.99), 4) for s, v in per_stage.items()},
                     "survivors": min(len(r.survivors.get("masked_input", ())) for r in measured),
                     "coordinator_cpu_s_per_round": round(cpu, 3),
+                    "agents_cpu_s_per_round": round(agents_cpu, 3),
                     "coordinator_rss_mb": rss,
                     "coordinator_peak_rss_mb": peak,
                     "bytes_per_agent_per_round": round(moved / n),

@@ -311,10 +311,19 @@ def enroll(
 
 
 class BlobSource(Protocol):
-    """Where the public query sets of running voting jobs come from (the orchestrator)."""
+    """Where the public query sets of running voting jobs come from, and where recently served
+    model versions are kept (the orchestrator)."""
 
     def public_data(self, job_id: str) -> bytes | None:
         """The ``.npy`` bytes of the job's public query set, or None when it has none."""
+        ...
+
+    def cached_model(self, job_id: str, version: int) -> bytes | None:
+        """A model version's bytes kept from an earlier download, or None."""
+        ...
+
+    def cache_model(self, job_id: str, version: int, data: bytes) -> None:
+        """Keep a model version's bytes for the next downloads (versions never change)."""
         ...
 
 
@@ -348,8 +357,14 @@ def download(
     if not member:
         raise NotFound(f"job {request.job_id!r} not found")
     if request.kind == pb.BLOB_MODEL:
-        model = store.get_model_version(request.job_id, int(request.version))
-        data, media = model.data or b"", MODEL_MEDIA_TYPE
+        # every member fetches the same version each round: read it from the store once
+        version = int(request.version)
+        cached = blobs.cached_model(request.job_id, version) if blobs is not None else None
+        if cached is None:
+            cached = store.get_model_version(request.job_id, version).data or b""
+            if blobs is not None:
+                blobs.cache_model(request.job_id, version, cached)
+        data, media = cached, MODEL_MEDIA_TYPE
     else:
         blob = blobs.public_data(request.job_id) if blobs is not None else None
         if blob is None:

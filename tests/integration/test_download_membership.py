@@ -1,13 +1,16 @@
-"""Downloads check membership from the agent's side, never by loading the job's population.
+"""Downloads check membership from the agent's side, never by loading the job's population,
+and read each model version from the store once.
 
 Every member of a job downloads the model every round; a check that reads the job's whole member
 list made each round cost O(N²) rows at the coordinator (10⁶ rows per round at N = 1000, the
-largest cost ``benchmarks/scale.py`` found). The answers stay the same: members get the blob,
-everyone else (and unknown jobs) get the same ``NotFound``.
+largest cost ``benchmarks/scale.py`` found), and reading the model version's bytes from the
+database for every member moved N copies of the model per round. The answers stay the same:
+members get the blob, everyone else (and unknown jobs) get the same ``NotFound``.
 """
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 import pytest
@@ -52,6 +55,42 @@ class DownloadMembership:
         with pytest.raises(NotFound, match="not found"):
             handlers.download(store, agents[0], theirs, blobs=None)
         assert reads == []
+
+    def test_a_model_version_is_read_from_the_store_once(
+        self, store: Store, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from dpfl.server.orchestrator import Orchestrator
+        from dpfl.server.sessions import SessionRegistry
+        from dpfl.server.settings import Settings
+
+        agents = [store.create_agent(name=f"a{i}") for i in range(20)]
+        job = store.create_job(SPEC, members=[a.id for a in agents])
+        store.add_model_version(job.id, b"v0")
+        store.add_model_version(job.id, b"v1")
+        orchestrator = Orchestrator(
+            store=store,
+            settings=Settings(admin_token=secrets.token_urlsafe(32)),
+            registry=SessionRegistry(),
+        )
+        reads: list[tuple[str, int | None]] = []
+        load = store.get_model_version
+
+        def counted(job_id: str, version: int | None = None) -> Any:
+            reads.append((job_id, version))
+            return load(job_id, version)
+
+        monkeypatch.setattr(store, "get_model_version", counted)
+        for version, expected in ((0, b"v0"), (1, b"v1")):
+            request = pb.DownloadRequest(job_id=job.id, kind=pb.BLOB_MODEL, version=version)
+            for agent in agents:
+                chunks = list(handlers.download(store, agent, request, blobs=orchestrator))
+                assert b"".join(c.data for c in chunks) == expected
+        assert reads == [(job.id, 0), (job.id, 1)]
+        missing = pb.DownloadRequest(job_id=job.id, kind=pb.BLOB_MODEL, version=7)
+        for _ in range(2):  # a version that does not exist is never cached
+            with pytest.raises(NotFound, match="no model version 7"):
+                handlers.download(store, agents[0], missing, blobs=orchestrator)
+        assert reads[2:] == [(job.id, 7), (job.id, 7)]
 
 
 class TestSqliteDownloads(SqliteBackend, DownloadMembership):
