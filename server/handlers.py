@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
@@ -48,6 +48,7 @@ __all__ = [
     "UnknownJob",
     "WrongStage",
     "authenticate",
+    "authenticate_member",
     "check_certificate_binding",
     "check_round_header",
     "chunk_blob",
@@ -219,6 +220,32 @@ def authenticate(
             (one message for all); or, with a verified client certificate, an agent bound to
             another certificate name.
     """
+    agent_id, credential = _credentials(metadata)
+    agent = store.authenticate_agent(agent_id, credential)
+    check_certificate_binding(agent, certificate_cn)
+    return agent
+
+
+def authenticate_member(
+    store: Store,
+    metadata: Iterable[tuple[str, Any]] | None,
+    *,
+    certificate_cn: str | None = None,
+) -> tuple[Agent, frozenset[str]]:
+    """:func:`authenticate` and the ids of the agent's jobs, read in one transaction (what a
+    download needs: pass the jobs to :func:`download`).
+
+    Raises:
+        InvalidCredential: as :func:`authenticate`.
+    """
+    agent_id, credential = _credentials(metadata)
+    agent, jobs = store.authenticate_member(agent_id, credential)
+    check_certificate_binding(agent, certificate_cn)
+    return agent, jobs
+
+
+def _credentials(metadata: Iterable[tuple[str, Any]] | None) -> tuple[str, str]:
+    """(agent id, credential) from an RPC's metadata, checked for form only."""
     pairs = list(metadata or ())
     agent_id = _metadata_value(pairs, AGENT_ID_HEADER)
     auth = _metadata_value(pairs, AUTHORIZATION_HEADER)
@@ -231,9 +258,7 @@ def authenticate(
         raise InvalidCredential("authorization metadata must be 'Bearer <credential>'")
     if len(agent_id) > _MAX_NAME:
         raise InvalidCredential(_UNAUTHENTICATED)
-    agent = store.authenticate_agent(agent_id, credential.strip())
-    check_certificate_binding(agent, certificate_cn)
-    return agent
+    return agent_id, credential.strip()
 
 
 def check_certificate_binding(agent: Agent, certificate_cn: str | None) -> None:
@@ -334,11 +359,13 @@ def download(
     *,
     blobs: BlobSource | None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    jobs: Collection[str] | None = None,
 ) -> Iterator[pb.DownloadChunk]:
     """The chunks of a model version or public data blob, for a member of the job.
 
     The blob is fetched before the first chunk is produced, so every error surfaces on the
-    first ``next()``, before anything was streamed.
+    first ``next()``, before anything was streamed. ``jobs``: the agent's job ids when already
+    read (:func:`authenticate_member`); default: read them here.
 
     Raises:
         InvalidInput: no job id, an unknown blob kind.
@@ -351,7 +378,7 @@ def download(
     # the agent's own memberships (a few rows), not the job's population: every member
     # downloads every round, so a population-sized check would cost O(N²) rows per round
     try:
-        member = request.job_id in store.agent_jobs(agent.id)
+        member = request.job_id in (store.agent_jobs(agent.id) if jobs is None else jobs)
     except NotFound:
         member = False
     if not member:

@@ -189,8 +189,12 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             certificate_cn = peer_certificate_cn(context)
 
             def serve() -> list[pb.DownloadChunk]:  # one worker-thread hop for both steps
-                agent = handlers.authenticate(self.store, metadata, certificate_cn=certificate_cn)
-                return list(handlers.download(self.store, agent, request, blobs=self.blobs))
+                agent, jobs = handlers.authenticate_member(
+                    self.store, metadata, certificate_cn=certificate_cn
+                )
+                return list(
+                    handlers.download(self.store, agent, request, blobs=self.blobs, jobs=jobs)
+                )
 
             chunks = await asyncio.to_thread(serve)
         except Exception as exc:

@@ -19,7 +19,7 @@ from support.databases import PostgresBackend, SqliteBackend
 from dpfl.learning.jobs import parse_job
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.server import handlers
-from dpfl.server.errors import NotFound
+from dpfl.server.errors import InvalidCredential, NotFound
 from dpfl.server.store import Store
 
 SPEC = parse_job({"name": "dl", "algorithm": "dp-fedavg", "privacy": {"target_epsilon": 4.0}})
@@ -91,6 +91,42 @@ class DownloadMembership:
             with pytest.raises(NotFound, match="no model version 7"):
                 handlers.download(store, agents[0], missing, blobs=orchestrator)
         assert reads[2:] == [(job.id, 7), (job.id, 7)]
+
+    def test_a_cached_model_download_is_one_read_transaction(
+        self, store: Store, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        from dpfl.server.handlers import AGENT_ID_HEADER, AUTHORIZATION_HEADER
+        from dpfl.server.orchestrator import Orchestrator
+        from dpfl.server.sessions import SessionRegistry
+        from dpfl.server.settings import Settings
+
+        agent = store.create_agent(name="a")
+        credential = store.issue_credential(agent.id)
+        job = store.create_job(SPEC, members=[agent.id])
+        store.add_model_version(job.id, b"v0")
+        orchestrator = Orchestrator(
+            store=store,
+            settings=Settings(admin_token=secrets.token_urlsafe(32)),
+            registry=SessionRegistry(),
+        )
+        orchestrator.cache_model(job.id, 0, b"v0")
+        metadata = [(AGENT_ID_HEADER, agent.id), (AUTHORIZATION_HEADER, f"Bearer {credential}")]
+        request = pb.DownloadRequest(job_id=job.id, kind=pb.BLOB_MODEL, version=0)
+        opened: list[bool] = []
+        transaction = store._transaction
+
+        def counted(*, write: bool) -> Any:
+            opened.append(write)
+            return transaction(write=write)
+
+        monkeypatch.setattr(store, "_transaction", counted)
+        member, jobs = handlers.authenticate_member(store, metadata)
+        chunks = list(handlers.download(store, member, request, blobs=orchestrator, jobs=jobs))
+        assert b"".join(c.data for c in chunks) == b"v0"
+        assert opened == [False]
+        wrong = [(AGENT_ID_HEADER, agent.id), (AUTHORIZATION_HEADER, "Bearer nope")]
+        with pytest.raises(InvalidCredential):
+            handlers.authenticate_member(store, wrong)
 
 
 class TestSqliteDownloads(SqliteBackend, DownloadMembership):
