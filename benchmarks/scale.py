@@ -13,8 +13,10 @@ decoding as in production).
 Per point (medians over ``--rounds`` measured rounds after ``--warmup``): the round's wall time
 from start to completion, p50 and p99 of each stage's duration over the measured rounds, the
 coordinator process's CPU seconds per round and its resident memory (current and peak), and the
-protocol bytes per agent per round (serialized ``Connect`` messages both ways, counted at the
-coordinator; HTTP/2 and TLS framing excluded). ``--plot`` draws round time against N per size.
+protocol bytes per agent per round (serialized ``Connect`` messages both ways and model download
+chunks, counted at the coordinator; HTTP/2 and TLS framing excluded). The job keeps a model of
+the vector's size that every agent downloads each round, as in a real job. ``--plot`` draws
+round time against N per size.
 
 The agents' own work (Skellam encoding, masking with k + 1 PRG streams) runs on the same cores as
 the coordinator here, so on a small machine the wall time includes N agents' compute serialised,
@@ -61,7 +63,8 @@ class ByteCounter:
 
 
 def count_stream_bytes(counter: ByteCounter) -> None:
-    """Count every ``Connect`` message's size at the coordinator's servicer (this process only)."""
+    """Count every ``Connect`` message's and download chunk's size at the coordinator's servicer
+    (this process only)."""
     from dpfl.server.grpc.servicer import AgentServicer
 
     original = AgentServicer._connect
@@ -69,14 +72,24 @@ def count_stream_bytes(counter: ByteCounter) -> None:
     async def counted(self: Any, request_iterator: Any, context: Any) -> AsyncIterator[Any]:
         async def inbound() -> AsyncIterator[Any]:
             async for message in request_iterator:
-                counter.inbound += message.ByteSize()
+                if hasattr(message, "ByteSize"):  # not a decoding error
+                    counter.inbound += message.ByteSize()
                 yield message
 
         async for message in original(self, inbound(), context):
             counter.outbound += message.ByteSize()
             yield message
 
+    download = AgentServicer.Download
+
+    async def counted_download(self: Any, request: Any, context: Any) -> AsyncIterator[Any]:
+        counter.inbound += request.ByteSize()
+        async for chunk in download(self, request, context):
+            counter.outbound += chunk.ByteSize()
+            yield chunk
+
     AgentServicer._connect = counted  # type: ignore[method-assign]
+    AgentServicer.Download = counted_download  # type: ignore[method-assign]
 
 
 def process_cpu_s(pids: Sequence[int]) -> float:
@@ -142,7 +155,9 @@ async def _points(
     current = {"dim": args.sizes[0]}
 
     def resolve(name: str) -> Algorithm:
-        return RawVectorSum(current["dim"]) if name == "dp-fedavg" else get_algorithm(name)
+        if name == "dp-fedavg":
+            return RawVectorSum(current["dim"], with_model=True)
+        return get_algorithm(name)
 
     tmp = tempfile.TemporaryDirectory(prefix="dpfl-scale-")
     switch = os.path.join(tmp.name, "switch")
@@ -296,11 +311,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     counter = ByteCounter()
     count_stream_bytes(counter)
-    points: list[dict[str, Any]] = []
-    with cpu_threads(1):
+
+    async def run_all() -> list[dict[str, Any]]:
+        # one event loop for every point: gRPC's asyncio poller stays bound to its first loop
+        out: list[dict[str, Any]] = []
         for n in args.agents:
             with fresh_postgres(args.postgres) as url:
-                points.extend(asyncio.run(_points(n, args, url, counter)))
+                out.extend(await _points(n, args, url, counter))
+        return out
+
+    with cpu_threads(1):
+        points = asyncio.run(run_all())
     if args.plot:
         plot(points, args.plot)
     return 0

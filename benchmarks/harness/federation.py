@@ -43,14 +43,18 @@ class RawVectorSum(Algorithm):
 
     name = "dp-fedavg"  # the job's tag; both sides resolve it to this class
 
-    def __init__(self, dimension: int) -> None:
+    def __init__(self, dimension: int, *, with_model: bool = False) -> None:
         self.dimension = dimension
+        #: keep a model of ``dimension`` float32s that every agent downloads each round, as in
+        #: a real job (without it the agents' model downloads answer NOT_FOUND)
+        self.with_model = with_model
 
     def plan(self, job: JobSpec, *, population: int, data: Any = None) -> JobPlan:
         return JobPlan(1.0, {}, population, {"dimension": self.dimension})
 
     def initial_state(self, job: JobSpec, plan: JobPlan, data: Any) -> CoordinatorState:
-        return CoordinatorState(model=None, model_version=0)
+        model = bytes(4 * self.dimension) if self.with_model else None
+        return CoordinatorState(model=model, model_version=0)
 
     def select(
         self, job: JobSpec, plan: JobPlan, *, round_number: int, population: Sequence[str]
