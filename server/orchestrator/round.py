@@ -106,6 +106,12 @@ class _Aborted(Exception):  # noqa: N818 (control flow inside the engine)
         self.reason = reason
 
 
+#: Answers added to the secure-aggregation state at once (the copy of its collections is shared
+#: by the batch); masked inputs wait as decoded vectors, so fewer of them.
+ANSWER_BATCH = 256
+MASKED_BATCH = 16
+
+
 def _threat_model(name: str) -> ThreatModel:
     return ThreatModel(name)  # the job schema admits exactly the values secagg implements
 
@@ -498,6 +504,9 @@ class _RoundRun:
                 self.refuse(agent_id, refused, header)
                 return
             batch.append((sender, response, agent_id, header))
+            # a decoded masked input is L ring words: bound what waits in memory
+            if len(batch) >= (MASKED_BATCH if kind == "masked_input" else ANSWER_BATCH):
+                flush()
 
         def flush() -> None:
             if not batch:
