@@ -29,8 +29,12 @@ from pathlib import Path
 from dpfl.client.policy import Policy
 from dpfl.client.simulation import AgentHost, SimulatedAgent
 from dpfl.client.transport import Backoff, GrpcTransport
+from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 
-__all__ = ["HostedAgent", "RemoteAgentHost"]
+__all__ = ["ENROLL_CONCURRENCY", "HostedAgent", "RemoteAgentHost"]
+
+#: Enrolment calls one host keeps in flight (hundreds at once would outlast their timeout).
+ENROLL_CONCURRENCY = 16
 
 
 @dataclass(frozen=True)
@@ -83,9 +87,13 @@ class RemoteAgentHost:
             self._transport = GrpcTransport(self.address, insecure=True)
         assert self._transport is not None
         transport = self._transport
-        responses = await asyncio.gather(
-            *(transport.enroll(token=a.enrollment_token, name=a.name) for a in agents)
-        )
+        gate = asyncio.Semaphore(ENROLL_CONCURRENCY)
+
+        async def enroll(spec: HostedAgent) -> pb.EnrollResponse:
+            async with gate:
+                return await transport.enroll(token=spec.enrollment_token, name=spec.name)
+
+        responses = await asyncio.gather(*(enroll(a) for a in agents))
         ids = []
         for spec, response in zip(agents, responses, strict=True):
             agent = await self._host.start(
