@@ -72,10 +72,13 @@ class InProcessCoordinator:
         self, metadata: Iterable[tuple[str, Any]], request: pb.DownloadRequest
     ) -> list[pb.DownloadChunk]:
         c = self.coordinator
-        agent = await asyncio.to_thread(handlers.authenticate, c.store, list(metadata))
-        return await asyncio.to_thread(
-            lambda: list(handlers.download(c.store, agent, request, blobs=c.orchestrator))
-        )
+        pairs = list(metadata)
+
+        def serve() -> list[pb.DownloadChunk]:
+            agent, jobs = handlers.authenticate_member(c.store, pairs)
+            return list(handlers.download(c.store, agent, request, blobs=c.orchestrator, jobs=jobs))
+
+        return await asyncio.to_thread(serve)
 
     def connector(self, *, agent_id: str, credential: str) -> InProcessConnector:
         """An agent's connector to this coordinator."""

@@ -1,4 +1,4 @@
-"""``dpfl simulate``: a coordinator and N agents in one process, on loopback gRPC or in-process.
+"""``dpfl simulate``: a coordinator and N agents, on loopback gRPC, in-process, or in Ray actors.
 
 Both transports run the same things a deployment runs: the coordinator's store and ledger (a
 temporary SQLite file unless ``--database-url`` is given), its round engine and secagg server,
@@ -6,7 +6,9 @@ and N real agents (``dpfl.client``: task loop, local policy and local ledger, se
 each with its share of the job's data (``DATASET#index=I&agents=N&...``, the same spec a
 ``dpfl-agent run --data`` process uses to join a simulated federation). ``grpc`` connects every
 agent over a real loopback channel; ``inproc`` replaces the socket by in-process links that
-still copy every message through its serialized bytes (:mod:`dpfl.cli.inproc`).
+still copy every message through its serialized bytes (:mod:`dpfl.cli.inproc`). ``--backend
+ray`` keeps the coordinator in this process and hosts the agents in Ray actors spread over a
+cluster, each agent on its own gRPC stream (:mod:`dpfl.cli.ray_backend`).
 
 :class:`Simulation` is the library behind the command (and ``dpfl demo``): it enrols the agents
 and builds their links, and :class:`dpfl.client.simulation.AgentHost` starts and hosts them (one
@@ -44,6 +46,7 @@ from typing import Any
 from dpfl.learning.jobs import JobSpec, job_to_dict, load_job, parse_job
 
 __all__ = [
+    "RemoteAgent",
     "Simulation",
     "SimulationResult",
     "register",
@@ -87,6 +90,15 @@ class SimulationResult:
         }
 
 
+@dataclass(frozen=True)
+class RemoteAgent:
+    """An agent of the Ray backend: its id, index in the simulation and hosting actor."""
+
+    agent_id: str
+    index: int
+    actor: int
+
+
 class Simulation:
     """A coordinator and N agents in this event loop (see the module docstring).
 
@@ -104,6 +116,9 @@ class Simulation:
         policies: per agent index, a ``dpfl.client.policy.Policy`` (default: the defaults).
         observer: called with (agent index, ``AgentEvent``) for every agent event.
         admin_token: the REST API's admin token (default: a fresh random one).
+        backend: ``"local"`` (the agents in this process) or ``"ray"`` (in Ray actors over a
+            cluster, always over gRPC; :mod:`dpfl.cli.ray_backend`).
+        ray: the Ray backend's options (default: :class:`~dpfl.cli.ray_backend.RayOptions`'s).
 
     Attributes:
         agents: the started agents (:class:`~dpfl.client.simulation.SimulatedAgent`), in index
@@ -128,9 +143,17 @@ class Simulation:
         policies: Mapping[int, Any] | None = None,
         observer: Callable[[int, Any], None] | None = None,
         admin_token: str | None = None,
+        backend: str = "local",
+        ray: Any = None,
     ) -> None:
         if transport not in ("grpc", "inproc"):
             raise ValueError(f"transport must be 'grpc' or 'inproc', got {transport!r}")
+        if backend not in ("local", "ray"):
+            raise ValueError(f"backend must be 'local' or 'ray', got {backend!r}")
+        if backend == "ray" and transport != "grpc":
+            raise ValueError("the ray backend connects its agents over gRPC (transport 'grpc')")
+        if backend == "ray" and observer is not None:
+            raise ValueError("agent observers need the agents in this process (backend 'local')")
         if agents < 1:
             raise ValueError(f"agents must be >= 1, got {agents}")
         self.job = job
@@ -154,6 +177,12 @@ class Simulation:
         self.agents: list[Any] = []
         self._transports: list[Any] = []
         self.job_id: str | None = None
+        self.backend = backend
+        self.ray_options = ray
+        self.pool: Any = None
+        self.ray_plan: Any = None
+        self.grpc_host = "127.0.0.1"
+        self.advertised_host = "127.0.0.1"
 
     # -- coordinator -----------------------------------------------------------------------------
 
@@ -165,6 +194,7 @@ class Simulation:
         )
         return Settings(
             database_url=self.database_url,
+            grpc_host=self.grpc_host,
             grpc_port=self.grpc_port,
             api_port=self.api_port,
             admin_token=self.admin_token,
@@ -186,6 +216,8 @@ class Simulation:
         from dpfl.server.coordinator import Coordinator
 
         self._host()
+        if self.backend == "ray" and self.pool is None:
+            self._connect_ray()
         coordinator = Coordinator(
             settings=self.settings(),
             serve_api=self.serve_api,
@@ -202,6 +234,17 @@ class Simulation:
         else:
             self.inproc.coordinator = coordinator
         return coordinator
+
+    def _connect_ray(self) -> None:
+        """Join the Ray cluster; on a multi-node cluster the coordinator listens on every
+        interface and the actors dial this node's cluster address."""
+        from dpfl.cli.ray_backend import RayAgentPool, RayOptions
+
+        self.pool = RayAgentPool(self.ray_options or RayOptions())
+        self.pool.connect()
+        if self.pool.multi_node():
+            self.grpc_host = "0.0.0.0"
+            self.advertised_host = self.pool.node_address()
 
     # -- agents ----------------------------------------------------------------------------------
 
@@ -224,6 +267,8 @@ class Simulation:
         from dpfl.client.transport import Backoff
         from dpfl.server.store import Budget
 
+        if self.backend == "ray":
+            return await self._start_ray_agents()
         host = self._host()
         store = self.coordinator.store
         for i in range(self.num_agents):
@@ -254,6 +299,48 @@ class Simulation:
         )
         if not ok:
             raise RuntimeError("not every simulated agent connected within 30 s")
+        return self.agents
+
+    async def _start_ray_agents(self) -> list[Any]:
+        """Issue one enrollment token per agent; the Ray actors enrol and start the agents."""
+        from dpfl.client.data import data_spec_for_job
+        from dpfl.client.remote_host import HostedAgent
+        from dpfl.server.store import Budget
+
+        store = self.coordinator.store
+
+        def tokens() -> list[str]:
+            issued = []
+            for i in range(self.num_agents):
+                budget = self.budgets.get(i)
+                issued.append(
+                    store.create_enrollment_token(
+                        ttl=timedelta(hours=1),
+                        budget=Budget(*budget) if budget is not None else None,
+                    ).token
+                )
+            return issued
+
+        hosted = [
+            HostedAgent(
+                index=i,
+                name=f"sim-{i:04d}",
+                enrollment_token=token,
+                data_spec=data_spec_for_job(self.job.data, index=i, agents=self.num_agents),
+                policy=self.policies.get(i),
+            )
+            for i, token in enumerate(await asyncio.to_thread(tokens))
+        ]
+        address = f"{self.advertised_host}:{self.grpc_port}"
+        ids = await self.pool.start(address, hosted, coordinator_id=self.coordinator.coordinator_id)
+        self.ray_plan = self.pool.plan
+        self.agents = [
+            RemoteAgent(agent_id=agent_id, index=i, actor=self.pool.agent_actor[i])
+            for i, agent_id in enumerate(ids)
+        ]
+        ok = await self.coordinator.registry.wait_connected(ids, timeout=60)
+        if not ok:
+            raise RuntimeError("not every agent of the Ray actors connected within 60 s")
         return self.agents
 
     # -- the job ---------------------------------------------------------------------------------
@@ -318,6 +405,9 @@ class Simulation:
         """Stop every agent (the coordinator keeps running; ``dpfl demo --serve``)."""
         if self.host is not None:
             await self.host.stop_agents(timeout=5)
+        if self.pool is not None:
+            await self.pool.close()
+            self.pool = None
         for t in self._transports:
             with contextlib.suppress(Exception):
                 await t.close()
@@ -391,6 +481,32 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.add_argument("job", type=Path, help="the job document (YAML or JSON)")
     parser.add_argument("--agents", type=int, required=True, help="number of agents N")
     parser.add_argument("--transport", choices=("grpc", "inproc"), default="grpc")
+    parser.add_argument(
+        "--backend",
+        choices=("local", "ray"),
+        default="local",
+        help="where the agents run: this process, or Ray actors over a cluster (gRPC; "
+        "needs dpfl[ray])",
+    )
+    ray = parser.add_argument_group("ray backend")
+    ray.add_argument(
+        "--address",
+        default=None,
+        help="the Ray cluster to join (ray start --head printed it; 'auto': the local one); "
+        "default: a private single-node cluster",
+    )
+    ray.add_argument(
+        "--agents-per-actor", type=int, default=None, help="default: agents / cluster CPUs"
+    )
+    ray.add_argument(
+        "--cpus-per-agent", type=float, default=None, help="default: the CPUs shared evenly"
+    )
+    ray.add_argument(
+        "--gpus-per-agent",
+        type=float,
+        default=None,
+        help="default: the cluster's GPUs shared evenly (none without GPUs)",
+    )
     parser.add_argument("--database-url", default=None, help="default: a temporary SQLite file")
     parser.add_argument("--seed", type=int, default=None, help="override the job's seed")
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
@@ -416,6 +532,38 @@ def _main(args: argparse.Namespace) -> int:
     if args.agents < 1:
         print("dpfl simulate: --agents must be >= 1", file=sys.stderr)
         return 2
+    ray_flags = [
+        flag
+        for flag, value in (
+            ("--address", args.address),
+            ("--agents-per-actor", args.agents_per_actor),
+            ("--cpus-per-agent", args.cpus_per_agent),
+            ("--gpus-per-agent", args.gpus_per_agent),
+        )
+        if value is not None
+    ]
+    if args.backend != "ray" and ray_flags:
+        print(f"dpfl simulate: {', '.join(ray_flags)} need --backend ray", file=sys.stderr)
+        return 2
+    if args.backend == "ray":
+        if args.transport != "grpc":
+            print(
+                "dpfl simulate: --backend ray connects over gRPC (not --transport inproc)",
+                file=sys.stderr,
+            )
+            return 2
+        from dpfl.cli.ray_backend import RayOptions
+
+        try:
+            args.ray_options = RayOptions(
+                address=args.address,
+                agents_per_actor=args.agents_per_actor,
+                cpus_per_agent=args.cpus_per_agent,
+                gpus_per_agent=args.gpus_per_agent,
+            )
+        except ValueError as exc:
+            print(f"dpfl simulate: {exc}", file=sys.stderr)
+            return 2
     return run_command("dpfl simulate", _run(job, args), json_line=args.json)
 
 
@@ -439,7 +587,12 @@ async def _run(job: JobSpec, args: argparse.Namespace) -> SimulationResult:
     from rich.console import Console
 
     sim = Simulation(
-        job, agents=args.agents, transport=args.transport, database_url=args.database_url
+        job,
+        agents=args.agents,
+        transport=args.transport,
+        database_url=args.database_url,
+        backend=args.backend,
+        ray=getattr(args, "ray_options", None),
     )
     try:
         return await run_with_progress(

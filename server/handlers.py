@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Protocol
 
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
@@ -49,6 +49,7 @@ __all__ = [
     "UnknownJob",
     "WrongStage",
     "authenticate",
+    "authenticate_member",
     "check_certificate_binding",
     "check_round_header",
     "chunk_blob",
@@ -220,6 +221,32 @@ def authenticate(
             (one message for all); or, with a verified client certificate, an agent bound to
             another certificate name.
     """
+    agent_id, credential = _credentials(metadata)
+    agent = store.authenticate_agent(agent_id, credential)
+    check_certificate_binding(agent, certificate_cn)
+    return agent
+
+
+def authenticate_member(
+    store: Store,
+    metadata: Iterable[tuple[str, Any]] | None,
+    *,
+    certificate_cn: str | None = None,
+) -> tuple[Agent, frozenset[str]]:
+    """:func:`authenticate` and the ids of the agent's jobs, read in one transaction (what a
+    download needs: pass the jobs to :func:`download`).
+
+    Raises:
+        InvalidCredential: as :func:`authenticate`.
+    """
+    agent_id, credential = _credentials(metadata)
+    agent, jobs = store.authenticate_member(agent_id, credential)
+    check_certificate_binding(agent, certificate_cn)
+    return agent, jobs
+
+
+def _credentials(metadata: Iterable[tuple[str, Any]] | None) -> tuple[str, str]:
+    """(agent id, credential) from an RPC's metadata, checked for form only."""
     pairs = list(metadata or ())
     agent_id = _metadata_value(pairs, AGENT_ID_HEADER)
     auth = _metadata_value(pairs, AUTHORIZATION_HEADER)
@@ -232,9 +259,7 @@ def authenticate(
         raise InvalidCredential("authorization metadata must be 'Bearer <credential>'")
     if len(agent_id) > _MAX_NAME:
         raise InvalidCredential(_UNAUTHENTICATED)
-    agent = store.authenticate_agent(agent_id, credential.strip())
-    check_certificate_binding(agent, certificate_cn)
-    return agent
+    return agent_id, credential.strip()
 
 
 def check_certificate_binding(agent: Agent, certificate_cn: str | None) -> None:
@@ -312,10 +337,19 @@ def enroll(
 
 
 class BlobSource(Protocol):
-    """Where the public query sets of running voting jobs come from (the orchestrator)."""
+    """Where the public query sets of running voting jobs come from, and where recently served
+    model versions are kept (the orchestrator)."""
 
     def public_data(self, job_id: str) -> bytes | None:
         """The ``.npy`` bytes of the job's public query set, or None when it has none."""
+        ...
+
+    def cached_model(self, job_id: str, version: int) -> bytes | None:
+        """A model version's bytes kept from an earlier download, or None."""
+        ...
+
+    def cache_model(self, job_id: str, version: int, data: bytes) -> None:
+        """Keep a model version's bytes for the next downloads (versions never change)."""
         ...
 
 
@@ -326,11 +360,13 @@ def download(
     *,
     blobs: BlobSource | None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    jobs: Collection[str] | None = None,
 ) -> Iterator[pb.DownloadChunk]:
     """The chunks of a model version or public data blob, for a member of the job.
 
     The blob is fetched before the first chunk is produced, so every error surfaces on the
-    first ``next()``, before anything was streamed.
+    first ``next()``, before anything was streamed. ``jobs``: the agent's job ids when already
+    read (:func:`authenticate_member`); default: read them here.
 
     Raises:
         InvalidInput: no job id, an unknown blob kind.
@@ -340,15 +376,23 @@ def download(
         raise InvalidInput("download request: job_id is missing")
     if request.kind not in (pb.BLOB_MODEL, pb.BLOB_PUBLIC_DATA):
         raise InvalidInput(f"download request: unknown blob kind {request.kind}")
+    # the agent's own memberships (a few rows), not the job's population: every member
+    # downloads every round, so a population-sized check would cost O(N²) rows per round
     try:
-        members = store.job_members(request.job_id)
+        member = request.job_id in (store.agent_jobs(agent.id) if jobs is None else jobs)
     except NotFound:
-        members = []
-    if agent.id not in members:
+        member = False
+    if not member:
         raise NotFound(f"job {request.job_id!r} not found")
     if request.kind == pb.BLOB_MODEL:
-        model = store.get_model_version(request.job_id, int(request.version))
-        data, media = model.data or b"", MODEL_MEDIA_TYPE
+        # every member fetches the same version each round: read it from the store once
+        version = int(request.version)
+        cached = blobs.cached_model(request.job_id, version) if blobs is not None else None
+        if cached is None:
+            cached = store.get_model_version(request.job_id, version).data or b""
+            if blobs is not None:
+                blobs.cache_model(request.job_id, version, cached)
+        data, media = cached, MODEL_MEDIA_TYPE
     else:
         blob = blobs.public_data(request.job_id) if blobs is not None else None
         if blob is None:

@@ -213,12 +213,16 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             self._check_revoked(context)
             metadata = context.invocation_metadata()
             certificate_cn = peer_certificate_cn(context)
-            agent = await asyncio.to_thread(
-                lambda: handlers.authenticate(self.store, metadata, certificate_cn=certificate_cn)
-            )
-            chunks = await asyncio.to_thread(
-                lambda: list(handlers.download(self.store, agent, request, blobs=self.blobs))
-            )
+
+            def serve() -> list[pb.DownloadChunk]:  # one worker-thread hop for both steps
+                agent, jobs = handlers.authenticate_member(
+                    self.store, metadata, certificate_cn=certificate_cn
+                )
+                return list(
+                    handlers.download(self.store, agent, request, blobs=self.blobs, jobs=jobs)
+                )
+
+            chunks = await asyncio.to_thread(serve)
         except Exception as exc:
             await context.abort(*grpc_status(exc))
             return

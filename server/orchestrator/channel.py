@@ -113,9 +113,15 @@ class RoundChannel:
         deadline: float,
         pending: Callable[[], Collection[str]],
         handle: Callable[[str, pb.AgentMessage], None],
+        flush: Callable[[], None] | None = None,
     ) -> None:
         """Feed queued messages of the open stage to ``handle`` until nobody who is still
-        present is pending, or until ``deadline`` (event-loop time)."""
+        present is pending, or until ``deadline`` (event-loop time).
+
+        With ``flush``, ``handle`` may defer its work: every message already queued is handled
+        before ``flush()`` is called and ``pending`` is asked again, so a stage of n answers
+        costs one ``pending`` per batch of arrivals instead of one per message.
+        """
         loop = asyncio.get_running_loop()
         while set(pending()) - self.gone:
             timeout = deadline - loop.time()
@@ -125,12 +131,26 @@ class RoundChannel:
                 # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
                 # cancellation that races with a message, and a halted job would go on
                 async with asyncio.timeout(timeout):
-                    agent_id, message = await self.inbox.get()
+                    item = await self.inbox.get()
             except TimeoutError:
                 return
-            if message is None:
-                continue
-            kind = message.WhichOneof("body")
-            if KIND_STAGE.get(kind) != self.stage or agent_id in self.gone:
-                continue  # queued before the stage closed
-            handle(agent_id, message)
+            while True:
+                self._feed(*item, handle)
+                if flush is None or self.inbox.empty():
+                    break
+                item = self.inbox.get_nowait()
+            if flush is not None:
+                flush()
+
+    def _feed(
+        self,
+        agent_id: str,
+        message: pb.AgentMessage | None,
+        handle: Callable[[str, pb.AgentMessage], None],
+    ) -> None:
+        if message is None:
+            return
+        kind = message.WhichOneof("body")
+        if KIND_STAGE.get(kind) != self.stage or agent_id in self.gone:
+            return  # queued before the stage closed
+        handle(agent_id, message)

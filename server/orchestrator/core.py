@@ -14,7 +14,9 @@ resumes them; :meth:`crash` (tests only) cancels the runners without writing any
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -27,7 +29,10 @@ from dpfl.server.sessions import SessionRegistry
 from dpfl.server.settings import Settings, StageDeadlines
 from dpfl.server.store import AgentStatus, Job, JobStatus, Store
 
-__all__ = ["Orchestrator"]
+__all__ = ["MODEL_CACHE_ENTRIES", "Orchestrator"]
+
+#: Model versions kept in memory for downloads (the current one of each running job, mostly).
+MODEL_CACHE_ENTRIES = 16
 
 
 class Orchestrator(StoreJobControl):
@@ -80,6 +85,9 @@ class Orchestrator(StoreJobControl):
         self._halting: set[str] = set()
         self._runners: dict[str, JobRunner] = {}
         self._public: dict[str, bytes | None] = {}
+        # model versions served to downloads (immutable; downloads run in worker threads)
+        self._models: collections.OrderedDict[tuple[str, int], bytes] = collections.OrderedDict()
+        self._models_lock = threading.Lock()
 
     # -- JobControl ------------------------------------------------------------------------------
 
@@ -160,6 +168,20 @@ class Orchestrator(StoreJobControl):
 
     def public_data(self, job_id: str) -> bytes | None:
         return self._public.get(job_id)
+
+    def cached_model(self, job_id: str, version: int) -> bytes | None:
+        with self._models_lock:
+            data = self._models.get((job_id, version))
+            if data is not None:
+                self._models.move_to_end((job_id, version))
+            return data
+
+    def cache_model(self, job_id: str, version: int, data: bytes) -> None:
+        with self._models_lock:
+            self._models[(job_id, version)] = data
+            self._models.move_to_end((job_id, version))
+            while len(self._models) > MODEL_CACHE_ENTRIES:
+                self._models.popitem(last=False)
 
     # -- internals -------------------------------------------------------------------------------
 

@@ -124,6 +124,12 @@ class _Aborted(Exception):  # noqa: N818 (control flow inside the engine)
         self.reason = reason
 
 
+#: Answers added to the secure-aggregation state at once (the copy of its collections is shared
+#: by the batch); masked inputs wait as decoded vectors, so fewer of them.
+ANSWER_BATCH = 256
+MASKED_BATCH = 16
+
+
 def _threat_model(name: str) -> ThreatModel:
     return ThreatModel(name)  # the job schema admits exactly the values secagg implements
 
@@ -529,6 +535,9 @@ class _RoundRun:
     ) -> ServerState:
         assemblers: dict[int, wire.MaskedInputAssembler] = {}
         current = [state]
+        # responses are added in batches (whatever arrived since the last one): adding them one
+        # by one copies the state's collections per message, O(n²) per stage
+        batch: list[tuple[int, Any, str, pb.RoundHeader]] = []
 
         def handle(agent_id: str, message: pb.AgentMessage) -> None:
             kind = message.WhichOneof("body")
@@ -550,18 +559,40 @@ class _RoundRun:
                     del assemblers[sender]
                 else:
                     response = wire.from_agent_message(message)
-                current[0] = secagg_server.receive(current[0], sender, response)
             except (wire.WireError, SecAggError, RoundMessageError) as exc:
                 if kind == "masked_input":
                     assemblers.pop(sender, None)
                 refused = MalformedMessage(str(exc)) if isinstance(exc, wire.WireError) else exc
                 self.refuse(agent_id, refused, header)
+                return
+            batch.append((sender, response, agent_id, header))
+            # a decoded masked input is L ring words: bound what waits in memory
+            if len(batch) >= (MASKED_BATCH if kind == "masked_input" else ANSWER_BATCH):
+                flush()
+
+        def flush() -> None:
+            if not batch:
+                return
+            items = list(batch)
+            batch.clear()
+            current[0], rejected = secagg_server.receive_many(
+                current[0], [(sender, response) for sender, response, _, _ in items]
+            )
+            if rejected:
+                by_sender: dict[int, list[tuple[str, pb.RoundHeader]]] = {}
+                for sender, _, agent_id, header in items:
+                    by_sender.setdefault(sender, []).append((agent_id, header))
+                for sender, exc in rejected:
+                    agent_id, header = by_sender[sender].pop(0)
+                    self.refuse(agent_id, exc, header)
 
         await self.channel.collect(
             deadline=self.deadline(seconds),
             pending=lambda: {agents[i] for i in current[0].pending},
             handle=handle,
+            flush=flush,
         )
+        flush()
         return current[0]
 
     # -- plain summation (secure aggregation disabled) ------------------------------------------

@@ -208,11 +208,21 @@ class DirectoryMixin(StoreCore):
             InvalidCredential: unknown agent, wrong, revoked or foreign credential, or a disabled
                 agent — one message for all, so that a caller learns nothing about which.
         """
+        return self.authenticate_member(agent_id, credential)[0]
+
+    def authenticate_member(self, agent_id: str, credential: str) -> tuple[Agent, frozenset[str]]:
+        """:meth:`authenticate_agent` and the ids of the agent's jobs, in one read transaction
+        (every download needs both, and every member downloads every round).
+
+        Raises:
+            InvalidCredential: as :meth:`authenticate_agent`.
+        """
         if not isinstance(agent_id, str) or not isinstance(credential, str):
             raise InvalidCredential(_INVALID)
         with self._transaction(write=False) as tx:
             agent = tx.get_agent(agent_id)
             rows = tx.credentials_of(agent_id, CredentialKind.AGENT) if agent else []
+            jobs = frozenset(tx.jobs_of_agent(agent_id)) if agent else frozenset()
         # compare against every candidate (and a dummy when there is none): no early exit
         hashes = [r.token_hash for r in rows] or [hashlib.sha256(b"").hexdigest()]
         ok = False
@@ -220,7 +230,7 @@ class DirectoryMixin(StoreCore):
             ok |= tokens.matches(credential, h)
         if not ok or agent is None or agent.status != AgentStatus.ACTIVE:
             raise InvalidCredential(_INVALID)
-        return agent
+        return agent, jobs
 
     def authenticate_api_token(self, token: str) -> Agent:
         """The agent owning a read-only REST token.

@@ -1,0 +1,210 @@
+"""Shared pieces of the federation benchmarks (``round.py``, ``scale.py``): a benchmark-only
+algorithm whose agents contribute a random unit vector (training excluded, everything else as in
+production), its job, and the worker processes that host many real gRPC agents each.
+
+A worker process serves its agents until the file at ``switch`` says ``stop``; when the file
+holds another vector size, the workers' algorithm switches to it (the coordinator writes the size
+before submitting the job of that size).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from dpfl.accounting import SkellamEvent
+from dpfl.learning.algorithms.base import (
+    AgentData,
+    Algorithm,
+    ClientCharge,
+    CoordinatorData,
+    CoordinatorState,
+    JobPlan,
+    RoundOutcome,
+    RoundTask,
+    get_algorithm,
+)
+from dpfl.learning.jobs import JobSpec, parse_job
+from dpfl.secagg import EncodingConfig, NoiseSpec
+
+__all__ = ["CLIP", "MU_TOTAL", "SCALE_BITS", "RawVectorSum", "bench_job", "worker"]
+
+CLIP = 1.0
+SCALE_BITS = 16
+MU_TOTAL = 4.0e9  # summed Skellam μ in ring units (z ≈ 1.4 at this scale): realistic noise work
+
+
+class RawVectorSum(Algorithm):
+    """Benchmark-only: every agent contributes a random unit vector of ``dimension`` floats."""
+
+    name = "dp-fedavg"  # the job's tag; both sides resolve it to this class
+
+    def __init__(self, dimension: int, *, with_model: bool = False) -> None:
+        self.dimension = dimension
+        #: keep a model of ``dimension`` float32s that every agent downloads each round, as in
+        #: a real job (without it the agents' model downloads answer NOT_FOUND)
+        self.with_model = with_model
+
+    def plan(self, job: JobSpec, *, population: int, data: Any = None) -> JobPlan:
+        return JobPlan(1.0, {}, population, {"dimension": self.dimension})
+
+    def initial_state(self, job: JobSpec, plan: JobPlan, data: Any) -> CoordinatorState:
+        model = bytes(4 * self.dimension) if self.with_model else None
+        return CoordinatorState(model=model, model_version=0)
+
+    def select(
+        self, job: JobSpec, plan: JobPlan, *, round_number: int, population: Sequence[str]
+    ) -> list[str]:
+        return list(population)
+
+    def round_task(
+        self, job: JobSpec, plan: JobPlan, state: CoordinatorState, *, round_number: int
+    ) -> RoundTask:
+        params = {"algorithm": self.name, "dimension": self.dimension, "round": round_number}
+        return RoundTask(params=params, vector_length=self.dimension)
+
+    def encoding(
+        self, job: JobSpec, plan: JobPlan, task: RoundTask, *, participants: int, min_survivors: int
+    ) -> EncodingConfig:
+        noise = NoiseSpec.skellam_share(
+            total_mu=MU_TOTAL, honest_fraction=1.0, participants=min_survivors
+        )
+        return EncodingConfig.for_summands(
+            clip=CLIP, scale_bits=SCALE_BITS, summands=participants, noise=noise
+        )
+
+    def _event(self) -> SkellamEvent:
+        config = EncodingConfig(clip=CLIP, scale_bits=SCALE_BITS, ring_bits=64)
+        return SkellamEvent(
+            mu=MU_TOTAL,
+            l1_sensitivity=config.rounded_l1_bound(self.dimension),
+            l2_sensitivity=config.rounded_l2_bound(self.dimension),
+            dimension=self.dimension,
+        )
+
+    def charges(
+        self,
+        job: JobSpec,
+        plan: JobPlan,
+        *,
+        round_number: int,
+        population: Sequence[str],
+        participants: Sequence[str],
+    ) -> dict[str, ClientCharge]:
+        charge = ClientCharge(event=self._event(), unit="agent")
+        return dict.fromkeys(participants, charge)
+
+    def invitation_events(
+        self, job: JobSpec, plan: JobPlan, *, round_number: int, population: Sequence[str]
+    ) -> tuple[Any, ...]:
+        return (self._event(),)
+
+    def finish_round(
+        self,
+        job: JobSpec,
+        plan: JobPlan,
+        state: CoordinatorState,
+        data: CoordinatorData,
+        *,
+        round_number: int,
+        aggregate: Any,
+        survivors: int,
+    ) -> RoundOutcome:
+        if aggregate.shape != (self.dimension,):
+            raise ValueError("wrong aggregate length")
+        return RoundOutcome(state=state, metrics={"survivors": float(survivors)})
+
+    def agent_check(self, params: Mapping[str, Any], events: Any, encoding: Any, **_: Any) -> None:
+        return None
+
+    def agent_compute(
+        self, params: Mapping[str, Any], data: AgentData, *, model: Any, public_x: Any, device: str
+    ) -> np.ndarray:
+        v = np.random.default_rng().standard_normal(int(params["dimension"]))
+        return v / np.linalg.norm(v)
+
+
+def bench_job(dimension: int, name: str = "bench-round") -> JobSpec:
+    """A DP-FedAvg-tagged job of ``dimension`` that every agent takes part in."""
+    return parse_job(
+        {
+            "name": f"{name}-{dimension}",
+            "algorithm": "dp-fedavg",
+            "data": {"dataset": "digits"},
+            "rounds": 1000,
+            "privacy": {"unit": "agent", "noise_multiplier": 1.0},
+            "secagg": {"enabled": True, "corrupt_fraction": 0.05, "dropout_fraction": 0.05},
+        }
+    )
+
+
+# -- worker processes: the agents ----------------------------------------------------------------
+
+
+def worker(
+    address: str, credentials: list[tuple[str, str]], dims: list[int], ready: Any, switch: str
+) -> None:
+    """A worker process's body: serve ``credentials``' agents until ``switch`` says stop."""
+    from dpfl.learning.device import cpu_threads
+
+    # many agents per process on few cores: one torch and one BLAS thread each (see cpu_threads)
+    with cpu_threads(1):
+        asyncio.run(_agents(address, credentials, dims, ready, switch))
+
+
+async def _agents(
+    address: str, credentials: list[tuple[str, str]], dims: list[int], ready: Any, switch: str
+) -> None:
+    from dpfl.client.agent import ConnectionRunner
+    from dpfl.client.gate import LocalGate
+    from dpfl.client.local_ledger import LocalLedger
+    from dpfl.client.policy import Policy
+    from dpfl.client.task import TaskLoop
+    from dpfl.client.transport import Backoff, GrpcTransport
+
+    by_dim = {d: RawVectorSum(d) for d in dims}
+    current = {"dim": dims[0]}
+
+    def resolve(name: str) -> Algorithm:
+        return by_dim[current["dim"]] if name == "dp-fedavg" else get_algorithm(name)
+
+    data = AgentData(
+        x=np.zeros((1, 1), np.float32), y=np.zeros(1, np.int64), input_shape=(1,), num_classes=2
+    )
+    policy = Policy(max_epsilon_per_job=1e9, max_epsilon_total=1e9, min_noise_multiplier=0.0)
+    transport = GrpcTransport(address, insecure=True)
+    stop = asyncio.Event()
+    tasks = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (agent_id, credential) in enumerate(credentials):
+            ledger = LocalLedger.open(f"{tmp}/{i}")
+            loop = TaskLoop(
+                agent_id=agent_id,
+                data=data,
+                gate=LocalGate(policy=policy, ledger=ledger),
+                algorithms=resolve,
+            )
+            runner = ConnectionRunner(
+                connector=transport.connector(agent_id=agent_id, credential=credential),
+                loop=loop,
+                backoff=Backoff(initial=0.05, maximum=0.5),
+            )
+            tasks.append(asyncio.create_task(runner.run(stop=stop)))
+        ready.set()
+        while True:
+            await asyncio.sleep(0.2)
+            try:
+                text = open(switch, encoding="utf-8").read().strip()  # noqa: SIM115
+            except OSError:
+                continue
+            if text == "stop":
+                break
+            if text and int(text) != current["dim"]:
+                current["dim"] = int(text)
+        stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await transport.close()

@@ -1,0 +1,73 @@
+"""``benchmarks/scale.py`` runs end to end at a tiny size: one JSON line per (N, size) with the
+documented fields, the PostgreSQL database it created dropped again, and the plot written
+(timings themselves are not asserted)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from support.databases import postgres_admin_url, postgres_unreachable_reason
+from support.paths import ROOT
+
+pytestmark = [pytest.mark.slow, pytest.mark.postgres]
+
+
+def _scale_databases(url: str) -> set[str]:
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as c:
+            names = c.execute(sa.text("SELECT datname FROM pg_database")).scalars()
+            return {n for n in names if n.startswith("dpfl_scale_")}
+    finally:
+        engine.dispose()
+
+
+def test_scale_benchmark_prints_one_line_per_point(tmp_path: Path) -> None:
+    url = postgres_admin_url()
+    reason = postgres_unreachable_reason(url)
+    if reason:
+        pytest.skip(reason)
+    before = _scale_databases(url)
+    plot = tmp_path / "scale.png"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "scale.py"),
+            "--agents",
+            "3",
+            "4",
+            "--sizes",
+            "500",
+            "--rounds",
+            "1",
+            "--warmup",
+            "0",
+            "--processes",
+            "2",
+            "--postgres",
+            url,
+            "--plot",
+            str(plot),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    points = [json.loads(line) for line in done.stdout.strip().splitlines()]
+    assert [(p["agents"], p["size"]) for p in points] == [(3, 500), (4, 500)]
+    for p in points:
+        assert p["benchmark"] == "scale"
+        assert p["database"] == "postgresql"
+        assert p["survivors"] == p["agents"]
+        assert set(p["stage_p50_s"]) == set(p["stage_p99_s"]) >= {"masked_input", "unmask"}
+        assert p["coordinator_peak_rss_mb"] > 0
+        assert p["bytes_per_agent_per_round"] > 4 * 500  # at least the model download
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert _scale_databases(url) == before
