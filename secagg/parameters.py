@@ -1,12 +1,17 @@
 """Choosing the graph degree k and the Shamir threshold t (SECAGG.md §3; Bell et al. 2020, §4).
 
-The rule is the one of fcp's ``graph_parameter_finder.cc``: take the smallest even k that passes,
-with B = ⌊γn⌋ + ⌊δn⌋ bad clients, σ the security and η the correctness parameter,
+The rule is the one of fcp's ``graph_parameter_finder.cc`` (except the semi-malicious rounding,
+below): take the smallest even k that passes, with B = ⌊γn⌋ + ⌊δn⌋ bad clients, σ the security
+and η the correctness parameter,
 
 - disconnection: (n(n−k−1)/2) · C(B,k)/C(n,k) < 2^−(σ+1)  (union bound over pairs of gaps of k/2
   consecutive bad clients on the ring: graph condition (a));
 - security: t1 = min{a : P[Hyp(n, ⌊γn⌋, k) > a] < 2^−(σ+1)/n}  (condition (b), per client);
-- semi-malicious: t1 ← ⌈(t1 + k − 1.25)/2⌉, so that 2t > k + (corrupted neighbours);
+- semi-malicious: t1 ← ⌈(t1 + k)/2⌉, so that 2t ≥ k + 2 + t1: u's k + 1 shareholders include
+  u itself, so a server holding c corrupted neighbours rebuilds both b_u and s_u exactly when
+  2t ≤ k + 1 + c, and this t keeps that below 2^−(σ+1)/n. fcp's ⌈(t1 + k − 1.25)/2⌉ gives
+  2t = k + 1 + t1 when t1 + k is odd, which misses that budget (docs/architecture.md, "Shamir
+  threshold against a semi-malicious server", lists the cells that differ);
 - correctness: t2 = max{t : P[Hyp(n, ⌈(1−δ)n⌉, k) ≤ t−1] < 2^−η/n}  (condition (c));
 - accept k when t2 > t1, with t = max(t1 + 1, 2).
 
@@ -15,8 +20,9 @@ Unlike fcp, which evaluates the tails in floating point (lgamma) only, every com
 arithmetic on the binomial coefficients otherwise ("P < 2^−41/n" becomes
 "n · 2^41 · Σ C(K,x)C(n−K,k−x) < C(n,k)"; :mod:`dpfl.secagg.hypergeometric`). No rounding can push
 a borderline k or t to the insecure side, and the table of SECAGG.md §3 (and fcp's own test table)
-is reproduced cell for cell. The fractions γ and δ are read as the decimal numbers they print as
-(``0.05`` is 1/20), so ⌊γn⌋ is never off by one.
+is reproduced cell for cell, except the semi-malicious cells where fcp's rounding misses the
+budget. The fractions γ and δ are read as the decimal numbers they print as (``0.05`` is 1/20),
+so ⌊γn⌋ is never off by one.
 
 When no k < n − 1 passes (tiny cohorts), the graph is complete (k = n − 1) and t is the smallest
 value with t > ⌊γn⌋ (semi-honest) or 2t > n + ⌊γn⌋ (semi-malicious); it must not exceed the
@@ -131,7 +137,7 @@ def choose_graph_parameters(
         t2 = largest_correct(Hypergeometric(n, survivors, k), correctness_scale, t2_guess)
         t1_guess, t2_guess = t1, t2
         if model is ThreatModel.SEMI_MALICIOUS:
-            t1 = -((-(4 * t1 + 4 * k - 5)) // 8)  # ⌈(t1 + k − 1.25)/2⌉
+            t1 = -(-(t1 + k) // 2)  # ⌈(t1 + k)/2⌉: 2t ≥ t1 + k + 2
         if t2 > t1:
             return GraphParameters(num_clients=n, degree=k, threshold=max(t1 + 1, 2))
     return complete_graph_parameters(
