@@ -12,6 +12,8 @@ Invariants:
   a well-known word such as ``changeme``, too few distinct characters, mostly a sequence or
   keyboard walk, or under 128 bits of entropy estimated from its alphabet and length), naming
   the fix;
+- an optional metrics token (``DPFL_METRICS_TOKEN``) may read ``/metrics`` only; it is held to
+  the same strength rules and must differ from the admin token;
 - the TLS certificate and key are given together or not at all, and must exist;
 - mutual TLS is on exactly when ``require_client_cert`` is set, which needs the client CA (and a
   client CA without ``require_client_cert`` is refused: gRPC either requires and verifies client
@@ -24,6 +26,7 @@ programmatically.
 
 from __future__ import annotations
 
+import hmac
 import math
 import re
 from collections.abc import Iterator
@@ -235,6 +238,11 @@ class Settings(BaseSettings):
     admin_token: SecretStr = Field(
         default=SecretStr(""), description="Bearer token of the REST API's administrator."
     )
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token that may read GET /metrics and nothing else (for Prometheus); "
+        "None: /metrics needs the admin token.",
+    )
     tls_cert_file: Path | None = Field(
         default=None,
         description="PEM certificate (chain) of the coordinator, served on both ports.",
@@ -284,12 +292,33 @@ class Settings(BaseSettings):
         check_token_strength(value.get_secret_value())
         return value
 
+    @field_validator("metrics_token")
+    @classmethod
+    def _secure_metrics_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            if not value.get_secret_value():
+                return None  # DPFL_METRICS_TOKEN= (empty): no metrics token
+            check_token_strength(value.get_secret_value(), "DPFL_METRICS_TOKEN")
+        return value
+
     @field_validator("default_budget_epsilon")
     @classmethod
     def _finite_budget(cls, value: float | None) -> float | None:
         if value is not None and not math.isfinite(value):
             raise ValueError("must be finite (use null for no limit)")
         return value
+
+    @model_validator(mode="after")
+    def _distinct_tokens(self) -> Settings:
+        if self.metrics_token is not None and hmac.compare_digest(
+            self.metrics_token.get_secret_value().encode(),
+            self.admin_token.get_secret_value().encode(),
+        ):
+            raise ValueError(
+                "metrics_token must differ from admin_token (it is handed to Prometheus and may "
+                "read /metrics only)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _tls_consistent(self) -> Settings:

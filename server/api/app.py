@@ -4,14 +4,15 @@ Nothing is created at import time: the process (``dpfl-coordinator serve``, a te
 simulation) builds the store, settings, job control and metrics and passes them in, and the app
 keeps them on ``app.state`` for the dependencies of :mod:`dpfl.server.api.deps`.
 
-Routes (auth: *public*, *admin* = the settings' admin token, *own* = the admin or the client's
-own API token; every error is JSON ``{"detail", "code"}``):
+Routes (auth: *public*, *admin* = the settings' admin token, *metrics* = the metrics token or the
+admin token, *own* = the admin or the client's own API token; every error is JSON
+``{"detail", "code"}``):
 
 ==========================================================  ======  ============================
 ``GET /``, ``/static/*``                                    public  the dashboard
 ``GET /healthz``, ``GET /readyz``                           public  probes
 ``GET /api/v1/openapi.json``                                public  the OpenAPI document
-``GET /metrics``                                            admin   Prometheus text format
+``GET /metrics``                                            metrics Prometheus text format
 ``GET /api/v1/clients``                                     admin   ε spent and remaining
 ``GET /api/v1/clients/{id}``                                own     record, spending, jobs
 ``GET /api/v1/clients/{id}/budget?delta=&tight=``           own     ε per job and total, events

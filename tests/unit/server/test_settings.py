@@ -193,3 +193,23 @@ def test_settings_are_frozen_and_no_instance_exists_at_import() -> None:
     s = Settings(admin_token=GOOD)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="frozen"):
         s.grpc_port = 1  # type: ignore[misc]
+
+
+def test_the_metrics_token_is_optional_strong_and_not_the_admin_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert load_settings(admin_token=GOOD).metrics_token is None
+    monkeypatch.setenv("DPFL_METRICS_TOKEN", "")
+    assert load_settings(admin_token=GOOD).metrics_token is None
+    other = secrets.token_urlsafe(32)
+    monkeypatch.setenv("DPFL_METRICS_TOKEN", other)
+    s = load_settings(admin_token=GOOD)
+    assert s.metrics_token is not None
+    assert s.metrics_token.get_secret_value() == other
+    assert other not in repr(s)
+    monkeypatch.setenv("DPFL_METRICS_TOKEN", "qwertyuiopasdfgh")
+    with pytest.raises(ConfigurationError, match=r"metrics_token: .*keyboard walk"):
+        load_settings(admin_token=GOOD)
+    monkeypatch.setenv("DPFL_METRICS_TOKEN", GOOD)
+    with pytest.raises(ConfigurationError, match="must differ from admin_token"):
+        load_settings(admin_token=GOOD)
