@@ -4,7 +4,9 @@ Thin: one or two GETs on the coordinator's REST API (``/api/v1/clients`` or
 ``/api/v1/clients/{id}/budget``), printed as tables (rich) or, with ``--json``, as the API's own
 JSON document. The admin token lists every client; a client's own API token (issued at
 enrolment) reads only that client. The token can come from ``DPFL_TOKEN`` instead of the command
-line (where other users of the machine could see it in the process list).
+line (where other users of the machine could see it in the process list). The coordinator is
+reached over HTTPS, verified with ``--ca FILE`` (the federation's CA) or the system's CAs;
+plaintext http needs ``--insecure``.
 
 Exit codes: 0 success; 2 bad arguments or an answer the API refused as invalid (422); 3 the
 token was refused (401) or may not read this (403); 4 no such client (404); 5 the coordinator
@@ -16,7 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import ssl
 import sys
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -54,6 +58,19 @@ def register(subparsers: Any) -> None:
         metavar="T",
         help=f"admin token or the client's API token (or ${TOKEN_ENV})",
     )
+    p.add_argument(
+        "--ca",
+        type=Path,
+        metavar="FILE",
+        help="PEM CA certificate that signed the coordinator's HTTPS certificate (ca.pem of "
+        "'dpfl-coordinator certs init'; default: the system's CAs, or $SSL_CERT_FILE)",
+    )
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a plaintext http:// coordinator (the token travels unencrypted: loopback "
+        "and tests only)",
+    )
     p.add_argument("--delta", type=float, help="δ to report ε at (default: each budget's δ)")
     p.add_argument("--tight", action="store_true", help="also try the tight (PLD) bound")
     p.add_argument("--events", action="store_true", help="list every ledger event (one client)")
@@ -62,12 +79,44 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_budget)
 
 
-def base_url(coordinator: str) -> str:
-    """``HOST:PORT`` or a URL, as the URL of the API root (no trailing slash)."""
+def base_url(coordinator: str, *, insecure: bool = False) -> str:
+    """``HOST:PORT`` or a URL, as the URL of the API root (no trailing slash); ``HOST:PORT`` is
+    https, or http with ``insecure``."""
     url = coordinator.strip().rstrip("/")
     if "://" not in url:
-        url = f"http://{url}"
+        url = f"{'http' if insecure else 'https'}://{url}"
     return url
+
+
+def transport_check(url: str, *, ca: Path | None, insecure: bool) -> ssl.SSLContext | bool:
+    """What httpx verifies the coordinator with: the ``--ca`` file, or the default CAs.
+
+    Raises:
+        BudgetCommandError: plaintext without ``--insecure``, ``--insecure`` or ``--ca`` with
+            the wrong scheme, or an unusable CA file (exit code 2).
+    """
+    scheme = url.split("://", 1)[0].lower()
+    if scheme not in ("http", "https"):
+        raise BudgetCommandError(f"--coordinator must be an http(s) URL, got {url!r}", 2)
+    if scheme == "http":
+        if ca is not None:
+            raise BudgetCommandError("--ca needs an https:// coordinator", 2)
+        if not insecure:
+            raise BudgetCommandError(
+                f"{url} is plaintext: the token would travel unencrypted; use https (with --ca "
+                "FILE for the federation's CA), or pass --insecure (loopback and tests only)",
+                2,
+            )
+        return False
+    if insecure:
+        raise BudgetCommandError("--insecure contradicts an https:// coordinator", 2)
+    if ca is None:
+        return True
+    try:
+        return ssl.create_default_context(cafile=str(ca))
+    except (OSError, ssl.SSLError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise BudgetCommandError(f"cannot use the CA file {ca}: {reason}", 2) from None
 
 
 def fetch(
@@ -77,21 +126,27 @@ def fetch(
     token: str,
     params: dict[str, Any] | None = None,
     timeout: float = 10.0,
+    ca: Path | None = None,
+    insecure: bool = False,
 ) -> Any:
     """GET ``/api/v1{path}`` and return its JSON.
 
     Raises:
-        BudgetCommandError: unreachable, refused, or an error answer (its ``detail`` quoted).
+        BudgetCommandError: refused transport settings (:func:`transport_check`), unreachable,
+            refused, or an error answer (its ``detail`` quoted).
     """
     import httpx
 
-    url = f"{base_url(coordinator)}/api/v1{path}"
+    root = base_url(coordinator, insecure=insecure)
+    verify = transport_check(root, ca=ca, insecure=insecure)
+    url = f"{root}/api/v1{path}"
     try:
         response = httpx.get(
             url,
             params={k: v for k, v in (params or {}).items() if v is not None},
             headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
             timeout=timeout,
+            verify=verify,
         )
     except httpx.HTTPError as exc:
         raise BudgetCommandError(f"cannot reach the coordinator at {url}: {exc}", 5) from None
@@ -198,7 +253,12 @@ def _budget(args: argparse.Namespace) -> int:
             raise BudgetCommandError(f"--delta must be in (0, 1), got {args.delta:g}", 2)
         if args.events and args.client_id is None:
             raise BudgetCommandError("--events needs a CLIENT_ID", 2)
-        common = {"token": args.token, "timeout": args.timeout}
+        common = {
+            "token": args.token,
+            "timeout": args.timeout,
+            "ca": args.ca,
+            "insecure": args.insecure,
+        }
         if args.client_id is None:
             clients = fetch(args.coordinator, "/clients", params={"delta": args.delta}, **common)
             if args.json:

@@ -12,8 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import threading
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, TypeVar
 
 import grpc
 
@@ -30,9 +34,48 @@ from dpfl.client.task import TaskLoop
 from dpfl.client.transport import Backoff, GrpcTransport
 from dpfl.learning.errors import LearningError
 
-__all__ = ["AgentOptions", "DeviceError", "TlsError", "channel_credentials", "run_agent"]
+__all__ = [
+    "TRAINING_THREAD",
+    "AgentOptions",
+    "DeviceError",
+    "TlsError",
+    "TrainingExecutor",
+    "channel_credentials",
+    "run_agent",
+]
 
 log = logging.getLogger("dpfl.agent")
+
+_T = TypeVar("_T")
+#: The name of the threads of :class:`TrainingExecutor`.
+TRAINING_THREAD = "dpfl-train"
+
+
+class TrainingExecutor(Executor):
+    """Runs each local computation in a daemon thread of its own.
+
+    A stopped agent then exits without waiting for a training step still in flight (asyncio's
+    default pool, and any ``ThreadPoolExecutor``, is joined at exit: 6–21 s, or as long as a
+    round's training lasts). Abandoning it is safe: the computation only returns a vector, the
+    round it belongs to is already left, and what must finish (the local ledger's charge) runs on
+    asyncio's default pool, which ``asyncio.run`` still waits for.
+    """
+
+    def submit(self, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> Future[_T]:
+        future: Future[_T] = Future()
+
+        def work() -> None:
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                result = fn(*args, **kwargs)
+            except BaseException as exc:
+                future.set_exception(exc)
+            else:
+                future.set_result(result)
+
+        threading.Thread(target=work, name=TRAINING_THREAD, daemon=True).start()
+        return future
 
 
 class TlsError(TransportError):
@@ -166,6 +209,7 @@ async def run_agent(
                     gate=gate,
                     device=device,
                     observer=observe,
+                    executor=TrainingExecutor(),
                 )
                 runner = ConnectionRunner(
                     connector=transport.connector(

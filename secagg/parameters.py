@@ -2,10 +2,11 @@
 
 The rule is fcp's ``graph_parameter_finder.cc``: the smallest even k whose random Harary graph
 is connected over the honest survivors, gives no client t corrupted neighbours and leaves every
-client t responding ones, each within its failure budget (docs/secagg.md#parameters). Unlike fcp,
-every tail comparison is exact (:mod:`dpfl.secagg.hypergeometric`), so no rounding pushes a
-borderline k or t to the insecure side, and γ, δ are read as the decimals they print as. Small
-cohorts fall back to the complete graph.
+client t responding ones, each within its failure budget (docs/secagg.md#parameters). Two
+departures: every tail comparison is exact (:mod:`dpfl.secagg.hypergeometric`), so no rounding
+pushes a borderline k or t to the insecure side, and γ, δ are read as the decimals they print as;
+the semi-malicious threshold is the smallest t that meets its own budget, ⌈(t1 + k)/2⌉ + 1,
+where fcp's rounding misses it when t1 + k is odd. Small cohorts fall back to the complete graph.
 """
 
 from __future__ import annotations
@@ -116,7 +117,7 @@ def choose_graph_parameters(
         t2 = largest_correct(Hypergeometric(n, survivors, k), correctness_scale, t2_guess)
         t1_guess, t2_guess = t1, t2
         if model is ThreatModel.SEMI_MALICIOUS:
-            t1 = -((-(4 * t1 + 4 * k - 5)) // 8)  # ⌈(t1 + k − 1.25)/2⌉
+            t1 = -(-(t1 + k) // 2)  # ⌈(t1 + k)/2⌉: 2t ≥ t1 + k + 2
         if t2 > t1:
             return GraphParameters(num_clients=n, degree=k, threshold=max(t1 + 1, 2))
     return complete_graph_parameters(

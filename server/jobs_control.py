@@ -20,6 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import anyio.to_thread
 
 from dpfl.learning.jobs import parse_job
+from dpfl.server.documents import load_job_document
 from dpfl.server.store import Job, JobStatus, Store
 
 __all__ = ["JobControl", "StoreJobControl", "submit_job"]
@@ -44,12 +45,13 @@ def submit_job(
         The stored job, with every default of its specification filled in.
 
     Raises:
-        JobSpecError: the document is not a valid job (syntax, unknown algorithm or field, a bad
-            value), one ``path: problem`` entry per mistake; nothing is written.
+        JobSpecError: the document is not a valid job (too large or too deeply nested, see
+            :mod:`dpfl.server.documents`; syntax, unknown algorithm or field, a bad value), one
+            ``path: problem`` entry per mistake; nothing is written.
         NotFound: a member agent does not exist.
         AlreadyExists: ``job_id`` is taken.
     """
-    spec = parse_job(document)
+    spec = parse_job(load_job_document(document))
     return store.create_job(spec, job_id=job_id, members=members)
 
 

@@ -9,7 +9,11 @@ Invariants:
 - no instance is created at import time; the process builds one (``load_settings``) and passes it
   down, so tests never have to undo global state;
 - the settings refuse to exist with an insecure admin token (empty, shorter than 16 characters,
-  a well-known word such as ``changeme``, or too few distinct characters), naming the fix;
+  a well-known word such as ``changeme``, too few distinct characters, mostly a sequence or
+  keyboard walk, or under 128 bits of entropy estimated from its alphabet and length), naming
+  the fix;
+- an optional metrics token (``DPFL_METRICS_TOKEN``) may read ``/metrics`` only; it is held to
+  the same strength rules and must differ from the admin token;
 - the TLS certificate and key are given together or not at all, and must exist;
 - mutual TLS is on exactly when ``require_client_cert`` is set, which needs the client CA (and a
   client CA without ``require_client_cert`` is refused: gRPC either requires and verifies client
@@ -22,6 +26,7 @@ programmatically.
 
 from __future__ import annotations
 
+import hmac
 import math
 import re
 from collections.abc import Iterator
@@ -50,9 +55,12 @@ from dpfl.server.errors import ConfigurationError
 
 __all__ = [
     "MIN_ADMIN_TOKEN_LENGTH",
+    "MIN_TOKEN_BITS",
     "WELL_KNOWN_TOKENS",
     "Settings",
     "StageDeadlines",
+    "check_token_strength",
+    "estimated_entropy_bits",
     "load_settings",
 ]
 
@@ -83,13 +91,66 @@ WELL_KNOWN_TOKENS = frozenset(
 )
 #: A token with fewer distinct characters than this is not random (hex of 16 bytes has ~14).
 _MIN_DISTINCT_CHARS = 8
+#: Least estimated entropy of a token (see :func:`estimated_entropy_bits`).
+MIN_TOKEN_BITS = 128
+#: Character classes and their sizes: a token's alphabet is the union of the classes it uses.
+_CLASSES = (
+    (re.compile(r"[a-z]"), 26),
+    (re.compile(r"[A-Z]"), 26),
+    (re.compile(r"[0-9]"), 10),
+    (re.compile(r"[^a-zA-Z0-9]"), 33),
+)
+#: Keys next to each other on a QWERTY keyboard follow each other in these strings (rows run on
+#: into the next row, as in "qwertyuiopasdf").
+_KEYBOARD_ROWS = ("1234567890-=", "qwertyuiopasdfghjklzxcvbnm", "qwertyuiop[]", "asdfghjkl;'")
 
 _GENERATE_HINT = "generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
 
 
-def _check_admin_token(token: str) -> None:
+def _walk_step(a: str, b: str) -> bool:
+    """Whether ``b`` follows ``a`` predictably: the same, the next or previous code point
+    ("abc", "987"), or a neighbouring key ("qwer", "lkj")."""
+    a, b = a.lower(), b.lower()
+    if abs(ord(a) - ord(b)) <= 1:
+        return True
+    for row in _KEYBOARD_ROWS:
+        i, j = row.find(a), row.find(b)
+        if i >= 0 and j >= 0 and abs(i - j) == 1:
+            return True
+    return False
+
+
+def _predictable(token: str, i: int) -> bool:
+    """Character ``i`` continues a run, sequence or keyboard walk (its two steps in are both
+    predictable), or ends a three-character block already seen earlier in the token."""
+    if i < 2:
+        return False
+    if _walk_step(token[i - 2], token[i - 1]) and _walk_step(token[i - 1], token[i]):
+        return True
+    return token[i - 2 : i + 1] in token[: i + 1 - 1]
+
+
+def estimated_entropy_bits(token: str) -> float:
+    """An upper estimate of the token's entropy: log2 of its alphabet (the union of the character
+    classes it uses: lower case 26, upper case 26, digits 10, others 33) per character, except
+    that a character continuing a run, a sequence ("abcd", "1234"), a keyboard walk ("qwerty")
+    or a repeated block counts one bit. ``secrets.token_urlsafe(32)`` scores about 250 bits;
+    ``abcdefghijklmnop`` 23."""
+    alphabet = sum(size for pattern, size in _CLASSES if pattern.search(token))
+    if alphabet == 0:
+        return 0.0
+    per_char = math.log2(alphabet)
+    return sum(1.0 if _predictable(token, i) else per_char for i in range(len(token)))
+
+
+def check_token_strength(token: str, variable: str = "DPFL_ADMIN_TOKEN") -> None:
+    """Refuse a bearer token an attacker could guess (the rules of the module docstring).
+
+    Raises:
+        ValueError: the reason, with how to generate a good token; never the token itself.
+    """
     if not token:
-        raise ValueError(f"must not be empty: set DPFL_ADMIN_TOKEN; {_GENERATE_HINT}")
+        raise ValueError(f"must not be empty: set {variable}; {_GENERATE_HINT}")
     if len(token) < MIN_ADMIN_TOKEN_LENGTH:
         raise ValueError(
             f"too short ({len(token)} characters, need at least "
@@ -107,6 +168,18 @@ def _check_admin_token(token: str) -> None:
     if len(set(token)) < _MIN_DISTINCT_CHARS:
         raise ValueError(
             f"only {len(set(token))} distinct characters and cannot be random; {_GENERATE_HINT}"
+        )
+    predictable = sum(_predictable(token, i) for i in range(len(token)))
+    if 2 * predictable >= len(token):
+        raise ValueError(
+            f"mostly a sequence, keyboard walk or repetition ({predictable} of {len(token)} "
+            f"characters follow from the ones before); {_GENERATE_HINT}"
+        )
+    bits = estimated_entropy_bits(token)
+    if bits < MIN_TOKEN_BITS:
+        raise ValueError(
+            f"too weak: about {bits:.0f} bits of entropy estimated from its alphabet and length, "
+            f"need {MIN_TOKEN_BITS}; {_GENERATE_HINT}"
         )
 
 
@@ -165,6 +238,11 @@ class Settings(BaseSettings):
     admin_token: SecretStr = Field(
         default=SecretStr(""), description="Bearer token of the REST API's administrator."
     )
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token that may read GET /metrics and nothing else (for Prometheus); "
+        "None: /metrics needs the admin token.",
+    )
     tls_cert_file: Path | None = Field(
         default=None,
         description="PEM certificate (chain) of the coordinator, served on both ports.",
@@ -216,7 +294,16 @@ class Settings(BaseSettings):
     @field_validator("admin_token")
     @classmethod
     def _secure_admin_token(cls, value: SecretStr) -> SecretStr:
-        _check_admin_token(value.get_secret_value())
+        check_token_strength(value.get_secret_value())
+        return value
+
+    @field_validator("metrics_token")
+    @classmethod
+    def _secure_metrics_token(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None:
+            if not value.get_secret_value():
+                return None  # DPFL_METRICS_TOKEN= (empty): no metrics token
+            check_token_strength(value.get_secret_value(), "DPFL_METRICS_TOKEN")
         return value
 
     @field_validator("default_budget_epsilon")
@@ -225,6 +312,18 @@ class Settings(BaseSettings):
         if value is not None and not math.isfinite(value):
             raise ValueError("must be finite (use null for no limit)")
         return value
+
+    @model_validator(mode="after")
+    def _distinct_tokens(self) -> Settings:
+        if self.metrics_token is not None and hmac.compare_digest(
+            self.metrics_token.get_secret_value().encode(),
+            self.admin_token.get_secret_value().encode(),
+        ):
+            raise ValueError(
+                "metrics_token must differ from admin_token (it is handed to Prometheus and may "
+                "read /metrics only)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _tls_consistent(self) -> Settings:

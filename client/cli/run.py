@@ -1,6 +1,9 @@
 """``dpfl-agent run``: enrol once, then take part in rounds until interrupted (thin over
 :func:`dpfl.client.runtime.run_agent`).
 
+SIGINT/SIGTERM stop it within a second or two, even mid-training: the round in flight is left
+and a training step still running is abandoned (:class:`dpfl.client.runtime.TrainingExecutor`).
+
 Exit codes: 0 stopped by SIGINT/SIGTERM; 1 any other agent error; 2 a bad ``--data`` spec or
 device; 3 a corrupt, foreign or locked state directory (or its ledger); 4 enrolment impossible or
 refused; 5 the coordinator unreachable at enrolment, TLS files unusable, or the credential refused.
@@ -10,7 +13,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
+import os
+import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +25,16 @@ from rich.console import Console
 from rich.logging import RichHandler
 
 from dpfl.cli.base import stop_on_signals
-from dpfl.client.errors import AgentError
+from dpfl.client.errors import AgentError, EnrollmentError
 from dpfl.client.progress import RichObserver
-from dpfl.client.runtime import AgentOptions, run_agent
+from dpfl.client.runtime import TRAINING_THREAD, AgentOptions, run_agent
+
+#: Where the enrolment token may come from instead of the command line.
+TOKEN_ENV = "DPFL_ENROLLMENT_TOKEN"
+
+
+class EnrollmentTokenError(EnrollmentError):
+    """The enrolment token file cannot be used."""
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
@@ -32,10 +46,19 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "policy until interrupted.",
     )
     parser.add_argument("--coordinator", required=True, metavar="HOST:PORT")
-    parser.add_argument(
+    tokens = parser.add_mutually_exclusive_group()
+    tokens.add_argument(
+        "--enrollment-token-file",
+        type=Path,
+        metavar="FILE",
+        help="read the one-time token of 'dpfl-coordinator enroll-token' from FILE (first run "
+        f"only; or set ${TOKEN_ENV})",
+    )
+    tokens.add_argument(
         "--enrollment-token",
         metavar="TOKEN",
-        help="one-time token from 'dpfl-coordinator enroll-token' (first run only)",
+        help="the token itself (visible to other users in process listings: prefer "
+        f"--enrollment-token-file or ${TOKEN_ENV})",
     )
     parser.add_argument(
         "--data",
@@ -77,11 +100,22 @@ def _run(args: argparse.Namespace) -> int:
         handlers=[RichHandler(console=console, show_path=False)],
         force=True,
     )
+    try:
+        token = enrollment_token(args.enrollment_token, args.enrollment_token_file)
+    except AgentError as exc:
+        console.print(f"[red]dpfl-agent: {exc}[/red]", highlight=False)
+        return exc.exit_code
+    if args.enrollment_token:
+        logging.getLogger("dpfl.agent").warning(
+            "--enrollment-token shows the token in process listings; use "
+            "--enrollment-token-file FILE or $%s",
+            TOKEN_ENV,
+        )
     options = AgentOptions(
         coordinator=args.coordinator,
         state_dir=args.state_dir,
         data=args.data,
-        enrollment_token=args.enrollment_token,
+        enrollment_token=token,
         policy=args.policy,
         name=args.name,
         device=args.device,
@@ -91,12 +125,56 @@ def _run(args: argparse.Namespace) -> int:
         key=args.key,
     )
     observer = RichObserver(console, verbose=args.verbose)
+    code = 0
     try:
         asyncio.run(_main(options, observer))
     except AgentError as exc:
         console.print(f"[red]dpfl-agent: {exc}[/red]", highlight=False)
-        return exc.exit_code
-    return 0
+        code = exc.exit_code
+    _exit_if_training(code)
+    return code
+
+
+def enrollment_token(flag: str | None, file: Path | None) -> str | None:
+    """The one-time token: ``--enrollment-token``, else the first line of
+    ``--enrollment-token-file``, else ``$DPFL_ENROLLMENT_TOKEN``, else None (a stored credential
+    is reused).
+
+    Raises:
+        EnrollmentTokenError: an unreadable or empty token file (exit code 4).
+    """
+    if flag:
+        return flag
+    if file is not None:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc)
+            raise EnrollmentTokenError(
+                f"cannot read the enrolment token file {file}: {reason}"
+            ) from None
+        token = text.strip().splitlines()[0].strip() if text.strip() else ""
+        if not token:
+            raise EnrollmentTokenError(f"the enrolment token file {file} is empty")
+        return token
+    return os.environ.get(TOKEN_ENV, "").strip() or None
+
+
+def _exit_if_training(code: int) -> None:
+    """End the process now when a training thread is still running (``TrainingExecutor``).
+
+    By here everything that must finish has: the round in flight was left, the local ledger's
+    charges (asyncio's default pool, joined by ``asyncio.run``) are committed, and the state
+    directory is unlocked. Finalizing the interpreter around a torch computation in a daemon
+    thread takes seconds, so the logs are flushed and the process exits at once instead.
+    """
+    if not any(t.name == TRAINING_THREAD and t.is_alive() for t in threading.enumerate()):
+        return
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 async def _main(options: AgentOptions, observer: RichObserver) -> None:

@@ -55,4 +55,4 @@ HEALTHCHECK --interval=30s --timeout=5s --start-period=60s --retries=3 \
     CMD ["dpfl-coordinator", "healthcheck"]
 
 ENTRYPOINT ["dpfl-coordinator"]
-CMD ["serve", "--tls-cert", "/etc/dpfl/tls/coordinator.pem", "--tls-key", "/etc/dpfl/tls/coordinator.key", "--client-ca", "/etc/dpfl/tls/ca.pem", "--require-client-cert"]
+CMD ["serve", "--host", "0.0.0.0", "--tls-cert", "/etc/dpfl/tls/coordinator.pem", "--tls-key", "/etc/dpfl/tls/coordinator.key", "--client-ca", "/etc/dpfl/tls/ca.pem", "--require-client-cert"]

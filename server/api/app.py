@@ -4,14 +4,16 @@ Nothing is created at import time: the process (``dpfl-coordinator serve``, a te
 simulation) builds the store, settings, job control and metrics and passes them in, and the app
 keeps them on ``app.state`` for the dependencies of :mod:`dpfl.server.api.deps`.
 
-Routes (auth: *public*, *admin* = the settings' admin token, *own* = the admin or the client's
-own API token; every error is JSON ``{"detail", "code"}``):
+Routes (auth: *public*, *admin* = the settings' admin token, *metrics* = the metrics token or the
+admin token, *own* = the admin or the client's own API token; every error is JSON
+``{"detail", "code"}``):
 
 ==========================================================  ======  ============================
 ``GET /``, ``/static/*``                                    public  the dashboard
 ``GET /healthz``, ``GET /readyz``                           public  probes
 ``GET /api/v1/openapi.json``                                public  the OpenAPI document
-``GET /metrics``                                            admin   Prometheus text format
+``GET /api/docs``, ``/api/docs/assets/*``                   public  Swagger UI over it (offline)
+``GET /metrics``                                            metrics Prometheus text format
 ``GET /api/v1/clients``                                     admin   ε spent and remaining
 ``GET /api/v1/clients/{id}``                                own     record, spending, jobs
 ``GET /api/v1/clients/{id}/budget?delta=&tight=``           own     ε per job and total, events
@@ -131,7 +133,7 @@ def create_app(
         version=_version(),
         description=_DESCRIPTION,
         openapi_url=f"{API_PREFIX}/openapi.json",
-        docs_url=None,  # Swagger UI and ReDoc load scripts from CDNs: no external requests
+        docs_url=None,  # FastAPI's pages load Swagger UI from a CDN: /api/docs serves it locally
         redoc_url=None,
     )
     app.state.store = store
@@ -149,6 +151,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(dashboard.router)
     app.mount("/static", StaticFiles(directory=dashboard.STATIC_DIR), name="static")
+
     app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
     app.add_middleware(_SecurityHeaders)
     return app

@@ -4,6 +4,8 @@ Authentication (``Authorization: Bearer <token>``):
 
 - the **admin token** of the settings (``DPFL_ADMIN_TOKEN``) may use every route; it is compared
   in constant time (``hmac.compare_digest``);
+- the **metrics token** (``DPFL_METRICS_TOKEN``, optional) may read ``/metrics`` and nothing
+  else, so that Prometheus need not hold the admin token;
 - a **client token** (``dpfl_api_…``, issued at enrolment, see ``Store.authenticate_api_token``)
   may read only its own client record, budget and ε history; anything else is 403;
 - no token, a malformed header, or a token that is neither is 401.
@@ -35,6 +37,7 @@ __all__ = [
     "JobId",
     "JobsDep",
     "MetricsDep",
+    "MetricsReaderDep",
     "Principal",
     "PrincipalDep",
     "SettingsDep",
@@ -54,9 +57,10 @@ _bearer = HTTPBearer(
 
 @dataclass(frozen=True, slots=True)
 class Principal:
-    """Who is calling: the administrator, or one client (``client_id``)."""
+    """Who is calling: the administrator, the metrics reader (Prometheus), or one client
+    (``client_id``)."""
 
-    role: Literal["admin", "client"]
+    role: Literal["admin", "metrics", "client"]
     client_id: str | None = None
 
     @property
@@ -107,6 +111,10 @@ def authenticate(
     admin = settings.admin_token.get_secret_value()
     if admin and hmac.compare_digest(token.encode("utf-8"), admin.encode("utf-8")):
         return Principal("admin")
+    if settings.metrics_token is not None and hmac.compare_digest(
+        token.encode("utf-8"), settings.metrics_token.get_secret_value().encode("utf-8")
+    ):
+        return Principal("metrics")
     try:
         agent = store.authenticate_api_token(token)
     except InvalidCredential:
@@ -118,7 +126,9 @@ PrincipalDep = Annotated[Principal, Depends(authenticate)]
 
 
 def require_admin(principal: PrincipalDep) -> Principal:
-    """Raises: PermissionDenied (403) for a client token."""
+    """Raises: PermissionDenied (403) for a client or the metrics token."""
+    if principal.role == "metrics":
+        raise PermissionDenied("the metrics token may read only /metrics")
     if not principal.is_admin:
         raise PermissionDenied(
             "this route needs the admin token; a client token may read only its own client "
@@ -129,6 +139,18 @@ def require_admin(principal: PrincipalDep) -> Principal:
 
 AdminDep = Annotated[Principal, Depends(require_admin)]
 
+
+def read_metrics(principal: PrincipalDep) -> Principal:
+    """The admin or the metrics token. Raises: PermissionDenied (403) for a client token."""
+    if principal.role in ("admin", "metrics"):
+        return principal
+    raise PermissionDenied(
+        "/metrics needs the metrics token (DPFL_METRICS_TOKEN) or the admin token"
+    )
+
+
+MetricsReaderDep = Annotated[Principal, Depends(read_metrics)]
+
 ClientId = Annotated[str, Path(pattern=ID_PATTERN, description="The client (agent) id.")]
 JobId = Annotated[str, Path(pattern=ID_PATTERN, description="The job id.")]
 
@@ -136,8 +158,10 @@ JobId = Annotated[str, Path(pattern=ID_PATTERN, description="The job id.")]
 def read_client(client_id: ClientId, principal: PrincipalDep) -> Principal:
     """The admin, or the client itself. Raises: PermissionDenied (403) for another client (also
     when that client does not exist: a client token learns nothing about other ids)."""
-    if principal.is_admin or principal.client_id == client_id:
+    if principal.is_admin or (principal.role == "client" and principal.client_id == client_id):
         return principal
+    if principal.role == "metrics":
+        raise PermissionDenied("the metrics token may read only /metrics")
     raise PermissionDenied(
         f"a client token may read only its own client ({principal.client_id!r}), "
         "not another client's"

@@ -2,7 +2,8 @@
 
 The typed errors of ``dpfl.server.errors`` carry their HTTP status (``http_status``) and a stable
 code, so this module is a table lookup, not an ``isinstance`` ladder. A bad job document
-(``JobSpecError``) is 422 with one ``problems`` line per mistake; a request that does not match
+(``JobSpecError``) is 422 with one ``problems`` line per mistake (at most
+``dpfl.server.documents.MAX_PROBLEMS``); a request that does not match
 the route's parameters is 422 with every problem named in ``detail``; a 401 also carries
 ``WWW-Authenticate: Bearer``. An unexpected exception is logged and answered with a generic 500
 that reveals nothing about the internals.
@@ -20,6 +21,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dpfl.learning.jobs import JobSpecError
+from dpfl.server.documents import DocumentTooLargeError, bounded_problems
 from dpfl.server.errors import ServerError
 
 __all__ = ["error_response", "install_error_handlers"]
@@ -92,7 +94,11 @@ async def _server_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _job_spec_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, JobSpecError)
-    return error_response(422, str(exc), code="invalid_job", problems=exc.problems)
+    problems = bounded_problems(exc.problems)
+    detail = "invalid job specification: " + "; ".join(problems)
+    if isinstance(exc, DocumentTooLargeError):
+        return error_response(413, detail, problems=problems)
+    return error_response(422, detail, code="invalid_job", problems=problems)
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:

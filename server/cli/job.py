@@ -5,7 +5,9 @@ These commands work on the **database** (``--database-url``, ``DPFL_DATABASE_URL
 token, and a running coordinator notices a job started or stopped here within a couple of
 seconds (its orchestrator follows the jobs' status in the store). A job document is validated by
 the same function as ``POST /api/v1/jobs`` (``dpfl.server.jobs_control.submit_job``), so both
-accept and refuse exactly the same documents; a refused one writes nothing.
+accept and refuse exactly the same documents, under the same limits (1 MiB, 32 levels of
+nesting; :mod:`dpfl.server.documents`); a refused one writes nothing and prints at most 20
+problems.
 
 Exit codes: 0 done; 2 invalid document, unknown job or agent, or a refused status change;
 1 the database failed.
@@ -21,6 +23,7 @@ from typing import Any
 
 from dpfl.learning.jobs import JobSpecError
 from dpfl.server.cli.serve import resolve_database_url
+from dpfl.server.documents import MAX_JOB_BYTES, bounded_problems
 from dpfl.server.errors import ServerError
 
 __all__ = ["register"]
@@ -95,7 +98,7 @@ def _run(args: argparse.Namespace, action: Any) -> int:
     try:
         return int(action(store))
     except JobSpecError as exc:
-        print(f"dpfl-coordinator job: {exc}", file=sys.stderr)
+        _print_problems(exc)
         return 2
     except ServerError as exc:
         print(f"dpfl-coordinator job: {exc}", file=sys.stderr)
@@ -104,16 +107,46 @@ def _run(args: argparse.Namespace, action: Any) -> int:
         store.close()
 
 
+def _print_problems(exc: JobSpecError) -> None:
+    """The problems one per line, at most ``MAX_PROBLEMS`` of them, each of bounded length."""
+    problems = bounded_problems(exc.problems)
+    if len(problems) == 1:
+        print(f"dpfl-coordinator job: invalid job: {problems[0]}", file=sys.stderr)
+        return
+    print("dpfl-coordinator job: invalid job:", file=sys.stderr)
+    for problem in problems:
+        print(f"  {problem}", file=sys.stderr)
+
+
+def _read_document(path: Path) -> bytes:
+    """The file's bytes, read no further than one byte past the REST API's limit.
+
+    Raises:
+        OSError: unreadable.
+        JobSpecError: larger than ``MAX_JOB_BYTES``.
+    """
+    with path.open("rb") as handle:
+        data = handle.read(MAX_JOB_BYTES + 1)
+    if len(data) > MAX_JOB_BYTES:
+        raise JobSpecError(
+            [f"{path}: job document too large: over {MAX_JOB_BYTES} bytes (the limit)"]
+        )
+    return data
+
+
 def _submit(args: argparse.Namespace) -> int:
     from dpfl.server.handlers import submit
     from dpfl.server.store import AgentStatus, JobStatus
 
     try:
-        document = args.file.read_bytes()
+        document = _read_document(args.file)
     except OSError as exc:
         print(
             f"dpfl-coordinator job submit: cannot read {args.file}: {exc.strerror}", file=sys.stderr
         )
+        return 2
+    except JobSpecError as exc:
+        _print_problems(exc)
         return 2
 
     def action(store: Any) -> int:

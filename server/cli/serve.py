@@ -47,6 +47,13 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     )
     parser.add_argument("--config", type=Path, default=None, help="YAML file of settings")
     parser.add_argument("--database-url", default=None, help="SQLAlchemy URL (DPFL_DATABASE_URL)")
+    parser.add_argument(
+        "--host",
+        default=None,
+        metavar="ADDR",
+        help="listen address of both servers (default 127.0.0.1, this machine only; 0.0.0.0 "
+        "for every interface, as in a container); --grpc-host and --api-host win over it",
+    )
     parser.add_argument("--grpc-host", default=None, help="gRPC listen address (DPFL_GRPC_HOST)")
     parser.add_argument("--grpc-port", type=int, default=None, help="gRPC port (DPFL_GRPC_PORT)")
     parser.add_argument("--api-host", default=None, help="REST listen address (DPFL_API_HOST)")
@@ -178,9 +185,9 @@ def _serve(args: argparse.Namespace) -> int:
         settings = load_settings(
             args.config,
             database_url=args.database_url,
-            grpc_host=args.grpc_host,
+            grpc_host=args.grpc_host or args.host,
             grpc_port=args.grpc_port,
-            api_host=args.api_host,
+            api_host=args.api_host or args.host,
             api_port=args.api_port,
             tls_cert_file=args.tls_cert,
             tls_key_file=args.tls_key,

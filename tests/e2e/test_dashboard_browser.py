@@ -161,3 +161,44 @@ def test_dashboard_shows_the_finished_job(chromium: Path, store: Store, tmp_path
     foreign = [url for url in requests if not url.startswith(base) and not url.startswith("data:")]
     assert foreign == [], f"the dashboard requested other origins: {foreign}"
     assert any(url.startswith(f"{base}/api/v1/clients") for url in requests)
+
+
+def test_api_docs_render_offline_under_the_csp(chromium: Path, tmp_path: Path) -> None:
+    """Swagger UI at /api/docs renders the coordinator's operations with every request to the
+    coordinator's own origin and no console error (a CSP violation would be one)."""
+    from playwright.sync_api import expect, sync_playwright
+
+    requests: list[str] = []
+    problems: list[str] = []
+
+    def on_console(message: Any) -> None:
+        if message.type == "error":
+            problems.append(f"console: {message.text}")
+
+    with (
+        open_store(f"sqlite:///{tmp_path / 'docs.db'}") as store,
+        live_server(make_app(store, settings=admin_settings())) as base,
+        sync_playwright() as pw,
+    ):
+        context = pw.chromium.launch_persistent_context(
+            str(tmp_path / "profile"),
+            executable_path=str(chromium),
+            headless=True,
+            args=CHROMIUM_ARGS,
+        )
+        try:
+            context.on("request", lambda request: requests.append(request.url))
+            page = context.new_page()
+            page.on("console", on_console)
+            page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+            page.goto(f"{base}/api/docs")
+            expect(page.locator(".swagger-ui .info .title")).to_contain_text("dpfl coordinator")
+            expect(
+                page.locator(".opblock-summary-path", has_text="/api/v1/jobs").first
+            ).to_be_visible()
+            expect(page.locator("button.authorize")).to_be_visible()
+        finally:
+            context.close()
+    assert problems == [], requests
+    assert requests
+    assert all(url.startswith(base) for url in requests), requests

@@ -87,7 +87,15 @@ def test_api_reports_what_the_simulation_spent(tmp_path: Path) -> None:
             # the umbrella CLI reads the same figure from the live API
             some = next(iter(spent))
             out = subprocess.run(
-                [str(bindir / "dpfl"), "budget", some, "--coordinator", base, "--json"],
+                [
+                    str(bindir / "dpfl"),
+                    "budget",
+                    some,
+                    "--coordinator",
+                    base,
+                    "--json",
+                    "--insecure",
+                ],
                 capture_output=True,
                 text=True,
                 timeout=60,

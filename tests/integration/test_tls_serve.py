@@ -215,3 +215,25 @@ def test_serve_names_a_busy_rest_port(tmp_path: Path) -> None:
     assert done.returncode == 2, done.stderr
     assert f"cannot bind the REST API to 127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def _non_loopback_address() -> str | None:
+    """An IPv4 address of this machine other than 127.x (None when it has none)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("10.254.254.254", 9))  # no packet is sent: this only picks a route
+        except OSError:
+            return None
+        address = str(s.getsockname()[0])
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
+def test_serve_host_binds_every_interface_and_the_default_is_loopback(tmp_path: Path) -> None:
+    address = _non_loopback_address()
+    if address is None:
+        pytest.skip("this machine has no non-loopback IPv4 address")
+    with _serving(tmp_path, "--insecure", "--host", "0.0.0.0") as (_, port, output):
+        assert _healthz(f"http://{address}:{port}/healthz", verify=False).status_code == 200
+    assert "REST on http://0.0.0.0:" in output[0]
+    with _serving(tmp_path, "--insecure") as (_, port, _), pytest.raises(httpx.ConnectError):
+        httpx.get(f"http://{address}:{port}/healthz", timeout=2)

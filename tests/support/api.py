@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
@@ -211,9 +212,23 @@ def app_for_url(url: str, *, settings: Settings | None = None) -> Iterator[FastA
 
 
 @contextmanager
-def live_server(app: FastAPI, *, timeout: float = 10.0) -> Iterator[str]:
-    """Serve ``app`` with uvicorn on a free loopback port; yields its base URL."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+def live_server(
+    app: FastAPI,
+    *,
+    timeout: float = 10.0,
+    tls: tuple[Path, Path] | None = None,
+) -> Iterator[str]:
+    """Serve ``app`` with uvicorn on a free loopback port (HTTPS with ``tls`` = (certificate,
+    key)); yields its base URL."""
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=0,
+        log_level="warning",
+        lifespan="off",
+        ssl_certfile=str(tls[0]) if tls else None,
+        ssl_keyfile=str(tls[1]) if tls else None,
+    )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, name="uvicorn-test", daemon=True)
     thread.start()
@@ -224,7 +239,7 @@ def live_server(app: FastAPI, *, timeout: float = 10.0) -> Iterator[str]:
         time.sleep(0.01)
     port = server.servers[0].sockets[0].getsockname()[1]
     try:
-        yield f"http://127.0.0.1:{port}"
+        yield f"{'https' if tls else 'http'}://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         thread.join(timeout)

@@ -5,9 +5,13 @@ credentials, and they reveal only up/down. ``/healthz`` answers 200 once this ap
 check in ``app.state.health_checks`` (name → ``Callable[[], bool]``) passes; the serve command
 registers one for the gRPC server, so 200 means both servers listen.
 
-``/metrics`` needs the admin token: it exposes job ids and the largest ε any client has spent,
-operational facts about the participants' privacy that the dashboard also guards, and Prometheus
-sends a bearer token natively (``authorization: {credentials_file: ...}`` in a scrape config).
+``/metrics`` needs a token: it exposes job ids and the largest ε any client has spent,
+operational facts about the participants' privacy that the dashboard also guards. The metrics
+token (``DPFL_METRICS_TOKEN``) reads it and nothing else, so Prometheus need not hold the admin
+token; Prometheus sends it natively (``authorization: {credentials_file: ...}`` in a scrape
+config). Its counters are process-local, as Prometheus expects of a counter: they restart at 0
+with the coordinator, and ``rate()``/``increase()`` treat the drop as a reset; the privacy gauges
+are read from the store at each scrape and so survive restarts.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections.abc import Callable, Mapping
 import anyio.to_thread
 from fastapi import APIRouter, Request, Response
 
-from dpfl.server.api.deps import AdminDep, MetricsDep, StoreDep
+from dpfl.server.api.deps import MetricsDep, MetricsReaderDep, StoreDep
 from dpfl.server.api.errors import error_response
 from dpfl.server.api.routes import error_responses
 from dpfl.server.api.schemas import HealthPublic
@@ -70,7 +74,8 @@ async def readyz(store: StoreDep) -> Response | HealthPublic:
         **error_responses(401, 403),
     },
 )
-async def metrics(_: AdminDep, metrics: MetricsDep) -> Response:
-    """Prometheus text format (admin token required; see the module docstring)."""
+async def metrics(_: MetricsReaderDep, metrics: MetricsDep) -> Response:
+    """Prometheus text format (the metrics token or the admin token; see the module
+    docstring)."""
     body = await anyio.to_thread.run_sync(metrics.render)
     return Response(content=body, media_type=CONTENT_TYPE)

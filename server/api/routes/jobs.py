@@ -9,24 +9,22 @@ coordinator).
 
 from __future__ import annotations
 
-import json
+from functools import partial
 from typing import Annotated, Any
 
 import anyio.to_thread
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 
-from dpfl.learning.jobs import JobSpecError
 from dpfl.server.api import handlers
 from dpfl.server.api.deps import AdminDep, JobId, JobsDep, StoreDep
 from dpfl.server.api.routes import error_responses
 from dpfl.server.api.schemas import JobDetail, JobPublic
+from dpfl.server.documents import MAX_JOB_BYTES, load_job_document
 from dpfl.server.jobs_control import submit_job
 from dpfl.server.store import JobStatus
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 
-#: Largest job document accepted (a job is a few hundred bytes of YAML).
-MAX_JOB_BYTES = 1 << 20
 JSON_TYPES = frozenset({"application/json"})
 YAML_TYPES = frozenset(
     {"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml", "text/plain"}
@@ -59,24 +57,6 @@ async def _read_body(request: Request) -> bytes:
     return b"".join(chunks)
 
 
-def _document(media: str, body: bytes) -> str | dict[str, Any] | bytes:
-    """What ``parse_job`` receives: JSON is decoded here so that a JSON body is held to JSON
-    syntax (``parse_job`` would fall back to YAML); YAML and unlabelled bodies go as bytes."""
-    if media not in JSON_TYPES:
-        return body
-    try:
-        data = json.loads(body.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        raise JobSpecError([f"job document is not UTF-8 text: {exc.reason}"]) from None
-    except json.JSONDecodeError as exc:
-        raise JobSpecError(
-            [f"invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"]
-        ) from None
-    if not isinstance(data, dict):
-        raise JobSpecError([f"a job must be a JSON object of fields, got {type(data).__name__}"])
-    return data
-
-
 @router.post(
     "",
     status_code=201,
@@ -96,7 +76,10 @@ async def create_job(
             f"unsupported content type {media!r}: send the job as application/json or "
             "application/yaml",
         )
-    document = _document(media, await _read_body(request))
+    body = await _read_body(request)
+    document = await anyio.to_thread.run_sync(
+        partial(load_job_document, body, json_only=media in JSON_TYPES)
+    )
     job = await anyio.to_thread.run_sync(submit_job, store, document)
     response.headers["Location"] = f"/api/v1/jobs/{job.id}"
     return await anyio.to_thread.run_sync(handlers.job_detail, store, job.id)

@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 from support.api import FinishedJob, admin_settings, build_finished_job, live_server, make_app
+from support.tls_federation import Pki, make_pki
 
 from dpfl.cli.main import main
+from dpfl.server.settings import Settings
 from dpfl.server.store import Store, open_store
 
 Coordinator = tuple[str, str, Store, FinishedJob]
@@ -32,8 +34,9 @@ def coordinator(
             yield url, settings.admin_token.get_secret_value(), store, finished
 
 
-def run(capsys: Capture, *args: str) -> tuple[int, str, str]:
-    code = main(["budget", *args])
+def run(capsys: Capture, *args: str, insecure: bool = True) -> tuple[int, str, str]:
+    """``dpfl budget ARGS`` (with ``--insecure``: the module's coordinator is plain http)."""
+    code = main(["budget", *args, *(["--insecure"] if insecure else [])])
     out, err = capsys.readouterr()
     return code, out, err
 
@@ -133,7 +136,7 @@ def test_console_script(coordinator: Coordinator) -> None:
     client_id = finished.client_ids[2]
     script = Path(sys.executable).parent / "dpfl"
     out = subprocess.run(
-        [str(script), "budget", client_id, "--coordinator", url, "--json"],
+        [str(script), "budget", client_id, "--coordinator", url, "--json", "--insecure"],
         capture_output=True,
         text=True,
         check=True,
@@ -142,3 +145,99 @@ def test_console_script(coordinator: Coordinator) -> None:
     )
     report = json.loads(out.stdout)
     assert report["epsilon"] == pytest.approx(store.client_budget(client_id).epsilon)
+
+
+HttpsCoordinator = tuple[str, Pki, str, str, FinishedJob]
+
+
+@pytest.fixture(scope="module")
+def https_coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HttpsCoordinator]:
+    """(HTTPS URL, the federation's PKI, admin token, metrics token, finished job)."""
+    import secrets
+
+    root = tmp_path_factory.mktemp("budget-tls")
+    pki = make_pki(root / "pki")
+    admin, metrics = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+    with open_store(f"sqlite:///{root / 'dpfl.db'}") as store:
+        finished = build_finished_job(store)
+        app = make_app(store, settings=Settings(admin_token=admin, metrics_token=metrics))
+        with live_server(app, tls=(pki.server_cert, pki.server_key)) as url:
+            yield url, pki, admin, metrics, finished
+
+
+def test_https_with_the_federation_ca(
+    https_coordinator: HttpsCoordinator, capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every auth case over HTTPS verified with --ca (no SSL_CERT_FILE needed)."""
+    url, pki, admin, metrics, finished = https_coordinator
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("DPFL_TOKEN", raising=False)
+    ca = ("--ca", str(pki.ca))
+    code, out, err = run(
+        capsys, "--coordinator", url, *ca, "--token", admin, "--json", insecure=False
+    )
+    assert code == 0, err
+    assert {c["id"] for c in json.loads(out)} == set(finished.client_ids)
+    no_scheme = url.removeprefix("https://")  # HOST:PORT means https
+    code, _, err = run(capsys, "--coordinator", no_scheme, *ca, "--token", admin, insecure=False)
+    assert code == 0, err
+    code, _, err = run(capsys, "--coordinator", url, *ca, insecure=False)
+    assert code == 2
+    assert "--token" in err
+    code, _, err = run(
+        capsys, "--coordinator", url, *ca, "--token", "wrong-" + admin, insecure=False
+    )
+    assert code == 3
+    assert "unknown, revoked or invalid token" in err
+    code, _, err = run(capsys, "--coordinator", url, *ca, "--token", metrics, insecure=False)
+    assert code == 3
+    assert "the metrics token may read only /metrics" in err
+    me = finished.client_ids[0]
+    code, out, err = run(
+        capsys,
+        me,
+        "--coordinator",
+        url,
+        *ca,
+        "--token",
+        finished.api_token(me),
+        "--json",
+        insecure=False,
+    )
+    assert code == 0, err
+    assert json.loads(out)["client_id"] == me
+
+
+def test_https_refusals(
+    https_coordinator: HttpsCoordinator, capsys: Capture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url, pki, admin, _, _ = https_coordinator
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    # the system's CAs do not know the federation's CA
+    code, _, err = run(capsys, "--coordinator", url, "--token", admin, insecure=False)
+    assert code == 5
+    assert "CERTIFICATE_VERIFY_FAILED" in err
+    # another CA does not verify it either
+    other = ("--ca", str(pki.other_ca))
+    code, _, err = run(capsys, "--coordinator", url, *other, "--token", admin, insecure=False)
+    assert code == 5
+    assert "CERTIFICATE_VERIFY_FAILED" in err
+    code, _, err = run(capsys, "--coordinator", url, "--token", admin, insecure=True)
+    assert code == 2
+    assert "--insecure contradicts an https:// coordinator" in err
+    missing = ("--ca", str(pki.root / "missing.pem"))
+    code, _, err = run(capsys, "--coordinator", url, *missing, "--token", admin, insecure=False)
+    assert code == 2
+    assert "cannot use the CA file" in err
+
+
+def test_plaintext_needs_insecure(coordinator: Coordinator, capsys: Capture) -> None:
+    url, token, _, _ = coordinator
+    code, out, err = run(capsys, "--coordinator", url, "--token", token, insecure=False)
+    assert (code, out) == (2, "")
+    assert "is plaintext: the token would travel unencrypted" in err
+    code, _, err = run(
+        capsys, "--coordinator", url, "--ca", "ca.pem", "--token", token, insecure=False
+    )
+    assert code == 2
+    assert "--ca needs an https:// coordinator" in err

@@ -140,3 +140,26 @@ def _help(program: str, sub: str) -> str:
         [str(BIN / program), sub, "--help"], capture_output=True, text=True, check=True
     )
     return done.stdout
+
+
+def _coordinator_serves(invocation: Invocation) -> bool:
+    return Path(invocation.program).name == "dpfl-coordinator" and "serve" in invocation.argv[1:2]
+
+
+def test_containerised_coordinators_listen_on_every_interface() -> None:
+    """``serve`` binds 127.0.0.1 unless told otherwise, which a container's port mapping or a
+    Kubernetes Service cannot reach: the image, compose and Kubernetes commands say
+    ``--host 0.0.0.0``."""
+    served = [
+        i
+        for i in INVOCATIONS
+        if _coordinator_serves(i) and not i.source.startswith(("deploy.md", "README"))
+    ]
+    sources = {i.source.split(":")[0] for i in served}
+    assert any("Dockerfile" in s for s in sources), sources
+    assert any("compose" in s for s in sources), sources
+    assert any("k8s" in s for s in sources), sources
+    for invocation in served:
+        argv = list(invocation.argv)
+        assert "--host" in argv, invocation
+        assert argv[argv.index("--host") + 1] == "0.0.0.0", invocation

@@ -206,7 +206,9 @@ def test_three_agents_with_their_own_identity_state_and_share(doc: dict[str, Any
         assert options["--cert"] == f"/etc/dpfl/tls/{name}.pem"
         assert options["--key"] == f"/etc/dpfl/tls/{name}.key"
         assert options["--ca"] == "/etc/dpfl/tls/ca.pem"
-        assert "/etc/dpfl/tls/enrollment-token" in options["--enrollment-token"]
+        # the token is read from the file, never put on the command line (ps shows it)
+        assert options["--enrollment-token-file"] == "/etc/dpfl/tls/enrollment-token"
+        assert "--enrollment-token" not in argv
         assert init[f"/pki/{name}"] == volumes["/etc/dpfl/tls"]  # what init wrote for it
         states.add(volumes["/var/lib/dpfl-agent"])
         tls_volumes.add(volumes["/etc/dpfl/tls"])

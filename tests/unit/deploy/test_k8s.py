@@ -186,3 +186,17 @@ def test_files_named_in_arguments_are_in_the_mounted_secrets(kust: Kustomization
                         assert arg.removeprefix(prefix) in secrets[secret["secretName"]], arg
                         checked += 1
     assert checked >= 3
+
+
+def test_the_agent_takes_its_enrolment_token_from_the_environment() -> None:
+    """Never as an argument: any process on the node can list a container's command line."""
+    (kust,) = [k for k in KUSTOMIZATIONS if k.folder.name == "agent"]
+    for _, spec in pod_specs(kust.objects):
+        for container in spec["containers"]:
+            args = [str(a) for a in container.get("command", []) + container.get("args", [])]
+            assert "--enrollment-token" not in args
+            assert not any("ENROLLMENT_TOKEN" in a for a in args)
+            env = {e["name"]: e for e in container.get("env", [])}
+            assert env["DPFL_ENROLLMENT_TOKEN"]["valueFrom"]["secretKeyRef"]["key"] == (
+                "enrollment-token"
+            )

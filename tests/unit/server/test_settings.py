@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import math
 import secrets
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from dpfl.server.errors import ConfigurationError
-from dpfl.server.settings import Settings, load_settings
+from dpfl.server.settings import (
+    MIN_TOKEN_BITS,
+    Settings,
+    estimated_entropy_bits,
+    load_settings,
+)
 
 GOOD = secrets.token_urlsafe(32)
 
@@ -47,6 +54,14 @@ def test_defaults_with_a_good_token() -> None:
         ("Password_Password_1", "well-known value ('password')"),
         ("aaaaaaaaaaaaaaaaaaaaaaaa", "distinct characters"),
         ("a1b2c3d4e5", "too short"),
+        ("abcdefghijklmnop", "sequence, keyboard walk"),
+        ("1234567890123456", "sequence, keyboard walk"),
+        ("qwertyuiopasdfgh", "sequence, keyboard walk"),
+        ("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789", "keyboard walk"),
+        ("poiuytrewqlkjhgfdsamnbvcxz", "keyboard walk"),
+        ("Kq7mZp2xWv9r", "too short"),
+        ("kq7mzp2xwv9rtb4ny", "bits of entropy"),  # 17 random lower/digits: ~88 bits
+        ("k7Mq2Zp9Xw4Rv8Tb3Ny6", "bits of entropy"),  # 20 mixed: ~119 bits
     ],
 )
 def test_insecure_admin_tokens_are_refused(token: str, problem: str) -> None:
@@ -55,6 +70,27 @@ def test_insecure_admin_tokens_are_refused(token: str, problem: str) -> None:
     assert problem in str(info.value)
     if token:
         assert token not in str(info.value).replace(problem, "")  # the refused token is not echoed
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: secrets.token_urlsafe(32),
+        lambda: secrets.token_hex(32),
+        lambda: secrets.token_hex(24),
+    ],
+)
+def test_generated_tokens_are_accepted(make: Callable[[], str]) -> None:
+    for _ in range(200):
+        token = make()
+        assert estimated_entropy_bits(token) >= MIN_TOKEN_BITS
+        load_settings(admin_token=token)
+
+
+def test_entropy_estimate_counts_the_alphabet_and_discounts_walks() -> None:
+    assert estimated_entropy_bits("k7Mq2Zp9") == pytest.approx(8 * math.log2(62))
+    assert estimated_entropy_bits("kq7mzp2x") == pytest.approx(8 * math.log2(36))
+    assert estimated_entropy_bits("abcdefgh") == pytest.approx(2 * math.log2(26) + 6)
 
 
 def test_unset_admin_token_is_refused_with_the_variable_name() -> None:
@@ -157,3 +193,23 @@ def test_settings_are_frozen_and_no_instance_exists_at_import() -> None:
     s = Settings(admin_token=GOOD)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="frozen"):
         s.grpc_port = 1  # type: ignore[misc]
+
+
+def test_the_metrics_token_is_optional_strong_and_not_the_admin_token(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert load_settings(admin_token=GOOD).metrics_token is None
+    monkeypatch.setenv("DPFL_METRICS_TOKEN", "")
+    assert load_settings(admin_token=GOOD).metrics_token is None
+    other = secrets.token_urlsafe(32)
+    monkeypatch.setenv("DPFL_METRICS_TOKEN", other)
+    s = load_settings(admin_token=GOOD)
+    assert s.metrics_token is not None
+    assert s.metrics_token.get_secret_value() == other
+    assert other not in repr(s)
+    monkeypatch.setenv("DPFL_METRICS_TOKEN", "qwertyuiopasdfgh")
+    with pytest.raises(ConfigurationError, match=r"metrics_token: .*keyboard walk"):
+        load_settings(admin_token=GOOD)
+    monkeypatch.setenv("DPFL_METRICS_TOKEN", GOOD)
+    with pytest.raises(ConfigurationError, match="must differ from admin_token"):
+        load_settings(admin_token=GOOD)

@@ -211,3 +211,48 @@ async def test_a_claim_that_is_not_a_bound_is_shown_apart_from_the_charged_epsil
     assert min(body["epsilons"].values()) > 1.5 * body["claimed_epsilon"]  # shares split over 1.9
     plain = (await admin.get(f"/api/v1/jobs/{finished.job.id}")).json()
     assert (plain["claimed_epsilon"], plain["claim"]) == (None, None)
+
+@pytest.mark.parametrize("depth", [500, 5000])
+@pytest.mark.parametrize("media", [YAML, "application/json", None])
+async def test_deeply_nested_documents_are_one_line_422(
+    admin: httpx.AsyncClient, db_url: str, depth: int, media: str | None
+) -> None:
+    """≥ 500 levels (3 KB) used to be a 500 with a RecursionError traceback per request."""
+    before = snapshot(db_url)
+    if media == "application/json":
+        body = '{"name": "x", "algorithm": "dp-fedavg", "x": ' + "[" * depth + "]" * depth + "}"
+    else:
+        body = "name: x\nalgorithm: dp-fedavg\nx: " + "[" * depth + "]" * depth + "\n"
+    headers = {"Content-Type": media} if media else {}
+    r = await admin.post("/api/v1/jobs", content=body, headers=headers)
+    assert r.status_code == 422, r.text[:300]
+    error = r.json()
+    assert error["code"] == "invalid_job"
+    assert error["problems"] == [
+        "job document nested too deeply: more than 32 levels of mappings and lists"
+    ]
+    assert "\n" not in error["detail"]
+    assert snapshot(db_url) == before
+
+
+async def test_many_problems_are_reported_briefly(admin: httpx.AsyncClient) -> None:
+    fields = {f"field{i}": "v" * 100 for i in range(5000)}
+    body = json.dumps({"name": "x", "algorithm": "dp-fedavg", **fields})
+    r = await admin.post("/api/v1/jobs", content=body, headers={"Content-Type": "application/json"})
+    assert r.status_code == 422
+    assert len(r.content) < 10_000
+    problems = r.json()["problems"]
+    assert len(problems) == 21
+    assert problems[-1].endswith("more problems")
+
+
+async def test_a_large_document_below_the_byte_limit_is_413_when_declared_larger(
+    admin: httpx.AsyncClient,
+) -> None:
+    r = await admin.post(
+        "/api/v1/jobs",
+        content=b"x" * (MAX_JOB_BYTES + 1),
+        headers={"Content-Type": YAML},
+    )
+    assert r.status_code == 413
+    assert str(MAX_JOB_BYTES) in r.json()["detail"]
