@@ -212,6 +212,7 @@ async def test_a_claim_that_is_not_a_bound_is_shown_apart_from_the_charged_epsil
     plain = (await admin.get(f"/api/v1/jobs/{finished.job.id}")).json()
     assert (plain["claimed_epsilon"], plain["claim"]) == (None, None)
 
+
 @pytest.mark.parametrize("depth", [500, 5000])
 @pytest.mark.parametrize("media", [YAML, "application/json", None])
 async def test_deeply_nested_documents_are_one_line_422(
