@@ -17,7 +17,6 @@ from pathlib import Path
 
 import grpc
 
-from dpfl.cli.base import version
 from dpfl.client.agent import ConnectionRunner, ensure_enrolled
 from dpfl.client.data import parse_data_spec
 from dpfl.client.errors import AgentError, TransportError
@@ -28,6 +27,7 @@ from dpfl.client.progress import AgentEvent, EventKind, Observer, null_observer
 from dpfl.client.state import StateDir
 from dpfl.client.task import TaskLoop
 from dpfl.client.transport import Backoff, GrpcTransport
+from dpfl.cmdline import version
 from dpfl.learning.errors import LearningError
 
 __all__ = ["AgentOptions", "DeviceError", "TlsError", "channel_credentials", "run_agent"]

@@ -17,10 +17,10 @@ from typing import Any
 from rich.console import Console
 from rich.logging import RichHandler
 
-from dpfl.cli.base import stop_on_signals
 from dpfl.client.errors import AgentError
 from dpfl.client.progress import RichObserver
 from dpfl.client.runtime import AgentOptions, run_agent
+from dpfl.cmdline import stop_on_signals
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:

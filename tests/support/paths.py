@@ -16,4 +16,5 @@ CODE_PACKAGES = {
     "server": "dpfl.server",
     "client": "dpfl.client",
     "cli": "dpfl.cli",
+    "cmdline": "dpfl.cmdline",
 }
