@@ -13,11 +13,12 @@ PIP        := $(PY) -m pip --disable-pip-version-check
 PYTEST_ARGS ?=
 DEMO_ARGS  ?=
 
-.PHONY: demo test lint protos bench install install-dev browser clean help
+.PHONY: demo test test-fast lint protos bench install install-dev browser clean help
 
 help:
 	@echo "make demo    - create .venv, install dpfl, run DP-FedAvg on the embedded digits data set"
 	@echo "make test    - create .venv, install dpfl[dev], run lint and the whole test suite"
+	@echo "make test-fast - the unit tests not marked slow (no lint, no browser), under a minute"
 	@echo "make lint    - ruff on everything, mypy --strict on accounting/ and secagg/"
 	@echo "make protos  - regenerate the checked-in gRPC code from protos/dpfl/v1/*.proto"
 	@echo "make bench   - run every benchmark in benchmarks/ (each prints one JSON line)"
@@ -63,6 +64,10 @@ protos: $(VENV)/.installed-dev
 test: $(VENV)/.installed-dev browser
 	$(MAKE) lint
 	$(BIN)/pytest $(PYTEST_ARGS)
+
+# The inner loop: tests/unit without the tests marked slow; `make test` still runs everything.
+test-fast: $(VENV)/.installed-dev
+	$(BIN)/pytest tests/unit -m "not slow" -q $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed-dev
 	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from dpfl.cli.base import stop_on_signals
+from dpfl.cmdline import stop_on_signals
 from dpfl.learning.jobs import JobSpec, parse_job
 
 __all__ = ["DEMO_JOB", "demo_job", "register"]

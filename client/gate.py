@@ -155,6 +155,12 @@ class LocalGate:
             return Decision.declined("params.secure_aggregation must be true or false")
         if isinstance(honest, bool) or not isinstance(honest, int | float):
             return Decision.declined("params.honest_fraction must be a number")
+        if not 0.0 < float(honest) <= 1.0:  # NaN included
+            return Decision.declined(f"params.honest_fraction {honest!r} is not in (0, 1]")
+        if params.get("noise", "skellam") not in ("skellam", "gaussian"):
+            return Decision.declined("params.noise must be 'skellam' or 'gaussian'")
+        if params.get("accounting", "provable") not in ("provable", "sum-dominating"):
+            return Decision.declined("params.accounting must be 'provable' or 'sum-dominating'")
         decision = self.policy.decide(
             algorithm=review.algorithm,
             job_id=review.job_id,

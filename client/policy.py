@@ -280,52 +280,6 @@ class Policy(BaseModel):
             epsilon_total=total_eps,
         )
 
-    def decide_task(
-        self,
-        *,
-        algorithm: str,
-        job_id: str,
-        params: Mapping[str, Any],
-        events: Sequence[DpEvent],
-        ledger: LocalLedger,
-        job_name: str = "",
-        coordinator: str = "",
-    ) -> Decision:
-        """:meth:`decide` with the secure-aggregation flag, honest fraction and noise kind read
-        from the task's ``params`` (the keys every dpfl algorithm sends: ``secure_aggregation``,
-        ``honest_fraction``, ``noise``; DP-FedSGD also ``accounting``); malformed values decline.
-
-        ``approximate`` is ``noise == "gaussian"``: the events are what the agent records
-        (``agent_charge``), and under DP-FedSGD's sum-dominating opt-in those are the local-DP
-        events of its own share, a proven bound (module docstring)."""
-        secure = params.get("secure_aggregation", True)
-        honest = params.get("honest_fraction", 1.0)
-        noise = params.get("noise", "skellam")
-        accounting = params.get("accounting", "provable")
-        if (
-            not isinstance(secure, bool)
-            or isinstance(honest, bool)
-            or not isinstance(honest, int | float)
-            or not 0.0 < float(honest) <= 1.0
-            or noise not in ("skellam", "gaussian")
-            or accounting not in ("provable", "sum-dominating")
-        ):
-            return _no(
-                "events",
-                "the task's secure_aggregation, honest_fraction, noise or accounting is malformed",
-            )
-        return self.decide(
-            algorithm=algorithm,
-            job_id=job_id,
-            events=events,
-            ledger=ledger,
-            job_name=job_name,
-            coordinator=coordinator,
-            secure_aggregation=secure,
-            honest_fraction=float(honest),
-            approximate=noise == "gaussian",
-        )
-
     def charge(
         self,
         ledger: LocalLedger,

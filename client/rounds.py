@@ -3,6 +3,10 @@
 A :class:`JobWorker` handles the messages of one job, one at a time, in arrival order, and holds
 at most one round attempt (:class:`RoundAttempt`). Its rules are those of the
 :mod:`dpfl.client.task` docstring; this module is where they are implemented.
+
+The worker sees the task loop through two narrow seams, so that this module does not import
+:mod:`dpfl.client.task`: :class:`AgentSide` (what the agent knows across links: data, gate,
+device, the round each job is at) and :class:`Outbox` (the link's serialised sender).
 """
 
 from __future__ import annotations
@@ -14,8 +18,10 @@ import hashlib
 import secrets
 import struct
 import time
+from collections.abc import Callable, MutableMapping, Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -27,7 +33,7 @@ from dpfl.client.checks import (
     check_setup,
     parse_invitation,
 )
-from dpfl.client.gate import ChargeRefusedError, Decision, InvitationReview
+from dpfl.client.gate import ChargeRefusedError, Decision, Gate, InvitationReview
 from dpfl.client.local_work import Fetched, contribution, fetch_blobs
 from dpfl.client.plain import (
     PlainParameters,
@@ -36,7 +42,8 @@ from dpfl.client.plain import (
     unmasked_input,
 )
 from dpfl.client.progress import EventKind
-from dpfl.learning.algorithms.base import Algorithm
+from dpfl.client.transport import CoordinatorLink
+from dpfl.learning.algorithms.base import AgentData, Algorithm
 from dpfl.protos import secagg_wire
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.secagg import RoundParameters
@@ -51,12 +58,55 @@ from dpfl.secagg.client_states import (
 from dpfl.secagg.errors import DuplicateMessage, SecAggError, StaleMessage, WrongStage
 from dpfl.secagg.randomness import RandomSource, SystemRandomSource
 
-if TYPE_CHECKING:
-    from dpfl.client.task import TaskLoop, _LinkSession
-
-__all__ = ["JobWorker", "RoundAttempt"]
+__all__ = ["AgentSide", "JobWorker", "Outbox", "RoundAttempt"]
 
 _SECAGG_KINDS = ("advertise_keys", "share_keys", "masked_input", "unmask")
+
+
+class AgentSide(Protocol):
+    """What a job worker needs of the agent (:class:`dpfl.client.task.TaskLoop`)."""
+
+    @property
+    def data(self) -> AgentData: ...
+    @property
+    def gate(self) -> Gate: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def executor(self) -> Executor | None: ...
+    @property
+    def piece_bytes(self) -> int: ...
+    @property
+    def algorithms(self) -> Callable[[str], Algorithm]: ...
+    @property
+    def last_round(self) -> MutableMapping[str, int]:
+        """The latest round each job invited this agent to (kept across links)."""
+
+    @property
+    def public_data(self) -> MutableMapping[str, npt.NDArray[np.float32] | None]:
+        """Each job's public data (None: the job has none), fetched once per job."""
+
+    def attempt_rng(self, job_id: str) -> RandomSource: ...
+
+    def emit(
+        self, kind: EventKind, job_id: str = "", round: int = 0, message: str = "", **data: Any
+    ) -> None: ...
+
+
+class Outbox(Protocol):
+    """The sending side of one link, shared by its job workers (sends never interleave)."""
+
+    async def send(self, message: pb.AgentMessage) -> bool:
+        """Send; False once the link has ended."""
+        ...
+
+    async def send_all(self, messages: Sequence[pb.AgentMessage]) -> bool:
+        """Send several messages back to back (the pieces of one masked input)."""
+        ...
+
+    async def error(self, header: pb.RoundHeader | None, code: int, text: str) -> None:
+        """Send an ``Error`` (with ``header`` when it concerns a round) and report it."""
+        ...
 
 
 class _Refusal(Exception):  # noqa: N818 (control flow, never escapes this module)
@@ -146,11 +196,21 @@ def _retrieve(task: asyncio.Task[Any]) -> None:
 
 
 class JobWorker:
-    """Handles one job's messages on one link; see the module docstring."""
+    """Handles one job's messages on one link; see the module docstring.
 
-    def __init__(self, session: _LinkSession, job_id: str) -> None:
-        self.session = session
-        self.loop: TaskLoop = session.loop
+    Args:
+        agent: the agent's data, gate and memory of rounds.
+        outbox: where answers go.
+        link: the link, for downloads.
+        job_id: the job whose messages this worker gets.
+    """
+
+    def __init__(
+        self, *, agent: AgentSide, outbox: Outbox, link: CoordinatorLink, job_id: str
+    ) -> None:
+        self.agent = agent
+        self.outbox = outbox
+        self.link = link
         self.job_id = job_id
         self.current: RoundAttempt | None = None
         self._last_invitation = b""
@@ -183,13 +243,13 @@ class JobWorker:
             try:
                 await self._handle(kind, item)
             except _Refusal as refusal:
-                await self.session.error(header, refusal.code, str(refusal))
+                await self.outbox.error(header, refusal.code, str(refusal))
                 if refusal.leave and self.current is not None:
                     self._leave(str(refusal))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a bug: report it, leave the round, keep serving
-                await self.session.error(
+                await self.outbox.error(
                     header, pb.ERROR_INTERNAL, f"internal error of the agent ({type(exc).__name__})"
                 )
                 if self.current is not None:
@@ -213,7 +273,7 @@ class JobWorker:
             return
         current.cancel()
         self.current = None
-        self.loop.emit(
+        self.agent.emit(
             EventKind.LEFT_ROUND, self.job_id, current.number, reason, charged=current.charged
         )
 
@@ -226,7 +286,7 @@ class JobWorker:
                 pb.ERROR_WRONG_STAGE, f"an invitation carries stage {_stage(header.stage)}"
             )
         raw = invitation.SerializeToString(deterministic=True)
-        last = self.loop.last_round.get(self.job_id)
+        last = self.agent.last_round.get(self.job_id)
         if last is not None and header.round < last:
             raise _Refusal(
                 pb.ERROR_STALE_ROUND,
@@ -236,13 +296,13 @@ class JobWorker:
             raise _Refusal(pb.ERROR_DUPLICATE, f"round {header.round} was already answered")
         if self.current is not None:
             self._leave(f"superseded by an invitation to round {header.round}")
-        self.loop.last_round[self.job_id] = header.round
+        self.agent.last_round[self.job_id] = header.round
         self._last_invitation = raw
-        self.loop.emit(EventKind.INVITED, self.job_id, header.round, invitation.algorithm or "?")
+        self.agent.emit(EventKind.INVITED, self.job_id, header.round, invitation.algorithm or "?")
         review: InvitationReview | None = None
         try:
             review, algorithm = parse_invitation(
-                invitation, job_id=self.job_id, algorithms=self.loop.algorithms
+                invitation, job_id=self.job_id, algorithms=self.agent.algorithms
             )
             decision = await self._ask_gate(review)
         except InvitationDeclined as exc:
@@ -250,18 +310,18 @@ class JobWorker:
         answer = pb.InvitationResponse(
             header=header, accept=decision.accept, reason=decision.reason
         )
-        if not await self.session.send(pb.AgentMessage(invitation_response=answer)):
+        if not await self.outbox.send(pb.AgentMessage(invitation_response=answer)):
             return
         if not decision.accept or review is None:
-            self.loop.emit(EventKind.DECLINED, self.job_id, header.round, decision.reason)
+            self.agent.emit(EventKind.DECLINED, self.job_id, header.round, decision.reason)
             return
         prefetch = asyncio.get_running_loop().create_task(
             fetch_blobs(
-                self.session.link,
+                self.link,
                 job_id=self.job_id,
                 model_version=invitation.model_version,
-                input_shape=tuple(self.loop.data.input_shape),
-                public_cache=self.loop.public_data,
+                input_shape=tuple(self.agent.data.input_shape),
+                public_cache=self.agent.public_data,
             ),
             name=f"dpfl-fetch-{self.job_id}",
         )
@@ -272,13 +332,13 @@ class JobWorker:
             invitation=raw,
             model_version=invitation.model_version,
             prefetch=prefetch,
-            rng=self.loop.attempt_rng(self.job_id),
+            rng=self.agent.attempt_rng(self.job_id),
         )
-        self.loop.emit(EventKind.ACCEPTED, self.job_id, header.round, review.algorithm)
+        self.agent.emit(EventKind.ACCEPTED, self.job_id, header.round, review.algorithm)
 
     async def _ask_gate(self, review: InvitationReview) -> Decision:
         try:
-            return await asyncio.to_thread(self.loop.gate.review, review)
+            return await asyncio.to_thread(self.agent.gate.review, review)
         except Exception as exc:  # the gate must decline, never let an invitation through
             return Decision.declined(f"the local policy check failed: {type(exc).__name__}: {exc}")
 
@@ -289,25 +349,25 @@ class JobWorker:
         assert params is not None  # set before the task starts
         assert params.encoding is not None
         fetched = await attempt.prefetch
-        self.loop.emit(EventKind.TRAINING, self.job_id, attempt.number, f"on {self.loop.device}")
+        self.agent.emit(EventKind.TRAINING, self.job_id, attempt.number, f"on {self.agent.device}")
         started = time.monotonic()
         label = f"encode/{self.job_id}/{attempt.number}/{attempt.session_id.hex()}"
         encoded = await asyncio.get_running_loop().run_in_executor(
-            self.loop.executor,
+            self.agent.executor,
             functools.partial(
                 contribution,
                 attempt.algorithm,
                 attempt.review.params,
-                self.loop.data,
+                self.agent.data,
                 fetched=fetched,
-                device=self.loop.device,
+                device=self.agent.device,
                 encoding=params.encoding,
                 stream=attempt.rng.stream(label),
                 vector_length=params.vector_length,
             ),
         )
         seconds = time.monotonic() - started
-        self.loop.emit(
+        self.agent.emit(
             EventKind.TRAINED, self.job_id, attempt.number, f"{seconds:.2f} s", seconds=seconds
         )
         return encoded
@@ -326,13 +386,13 @@ class JobWorker:
         error = failure.error
         code = pb.ERROR_INVALID_ARGUMENT if isinstance(error, TASK_ERRORS) else pb.ERROR_INTERNAL
         text = f"local computation failed: {type(error).__name__}: {error}"
-        await self.session.error(attempt.header(int(attempt.stage)), code, text)
+        await self.outbox.error(attempt.header(int(attempt.stage)), code, text)
         self._leave(text)
 
     # -- secure aggregation ------------------------------------------------------------------
 
     def _attempt_for(self, header: pb.RoundHeader) -> RoundAttempt:
-        last = self.loop.last_round.get(self.job_id)
+        last = self.agent.last_round.get(self.job_id)
         current = self.current
         if last is None:
             raise _Refusal(pb.ERROR_UNKNOWN_JOB, f"job {self.job_id!r} never invited this agent")
@@ -387,7 +447,7 @@ class JobWorker:
             if reply is not None:
                 await self._send_reply(attempt, reply)
             if isinstance(state, ClientFinished):
-                self.loop.emit(EventKind.UNMASKED, self.job_id, attempt.number, "shares sent")
+                self.agent.emit(EventKind.UNMASKED, self.job_id, attempt.number, "shares sent")
 
     def _step(
         self, state: ClientState, request: sm.ServerMessage
@@ -408,12 +468,12 @@ class JobWorker:
         assert params is not None
         return list(
             secagg_wire.to_agent_messages(
-                reply, ring_bits=params.ring_bits, max_bytes=self.loop.piece_bytes
+                reply, ring_bits=params.ring_bits, max_bytes=self.agent.piece_bytes
             )
         )
 
     async def _send_reply(self, attempt: RoundAttempt, reply: sm.ClientMessage) -> bool:
-        return await self.session.send_all(self._wire(attempt, reply))
+        return await self.outbox.send_all(self._wire(attempt, reply))
 
     async def _setup(self, attempt: RoundAttempt, request: sm.AdvertiseKeysRequest) -> None:
         """Validate the setup (masked or plain), check the claim, acknowledge, start training."""
@@ -422,7 +482,7 @@ class JobWorker:
                 request,
                 review=attempt.review,
                 algorithm=attempt.algorithm,
-                alone_unmasked=self.loop.gate.alone_unmasked(),
+                alone_unmasked=self.agent.gate.alone_unmasked(),
             )
         except SetupRefused as exc:
             raise _Refusal(exc.code, str(exc), leave=True) from None
@@ -449,7 +509,7 @@ class JobWorker:
         )
         compute.add_done_callback(functools.partial(self._watch, attempt))
         attempt.compute = compute
-        self.loop.emit(
+        self.agent.emit(
             EventKind.SETUP,
             self.job_id,
             attempt.number,
@@ -495,9 +555,9 @@ class JobWorker:
             attempt.plain = plain_state
         else:
             attempt.secagg = state
-        if await self.session.send_all(messages):
+        if await self.outbox.send_all(messages):
             detail = "" if attempt.plain is None else "unmasked (no secure aggregation)"
-            self.loop.emit(EventKind.MASKED_INPUT_SENT, self.job_id, attempt.number, detail)
+            self.agent.emit(EventKind.MASKED_INPUT_SENT, self.job_id, attempt.number, detail)
 
     async def _charge(self, attempt: RoundAttempt, sent_sha256: bytes) -> None:
         """Record the round's charge in the local ledger (ledger first: once the input is out,
@@ -513,7 +573,7 @@ class JobWorker:
         try:
             await asyncio.to_thread(
                 functools.partial(
-                    self.loop.gate.charge,
+                    self.agent.gate.charge,
                     attempt.review,
                     attempt=attempt.attempt_id,
                     session_id=attempt.session_id,
@@ -533,7 +593,7 @@ class JobWorker:
                 "the masked input was not sent",
                 leave=True,
             ) from None
-        self.loop.emit(
+        self.agent.emit(
             EventKind.CHARGED, self.job_id, attempt.number, "recorded in the local ledger"
         )
 
@@ -550,7 +610,7 @@ class JobWorker:
         self.current = None
         outcome = "completed" if result.completed else "aborted"
         detail = f": {result.message}" if result.message else ""
-        self.loop.emit(
+        self.agent.emit(
             EventKind.RESULT,
             self.job_id,
             attempt.number,
@@ -568,7 +628,7 @@ class JobWorker:
         for the stage deadline before counting the agent as a dropout."""
         header = error.header
         text = f"{pb.ErrorCode.Name(error.code)}: {error.message}"
-        self.loop.emit(EventKind.COORDINATOR_ERROR, self.job_id, header.round, text)
+        self.agent.emit(EventKind.COORDINATOR_ERROR, self.job_id, header.round, text)
         attempt = self.current
         if attempt is None or header.round != attempt.number:
             return
@@ -576,7 +636,7 @@ class JobWorker:
             return
         reason = f"the coordinator reported {text}"
         self._leave(reason)
-        await self.session.error(
+        await self.outbox.error(
             attempt.header(int(attempt.stage)),
             pb.ERROR_PROTOCOL_ABORT,
             f"this agent left round {attempt.number}: {reason}",

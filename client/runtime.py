@@ -21,7 +21,6 @@ from typing import Any, TypeVar
 
 import grpc
 
-from dpfl.cli.base import version
 from dpfl.client.agent import ConnectionRunner, ensure_enrolled
 from dpfl.client.data import parse_data_spec
 from dpfl.client.errors import AgentError, TransportError
@@ -32,6 +31,7 @@ from dpfl.client.progress import AgentEvent, EventKind, Observer, null_observer
 from dpfl.client.state import StateDir
 from dpfl.client.task import TaskLoop
 from dpfl.client.transport import Backoff, GrpcTransport
+from dpfl.cmdline import version
 from dpfl.learning.errors import LearningError
 
 __all__ = [

@@ -163,11 +163,6 @@ class StateDir:
     def credentials_path(self) -> Path:
         return self.path / CREDENTIALS_FILE
 
-    @property
-    def ledger_path(self) -> Path:
-        """Where the local ledger's SQLite database lives."""
-        return self.path / LEDGER_FILENAME
-
     # -- credentials -------------------------------------------------------------------------
 
     def load_credentials(self) -> Credentials | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Any
@@ -124,7 +124,8 @@ class TaskLoop:
 
 
 class _LinkSession:
-    """The per-link part of the loop: routing to one worker per job, and sending."""
+    """The per-link part of the loop: routing to one worker per job, and the link's
+    :class:`~dpfl.client.rounds.Outbox`."""
 
     def __init__(self, loop: TaskLoop, link: CoordinatorLink) -> None:
         self.loop = loop
@@ -184,7 +185,8 @@ class _LinkSession:
         job_id = body.header.job_id
         worker = self.workers.get(job_id)
         if worker is None:
-            worker = self.workers[job_id] = JobWorker(self, job_id)
+            worker = JobWorker(agent=self.loop, outbox=self, link=self.link, job_id=job_id)
+            self.workers[job_id] = worker
         worker.put(message)
 
     async def send(self, message: pb.AgentMessage) -> bool:
@@ -199,7 +201,7 @@ class _LinkSession:
                 return False
         return True
 
-    async def send_all(self, messages: list[pb.AgentMessage]) -> bool:
+    async def send_all(self, messages: Sequence[pb.AgentMessage]) -> bool:
         """Send several messages back to back (the pieces of one masked input)."""
         if self.broken:
             return False

@@ -37,7 +37,6 @@ from .client_states import (
     RingVector,
 )
 from .config import RoundParameters
-from .encoding import encode
 from .errors import (
     DecryptionError,
     DuplicateMessage,
@@ -125,29 +124,6 @@ def with_input(state: ClientState, values: npt.ArrayLike) -> ClientState:
         vec = as_ring_vector(values, ring_bits=params.ring_bits, length=params.vector_length)
         return replace(state, input=vec)
     raise WrongStage(f"cannot attach an input in state {type(state).__name__}")
-
-
-def with_real_input(
-    state: ClientState, values: npt.ArrayLike, *, add_noise: bool = True
-) -> ClientState:
-    """Encode a real vector with the round's encoding (clip, scale, round, + this agent's noise
-    share) and attach it, as :func:`with_input` does for ring vectors.
-
-    Needs the setup (any state after ``AdvertiseKeysRequest`` and before the masked input); the
-    rounding and noise randomness come from the client's injected source.
-
-    Raises:
-        WrongStage: before the setup, or after the masked input.
-        ParameterError: the round has no encoding, or the vector is not of length m.
-    """
-    if not isinstance(state, ClientKeysAdvertised | ClientSharesSent):
-        raise WrongStage(f"cannot attach an input in state {type(state).__name__}")
-    ctx = state.ctx
-    if ctx.params.encoding is None:
-        raise ParameterError("this round carries no encoding: attach ring vectors with with_input")
-    stream = ctx.rng.stream(ctx.label("encode"))
-    encoded = encode(values, config=ctx.params.encoding, stream=stream, add_noise=add_noise)
-    return with_input(state, encoded)
 
 
 def _abort(

@@ -3,10 +3,8 @@
 PRG(seed) = AES-CTR keystream under K = HKDF(seed, session_id, "prg" ‖ name ‖ m ‖ r), read as m
 little-endian words of the container width (32 bits when R ≤ 2^32, else 64 bits) and reduced mod
 R = 2^r (docs/secagg.md#stage-3-masked-input). The key changes with the session, the name ("self"
-for b_i, "pair" for s_ij), the length and the ring, so no two uses ever share a keystream. For a
-power-of-two R the reduction is a mask and the words are exactly uniform; for any other modulus (not
-used by the protocol, kept for completeness) words above the modulus are rejected in vectorised
-batches, as fcp's ``map_of_masks.cc`` does.
+for b_i, "pair" for s_ij), the length and the ring, so no two uses ever share a keystream. R is a
+power of two, so the reduction is a mask and the words are exactly uniform.
 
 :class:`MaskAccumulator` adds and subtracts many expansions into one vector in the container ring
 Z_{2^32} or Z_{2^64} and reduces mod R once at the end: reduction commutes with ring addition
@@ -67,38 +65,6 @@ def expand(seed: bytes, *, session_id: bytes, name: str, length: int, ring_bits:
     if ring_bits in (32, 64):
         return words
     return words & words.dtype.type((1 << ring_bits) - 1)
-
-
-def expand_mod(seed: bytes, *, session_id: bytes, name: str, length: int, modulus: int) -> Words:
-    """m uniform words in [0, modulus) for any modulus in [2, 2^64] (rejection when not 2^r).
-
-    The key binds the modulus itself, so the stream differs from any power-of-two expansion.
-    """
-    if not 2 <= modulus <= 1 << 64:
-        raise ParameterError(f"modulus {modulus} outside [2, 2^64]")
-    bits = (modulus - 1).bit_length()
-    if modulus == 1 << bits:
-        return expand(seed, session_id=session_id, name=name, length=length, ring_bits=bits)
-    if len(seed) < 16:
-        raise ParameterError(f"a PRG seed needs ≥ 16 bytes, got {len(seed)}")
-    key = derive_key(
-        seed, session_id=session_id, label="prg-mod", fields=(name, length, modulus - 1)
-    )
-    dtype = container_dtype(bits)
-    width = np.dtype(dtype).itemsize
-    mask = dtype((1 << bits) - 1)
-    encryptor = Cipher(algorithms.AES(key), modes.CTR(_ZERO_IV)).encryptor()
-    out = np.empty(length, dtype=dtype)
-    filled = 0
-    while filled < length:  # each batch keeps > half of its words; loops over batches only
-        need = length - filled
-        batch = need + need // 2 + 16
-        raw = encryptor.update(bytes(width * batch))
-        words = np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")) & mask
-        good = words[words < modulus][:need]
-        out[filled : filled + good.size] = good
-        filled += good.size
-    return out
 
 
 class MaskAccumulator:

@@ -288,10 +288,6 @@ class Coordinator:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    async def serve_forever(self) -> None:
-        """Serve until cancelled (the serve command cancels on SIGINT/SIGTERM)."""
-        await asyncio.Event().wait()
-
 
 def _metrics(store: Store) -> Any:
     try:

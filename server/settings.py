@@ -229,7 +229,7 @@ class Settings(BaseSettings):
     database_url: str = Field(
         default="sqlite:///./dpfl.db",
         min_length=1,
-        description="SQLAlchemy URL of the store; memory:// for a throw-away in-process store.",
+        description="SQLAlchemy URL of the store; sqlite:// for a throw-away store in memory.",
     )
     grpc_host: str = Field(default="127.0.0.1", min_length=1)
     grpc_port: int = Field(default=50051, ge=0, le=65535)

@@ -6,7 +6,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from dpfl.cli.base import build_parser, run
+from dpfl.cmdline import build_parser, run
 
 #: Modules of dpfl.client.cli providing a subcommand, in the order --help lists them.
 SUBCOMMAND_MODULES: tuple[str, ...] = ("run", "status", "keygen")

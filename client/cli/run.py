@@ -24,10 +24,10 @@ from typing import Any
 from rich.console import Console
 from rich.logging import RichHandler
 
-from dpfl.cli.base import stop_on_signals
 from dpfl.client.errors import AgentError, EnrollmentError
 from dpfl.client.progress import RichObserver
 from dpfl.client.runtime import TRAINING_THREAD, AgentOptions, run_agent
+from dpfl.cmdline import stop_on_signals
 
 #: Where the enrolment token may come from instead of the command line.
 TOKEN_ENV = "DPFL_ENROLLMENT_TOKEN"

@@ -35,6 +35,7 @@ COPY protos ./src/protos
 COPY server ./src/server
 COPY client ./src/client
 COPY cli ./src/cli
+COPY cmdline ./src/cmdline
 RUN pip install ./src && rm -rf ./src
 
 RUN groupadd --system --gid 10001 dpfl \

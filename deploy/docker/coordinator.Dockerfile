@@ -32,6 +32,7 @@ COPY protos ./src/protos
 COPY server ./src/server
 COPY client ./src/client
 COPY cli ./src/cli
+COPY cmdline ./src/cmdline
 RUN pip install "./src[postgres]" && rm -rf ./src
 COPY examples ./examples
 

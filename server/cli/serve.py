@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dpfl.cli.base import stop_on_signals
+from dpfl.cmdline import stop_on_signals
 from dpfl.server.errors import ConfigurationError, ServerError
 
 __all__ = [

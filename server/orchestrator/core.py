@@ -24,7 +24,7 @@ from dpfl.learning.algorithms.base import Algorithm, get_algorithm
 from dpfl.server.jobs_control import StoreJobControl
 from dpfl.server.orchestrator.hooks import NO_HOOKS, FaultHooks
 from dpfl.server.orchestrator.round import RoundEngine
-from dpfl.server.orchestrator.runner import JobRunner
+from dpfl.server.orchestrator.runner import JobRunner, RunnerServices
 from dpfl.server.sessions import SessionRegistry
 from dpfl.server.settings import Settings, StageDeadlines
 from dpfl.server.store import AgentStatus, Job, JobStatus, Store
@@ -66,11 +66,6 @@ class Orchestrator(StoreJobControl):
         algorithms: Callable[[str], Algorithm] = get_algorithm,
     ) -> None:
         super().__init__(store)
-        self.algorithms = algorithms
-        self.settings = settings
-        self.registry = registry
-        self.max_attempts = max_attempts
-        self.retry_delay = retry_delay
         self.engine = RoundEngine(
             store=store,
             registry=registry,
@@ -79,6 +74,16 @@ class Orchestrator(StoreJobControl):
             metrics=metrics,
             enforce_budgets=enforce_budgets,
             data_dependent_budget=settings.budget_data_dependent,
+        )
+        self.runner_services = RunnerServices(
+            store=store,
+            engine=self.engine,
+            algorithms=algorithms,
+            connected=registry.connected,
+            publish_public_data=self.set_public_data,
+            data_dir=str(settings.data_dir) if settings.data_dir else None,
+            max_attempts=max_attempts,
+            retry_delay=retry_delay,
         )
         self._tasks: dict[str, asyncio.Task[None]] = {}
         #: jobs being halted: never relaunched meanwhile (the store still says "running")
@@ -188,7 +193,7 @@ class Orchestrator(StoreJobControl):
     def _launch(self, job_id: str) -> None:
         if job_id in self._tasks or job_id in self._halting:
             return
-        runner = JobRunner(self, job_id)
+        runner = JobRunner(self.runner_services, job_id)
         task = asyncio.get_running_loop().create_task(runner.run(), name=f"dpfl-job-{job_id}")
         self._tasks[job_id] = task
         self._runners[job_id] = runner

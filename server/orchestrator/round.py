@@ -253,7 +253,22 @@ class RoundEngine:
             rnd = await asyncio.to_thread(self.store.abort_round, rnd.id, reason=reason)
             return RoundReport(completed=False, reason=reason, round=rnd, skipped=True)
         channel = RoundChannel(job_id=ctx.job_id, number=number, participants=invited)
-        run = _RoundRun(self, ctx, rnd, channel, state, population, info, record)
+        run = _RoundRun(
+            ctx,
+            rnd,
+            channel,
+            state,
+            population,
+            info,
+            record,
+            store=self.store,
+            registry=self.registry,
+            deadlines=self.deadlines,
+            hooks=self.hooks,
+            metrics=self.metrics,
+            enforce_budgets=self.enforce_budgets,
+            data_dependent_budget=self.data_dependent_budget,
+        )
         self.registry.add_route(channel)
         try:
             await self.hooks.at("round_started", info)
@@ -272,11 +287,11 @@ class RoundEngine:
 
 
 class _RoundRun:
-    """The state of one running round (split from the engine to keep each step small)."""
+    """The state of one running round (split from the engine to keep each step small); the
+    keyword arguments are the engine's, documented there."""
 
     def __init__(
         self,
-        engine: RoundEngine,
         ctx: JobContext,
         rnd: Round,
         channel: RoundChannel,
@@ -284,8 +299,22 @@ class _RoundRun:
         population: list[str],
         info: dict[str, Any],
         record: dict[str, Any],
+        *,
+        store: Store,
+        registry: SessionRegistry,
+        deadlines: StageDeadlines,
+        hooks: FaultHooks,
+        metrics: Any,
+        enforce_budgets: bool,
+        data_dependent_budget: bool,
     ) -> None:
-        self.e = engine
+        self.store = store
+        self.registry = registry
+        self.deadlines = deadlines
+        self.hooks = hooks
+        self.metrics = metrics
+        self.enforce_budgets = enforce_budgets
+        self.data_dependent_budget = data_dependent_budget
         self.ctx = ctx
         self.rnd = rnd
         self.channel = channel
@@ -301,7 +330,7 @@ class _RoundRun:
     # -- helpers -------------------------------------------------------------------------------
 
     def send(self, agent_id: str, message: pb.CoordinatorMessage) -> None:
-        if not self.e.registry.send(agent_id, message):
+        if not self.registry.send(agent_id, message):
             self.channel.disconnected(agent_id)
 
     def refuse(self, agent_id: str, exc: Exception, header: pb.RoundHeader) -> None:
@@ -311,22 +340,22 @@ class _RoundRun:
             )
         else:
             reply = error_message(exc, header=header)
-        self.e.registry.send(agent_id, reply)
+        self.registry.send(agent_id, reply)
 
     async def record(
         self, stage: str, survivors: Sequence[str], dropped: Sequence[str], started: float
     ) -> None:
         seconds = max(0.0, time.monotonic() - started)
         self.rnd = await asyncio.to_thread(
-            self.e.store.record_stage,
+            self.store.record_stage,
             self.rnd.id,
             stage,
             survivors=sorted(survivors),
             dropped=sorted(set(dropped) - set(survivors)),
             seconds=seconds,
         )
-        if self.e.metrics is not None:
-            self.e.metrics.stage_latency(stage, seconds)
+        if self.metrics is not None:
+            self.metrics.stage_latency(stage, seconds)
 
     def deadline(self, seconds: float) -> float:
         return self.loop.time() + seconds
@@ -379,7 +408,7 @@ class _RoundRun:
             params_json=json.dumps({**task.params, "job_id": ctx.job_id}),
             privacy_events_json=json.dumps([event_to_json(e) for e in events]),
             model_version=task.model_version or 0,
-            deadline_unix=time.time() + self.e.deadlines.invitation,
+            deadline_unix=time.time() + self.deadlines.invitation,
             expected_participants=len(self.rnd.invited),
         )
         started = time.monotonic()
@@ -398,16 +427,16 @@ class _RoundRun:
             answers[agent_id] = message.invitation_response.accept
 
         await self.channel.collect(
-            deadline=self.deadline(self.e.deadlines.invitation),
+            deadline=self.deadline(self.deadlines.invitation),
             pending=lambda: set(self.rnd.invited) - set(answers),
             handle=handle,
         )
         self.accepted = sorted(a for a, ok in answers.items() if ok and a not in self.channel.gone)
         await self.record("invitation", self.accepted, self.rnd.invited, started)
         self.rnd = await asyncio.to_thread(
-            self.e.store.update_round, self.rnd.id, accepted=self.accepted
+            self.store.update_round, self.rnd.id, accepted=self.accepted
         )
-        await self.e.hooks.at("invitations_closed", self.info)
+        await self.hooks.at("invitations_closed", self.info)
         minimum = minimum_accepted(ctx.algorithm, ctx.spec, ctx.plan)
         if len(self.accepted) < minimum:
             raise _Aborted(
@@ -428,7 +457,7 @@ class _RoundRun:
 
     async def _note_setup(self, **values: Any) -> None:
         self.noise = {**self.noise, **values}
-        self.rnd = await asyncio.to_thread(self.e.store.update_round, self.rnd.id, noise=self.noise)
+        self.rnd = await asyncio.to_thread(self.store.update_round, self.rnd.id, noise=self.noise)
 
     # -- secure aggregation ----------------------------------------------------------------------
 
@@ -478,9 +507,9 @@ class _RoundRun:
         )
         self.channel.open_stage(pb.STAGE_ADVERTISE_KEYS, session_id=state.ctx.session_id)
         stages = (
-            ("advertise_keys", self.e.deadlines.advertise_keys),
-            ("share_keys", self.e.deadlines.share_keys),
-            ("masked_input", self.e.deadlines.masked_input + self.e.deadlines.training),
+            ("advertise_keys", self.deadlines.advertise_keys),
+            ("share_keys", self.deadlines.share_keys),
+            ("masked_input", self.deadlines.masked_input + self.deadlines.training),
         )
         expected_before = set(agents)
         for name, seconds in stages:
@@ -492,7 +521,7 @@ class _RoundRun:
             answered = self._answered(state, name, agents)
             await self.record(name, answered, expected_before, started)
             expected_before = set(answered)
-            await self.e.hooks.at(f"{name}_closed", self.info)
+            await self.hooks.at(f"{name}_closed", self.info)
             if isinstance(state, ServerAborted):
                 raise _Aborted(f"secure aggregation aborted at {name}: {state.reason}")
             if name != "masked_input":
@@ -508,12 +537,12 @@ class _RoundRun:
         for item in outbound:
             self.send(agents[item.recipient], wire.to_coordinator_message(item.message))
         collected = await self._collect_secure(
-            unmasking, agents, index, params, self.e.deadlines.unmask
+            unmasking, agents, index, params, self.deadlines.unmask
         )
         final, _ = await asyncio.to_thread(secagg_server.close_stage, collected)
         responders = [agents[i] for i in sorted(collected.survivors.unmask)]
         await self.record("unmask", responders, summed, started)
-        await self.e.hooks.at("unmask_closed", self.info)
+        await self.hooks.at("unmask_closed", self.info)
         if not isinstance(final, ServerCompleted):
             reason = final.reason if isinstance(final, ServerAborted) else type(final).__name__
             raise _Aborted(f"secure aggregation aborted at unmask: {reason}")
@@ -646,13 +675,13 @@ class _RoundRun:
             acked.add(agent_id)
 
         await self.channel.collect(
-            deadline=self.deadline(self.e.deadlines.advertise_keys),
+            deadline=self.deadline(self.deadlines.advertise_keys),
             pending=lambda: set(self.accepted) - acked,
             handle=ack,
         )
         a1 = sorted(acked - self.channel.gone)
         await self.record("advertise_keys", a1, self.accepted, started)
-        await self.e.hooks.at("advertise_keys_closed", self.info)
+        await self.hooks.at("advertise_keys_closed", self.info)
         if not a1:
             raise _Aborted("no client acknowledged the plain-summation setup")
         # ledger rule 1 without secure aggregation: each vector is readable the moment it
@@ -699,13 +728,13 @@ class _RoundRun:
                 received.add(agent_id)
 
         await self.channel.collect(
-            deadline=self.deadline(self.e.deadlines.masked_input + self.e.deadlines.training),
+            deadline=self.deadline(self.deadlines.masked_input + self.deadlines.training),
             pending=lambda: set(a1) - received,
             handle=vector,
         )
         summed = sorted(received)
         await self.record("masked_input", summed, a1, started)
-        await self.e.hooks.at("masked_input_closed", self.info)
+        await self.hooks.at("masked_input_closed", self.info)
         if not summed:
             raise _Aborted("no vector arrived")
         if encoding.ring_bits < 64:
@@ -726,17 +755,17 @@ class _RoundRun:
         ledger = [_store_charge(a, c) for a, c in sorted(charges.items())]
         try:
             result = await asyncio.to_thread(
-                self.e.store.commit_round,
+                self.store.commit_round,
                 self.rnd.id,
                 ledger,
-                enforce_budget=self.e.enforce_budgets,
-                data_dependent_budget=self.e.data_dependent_budget,
+                enforce_budget=self.enforce_budgets,
+                data_dependent_budget=self.data_dependent_budget,
             )
         except BudgetExceeded as exc:
             raise _Aborted(f"ledger commit refused: {exc}") from exc
         self.rnd = result.round
         self.committed = True
-        await self.e.hooks.at("after_ledger_commit", self.info)
+        await self.hooks.at("after_ledger_commit", self.info)
 
     async def finish(
         self, total: np.ndarray, encoding: EncodingConfig, summed: Sequence[str]
@@ -758,7 +787,7 @@ class _RoundRun:
         model = outcome.state.model if outcome.state.model != self.state.model else None
         await self.record("decode", summed, summed, started)
         self.rnd = await asyncio.to_thread(
-            self.e.store.complete_round,
+            self.store.complete_round,
             self.rnd.id,
             accuracy=None if accuracy is None else min(1.0, max(0.0, float(accuracy))),
             model=model,
@@ -772,9 +801,9 @@ class _RoundRun:
                 blobs=outcome.state.blobs,
             )
         self._result(True, "round completed", self.rnd.model_version or 0)
-        if self.e.metrics is not None:
-            self.e.metrics.round_finished(ctx.job_id, True)
-        await self.e.hooks.at("round_completed", self.info)
+        if self.metrics is not None:
+            self.metrics.round_finished(ctx.job_id, True)
+        await self.hooks.at("round_completed", self.info)
         return RoundReport(
             completed=True,
             round=self.rnd,
@@ -791,12 +820,12 @@ class _RoundRun:
             model_version=version,
         )
         for agent_id in self.accepted or self.rnd.invited:
-            self.e.registry.send(agent_id, pb.CoordinatorMessage(result=result))
+            self.registry.send(agent_id, pb.CoordinatorMessage(result=result))
 
     async def abort(self, reason: str) -> RoundReport:
-        rnd = await asyncio.to_thread(self.e.store.abort_round, self.rnd.id, reason=reason)
+        rnd = await asyncio.to_thread(self.store.abort_round, self.rnd.id, reason=reason)
         self.rnd = rnd
         self._result(False, rnd.abort_reason or reason, 0)
-        if self.e.metrics is not None:
-            self.e.metrics.round_finished(self.ctx.job_id, False)
+        if self.metrics is not None:
+            self.metrics.round_finished(self.ctx.job_id, False)
         return RoundReport(completed=False, reason=rnd.abort_reason or reason, round=rnd)

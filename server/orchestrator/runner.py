@@ -13,34 +13,58 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
+from dpfl.learning.algorithms.base import Algorithm, CoordinatorState
 from dpfl.learning.jobs import parse_job
 from dpfl.server.orchestrator.data import load_job_data
-from dpfl.server.orchestrator.round import JobContext, RoundReport
+from dpfl.server.orchestrator.round import JobContext, RoundEngine, RoundReport
 from dpfl.server.orchestrator.state import restore
-from dpfl.server.store import JobStatus
+from dpfl.server.store import JobStatus, Store
 
-if TYPE_CHECKING:
-    from dpfl.server.orchestrator.core import Orchestrator
-
-__all__ = ["JobRunner"]
+__all__ = ["JobRunner", "RunnerServices"]
 
 log = logging.getLogger("dpfl.coordinator")
+
+
+@dataclass(frozen=True, slots=True)
+class RunnerServices:
+    """What a job runner uses of the coordinator; the orchestrator builds one for all its jobs.
+
+    Attributes:
+        store: the coordinator's store.
+        engine: runs one round.
+        algorithms: resolves a job's algorithm tag.
+        connected: the ids of the agents connected now.
+        publish_public_data: makes a job's public data blob (or None) downloadable.
+        data_dir: where data sets are read from (None: the default).
+        max_attempts: attempts per round number before the job fails.
+        retry_delay: seconds between two attempts.
+    """
+
+    store: Store
+    engine: RoundEngine
+    algorithms: Callable[[str], Algorithm]
+    connected: Callable[[], set[str]]
+    publish_public_data: Callable[[str, bytes | None], None]
+    data_dir: str | None
+    max_attempts: int
+    retry_delay: float
 
 
 class JobRunner:
     """Drives the rounds of one job on the coordinator's event loop."""
 
-    def __init__(self, orchestrator: Orchestrator, job_id: str) -> None:
-        self.o = orchestrator
+    def __init__(self, services: RunnerServices, job_id: str) -> None:
+        self.services = services
+        self.store = services.store
         self.job_id = job_id
         self.reports: list[RoundReport] = []
 
     async def run(self) -> None:
         """Run the job to its end; marks it completed or failed (never on cancellation)."""
-        store = self.o.store
+        store = self.store
         try:
             await self._run()
         except asyncio.CancelledError:
@@ -52,17 +76,16 @@ class JobRunner:
                 store.set_job_status, self.job_id, JobStatus.FAILED, error=message
             )
 
-    async def _context(self) -> tuple[JobContext, int, int, object]:
-        store = self.o.store
+    async def _context(self) -> tuple[JobContext, int, int, CoordinatorState]:
+        store = self.store
         job = await asyncio.to_thread(store.get_job, self.job_id)
         spec = parse_job(job.spec)
-        algorithm = self.o.algorithms(spec.algorithm)
+        algorithm = self.services.algorithms(spec.algorithm)
         members = await asyncio.to_thread(store.job_members, self.job_id)
-        data_dir = str(self.o.settings.data_dir) if self.o.settings.data_dir else None
         job_data = await asyncio.to_thread(
-            load_job_data, spec, population=len(members), data_dir=data_dir
+            load_job_data, spec, population=len(members), data_dir=self.services.data_dir
         )
-        self.o.set_public_data(self.job_id, job_data.public)
+        self.services.publish_public_data(self.job_id, job_data.public)
         restored = await asyncio.to_thread(restore, store, self.job_id)
         if restored is not None:
             ctx = JobContext(self.job_id, spec, algorithm, restored.plan, job_data.data)
@@ -83,16 +106,17 @@ class JobRunner:
         return JobContext(self.job_id, spec, algorithm, plan, job_data.data), 1, 0, state
 
     async def _run(self) -> None:
-        store = self.o.store
+        store = self.store
         ctx, number, attempts, state = await self._context()
         minimum = 2 if ctx.spec.secagg.enabled else 1
         last_reason = ""
         while number <= ctx.spec.rounds:
             await self._wait_for_agents(minimum)
-            report = await self.o.engine.run(ctx, number=number, state=state)  # type: ignore[arg-type]
+            report = await self.services.engine.run(ctx, number=number, state=state)
             self.reports.append(report)
             if report.completed:
                 log.info("job %s round %d completed %s", self.job_id, number, dict(report.metrics))
+                assert report.state is not None  # a completed round has a state
                 state, number, attempts = report.state, number + 1, 0
                 if report.done:
                     break
@@ -107,7 +131,7 @@ class JobRunner:
                 attempts += 1
                 last_reason = report.reason
                 log.warning("job %s round %d aborted: %s", self.job_id, number, report.reason)
-                if attempts >= self.o.max_attempts:
+                if attempts >= self.services.max_attempts:
                     await asyncio.to_thread(
                         store.set_job_status,
                         self.job_id,
@@ -115,12 +139,12 @@ class JobRunner:
                         error=f"round {number} aborted {attempts} times; last: {last_reason}",
                     )
                     return
-                await asyncio.sleep(self.o.retry_delay)
+                await asyncio.sleep(self.services.retry_delay)
         await asyncio.to_thread(store.set_job_status, self.job_id, JobStatus.COMPLETED)
 
     async def _wait_for_agents(self, minimum: int) -> None:
         """Wait until at least ``minimum`` members of the job are connected."""
-        members = set(await asyncio.to_thread(self.o.store.job_members, self.job_id))
+        members = set(await asyncio.to_thread(self.store.job_members, self.job_id))
         need = min(minimum, len(members))
-        while len(self.o.registry.connected() & members) < need:
+        while len(self.services.connected() & members) < need:
             await asyncio.sleep(0.1)

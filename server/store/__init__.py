@@ -1,14 +1,14 @@
 """The coordinator's store: agents, secrets, jobs, rounds, model versions and the privacy ledger.
 
-One abstract :class:`Store` with two implementations chosen by :func:`open_store` from a URL:
-:class:`~dpfl.server.store.sql.SqlStore` (SQLAlchemy 2 + Alembic; SQLite by default, PostgreSQL in
-production) and :class:`~dpfl.server.store.memory.MemoryStore` (``memory://``). The rules live in
-the abstract class, once; see :mod:`dpfl.server.store.rounds` for the ledger commit and its
-restart semantics, and :mod:`dpfl.server.store.reports` for how ε is computed.
+One abstract :class:`Store`, implemented by :class:`~dpfl.server.store.sql.SqlStore` (SQLAlchemy 2 +
+Alembic; SQLite by default, ``sqlite://`` in memory, PostgreSQL in production) and opened by
+:func:`open_store` from a URL. The rules live in the abstract class, once; see
+:mod:`dpfl.server.store.rounds` for the ledger commit and its restart semantics, and
+:mod:`dpfl.server.store.reports` for how ε is computed.
 """
 
 from dpfl.server.store.base import Store
-from dpfl.server.store.factory import DEFAULT_URL, MEMORY_URL, open_store
+from dpfl.server.store.factory import DEFAULT_URL, open_store
 from dpfl.server.store.records import (
     Agent,
     AgentStatus,
@@ -40,7 +40,6 @@ from dpfl.server.store.rounds import CHARGED_STAGES, STAGES
 __all__ = [
     "CHARGED_STAGES",
     "DEFAULT_URL",
-    "MEMORY_URL",
     "STAGES",
     "Agent",
     "AgentStatus",

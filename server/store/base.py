@@ -1,8 +1,9 @@
 """The store: one abstract interface over agents, secrets, jobs, rounds, models and the ledger.
 
-:class:`Store` implements every rule once; a backend (``MemoryStore``, ``SqlStore``) supplies only
-transactions over :class:`~dpfl.server.store.tx.StoreTx` primitives, so both behave identically
-(one contract suite, ``tests/integration/test_store_contract.py``, runs against each).
+:class:`Store` implements every rule once; the backend (``SqlStore``) supplies only transactions
+over :class:`~dpfl.server.store.tx.StoreTx` primitives, so every database behaves identically
+(one contract suite, ``tests/integration/test_store_contract.py``, runs against SQLite and
+PostgreSQL).
 
 The methods, by caller:
 

@@ -5,28 +5,28 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+from dpfl.server.errors import InvalidInput
 from dpfl.server.store.base import Store
 
-__all__ = ["DEFAULT_URL", "MEMORY_URL", "open_store"]
+__all__ = ["DEFAULT_URL", "open_store"]
 
 DEFAULT_URL = "sqlite:///./dpfl.db"
-#: A throw-away store inside this process (simulations, tests).
-MEMORY_URL = "memory://"
 
 
 def open_store(url: str = DEFAULT_URL, *, clock: Callable[[], datetime] | None = None) -> Store:
-    """Open the store at ``url``: ``memory://`` for :class:`MemoryStore`, any SQLAlchemy URL
-    (``sqlite:///path``, ``postgresql://user@host/db``) for :class:`SqlStore`, whose schema is
-    migrated to the newest version first.
+    """Open the :class:`~dpfl.server.store.sql.SqlStore` at the SQLAlchemy URL ``url``
+    (``sqlite:///path``, ``sqlite://`` for a throw-away store in memory,
+    ``postgresql://user@host/db``), whose schema is migrated to the newest version first.
 
     Raises:
-        InvalidInput: not a URL.
+        InvalidInput: not a database URL (``memory://`` included: ``sqlite://`` is the store in
+            memory).
         StoreUnavailable: the database cannot be reached or migrated.
     """
-    if url.rstrip("/") in ("memory:", "memory:/"):
-        from dpfl.server.store.memory import MemoryStore
-
-        return MemoryStore(clock=clock)
+    if url.split(":", 1)[0].lower() == "memory":
+        raise InvalidInput(
+            f"{url!r} is not a database URL; use sqlite:// for a throw-away store in memory"
+        )
     from dpfl.server.store.sql import SqlStore
 
     return SqlStore(url, clock=clock)

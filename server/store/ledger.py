@@ -133,11 +133,6 @@ class PreparedCharge:
             None if dd is None else canonical_json(dd),
         )
 
-    @property
-    def effective_curve(self) -> Curve:
-        """The curve counted in data-dependent sums."""
-        return self.curve if self.data_dependent_curve is None else self.data_dependent_curve
-
 
 def _as_bool(value: object, what: str) -> bool:
     if not isinstance(value, bool):

@@ -1,9 +1,9 @@
 """The values the store hands out: frozen records, status enums and ledger reports.
 
-Records are plain frozen dataclasses, independent of the storage backend: the in-memory and the
-SQL store return equal records for equal histories (the contract suite checks it). Every
-timestamp is timezone-aware UTC. Mappings and lists inside a record are fresh copies owned by the
-caller; mutating them never changes the store.
+Records are plain frozen dataclasses, independent of the database: SQLite and PostgreSQL return
+equal records for equal histories (the contract suite checks it). Every timestamp is timezone-aware
+UTC. Mappings and lists inside a record are fresh copies owned by the caller; mutating them never
+changes the store.
 """
 
 from __future__ import annotations

@@ -1,14 +1,13 @@
 """The storage primitives a backend implements, inside one transaction.
 
 :class:`~dpfl.server.store.base.Store` writes every rule (life cycles, idempotency, token checks,
-the ledger) once, on top of these primitives; a backend (memory, SQL) only stores and fetches.
-A transaction either applies all its writes or none: the SQL backend through the database
-transaction, the memory backend through an undo log.
+the ledger) once, on top of these primitives; the backend (SQL) only stores and fetches. A
+transaction either applies all its writes or none: the database transaction.
 
 Primitives never enforce business rules except uniqueness: inserting a duplicate key raises
 :class:`~dpfl.server.errors.AlreadyExists`. ``lock=True`` asks for a row lock held until the end of
-the transaction (``SELECT ... FOR UPDATE`` where the database has it; SQLite and the memory store
-serialise writers anyway).
+the transaction (``SELECT ... FOR UPDATE`` where the database has it; SQLite serialises writers
+anyway).
 """
 
 from __future__ import annotations

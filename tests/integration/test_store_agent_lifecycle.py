@@ -1,4 +1,4 @@
-"""The store's agent life cycle on every backend (memory, SQLite, PostgreSQL).
+"""The store's agent life cycle on every backend (SQLite, PostgreSQL).
 
 - one client certificate, one agent: a fresh token redeemed with a certificate name already
   bound (to an active, disabled or revoked agent) is refused and stays unused, so a silo cannot
@@ -15,7 +15,7 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 from alembic import command
-from support.databases import MemoryBackend, PostgresBackend, SqliteBackend
+from support.databases import PostgresBackend, SqliteBackend
 
 from dpfl.server.errors import AlreadyExists, InvalidCredential, InvalidTransition, NotFound
 from dpfl.server.store import AgentStatus, Store, open_store
@@ -75,10 +75,6 @@ class LifecycleContract:
             store.audit_records(agent_id="agent-none")
         # the refused change wrote no audit record
         assert len(store.audit_records()) == 3
-
-
-class TestMemory(MemoryBackend, LifecycleContract):
-    pass
 
 
 class TestSqlite(SqliteBackend, LifecycleContract):

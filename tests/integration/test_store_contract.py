@@ -1,6 +1,6 @@
 """The store contract, part 1: agents, secrets, enrollment, jobs, rounds and model versions.
 
-One abstract class, run against every implementation (memory, SQLite, PostgreSQL) by the
+One abstract class, run against every database (SQLite, PostgreSQL) by the
 subclasses at the bottom; the ledger half of the contract is in test_store_ledger.py.
 """
 
@@ -10,7 +10,7 @@ import hashlib
 from datetime import timedelta
 
 import pytest
-from support.databases import FakeClock, MemoryBackend, PostgresBackend, SqliteBackend
+from support.databases import FakeClock, PostgresBackend, SqliteBackend
 
 from dpfl.learning.jobs import job_to_dict, parse_job
 from dpfl.server.errors import (
@@ -312,10 +312,6 @@ class StoreContract:
 
     def test_ping(self, store: Store) -> None:
         store.ping()
-
-
-class TestMemoryStore(MemoryBackend, StoreContract):
-    pass
 
 
 class TestSqliteStore(SqliteBackend, StoreContract):

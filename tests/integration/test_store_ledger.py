@@ -12,7 +12,7 @@ import threading
 
 import numpy as np
 import pytest
-from support.databases import FakeClock, MemoryBackend, PostgresBackend, SqliteBackend
+from support.databases import FakeClock, PostgresBackend, SqliteBackend
 
 from dpfl.accounting import (
     DataDependentVotingEvent,
@@ -555,10 +555,6 @@ class LedgerContract:
         assert store.verify_ledger().ok
         eps = store.client_budget(population[0], delta=1e-5).epsilon
         assert eps == pytest.approx(accountant_epsilon([ROUND_EVENT] * 20, 1e-5), rel=1e-9)
-
-
-class TestMemoryLedger(MemoryBackend, LedgerContract):
-    pass
 
 
 class TestSqliteLedger(SqliteBackend, LedgerContract):

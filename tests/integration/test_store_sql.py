@@ -224,6 +224,12 @@ def test_in_memory_sqlite_works() -> None:
         assert len(store.list_agents()) == 1
 
 
+@pytest.mark.parametrize("url", ["memory://", "MEMORY:", "memory:/"])
+def test_a_memory_url_is_refused_naming_sqlite_in_memory(url: str) -> None:
+    with pytest.raises(InvalidInput, match=r"not a database URL; use sqlite:// "):
+        open_store(url)
+
+
 def test_the_migrations_are_shipped_as_package_data() -> None:
     with (ROOT / "pyproject.toml").open("rb") as f:
         globs = tomllib.load(f)["tool"]["setuptools"]["package-data"]["dpfl.server.store"]

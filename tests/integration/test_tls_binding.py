@@ -1,6 +1,6 @@
 """Binding agents to their mutual-TLS certificate: the store field, its migration, the handlers.
 
-- every store (memory, SQLite, PostgreSQL) records the certificate CN given at enrolment, keeps
+- every store (SQLite, PostgreSQL) records the certificate CN given at enrolment, keeps
   it across updates, and refuses a malformed one without writing anything;
 - migration 0002 adds the column to a database at 0001 holding an enrolled agent (its credential
   keeps working, its CN is NULL) and is reversible;
@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 import sqlalchemy as sa
 from alembic import command
-from support.databases import MemoryBackend, PostgresBackend, SqliteBackend
+from support.databases import PostgresBackend, SqliteBackend
 
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.server import handlers
@@ -59,7 +59,7 @@ class BindingContract:
         assert store.list_enrollment_tokens()[0].used_at is None
 
     def test_authenticate_checks_the_binding(self, store: Store) -> None:
-        settings = Settings(admin_token=secrets.token_urlsafe(32), database_url="memory://")
+        settings = Settings(admin_token=secrets.token_urlsafe(32), database_url="sqlite://")
         request = pb.EnrollRequest(
             enrollment_token=store.create_enrollment_token(ttl=timedelta(hours=1)).token,
             name="A",
@@ -98,7 +98,7 @@ class BindingContract:
         )
 
     def test_enrol_refuses_a_certificate_without_cn(self, store: Store) -> None:
-        settings = Settings(admin_token=secrets.token_urlsafe(32), database_url="memory://")
+        settings = Settings(admin_token=secrets.token_urlsafe(32), database_url="sqlite://")
         request = pb.EnrollRequest(
             enrollment_token=store.create_enrollment_token(ttl=timedelta(hours=1)).token,
             name="A",
@@ -106,10 +106,6 @@ class BindingContract:
         with pytest.raises(InvalidCredential, match="no common name"):
             handlers.enroll(store, settings, request, coordinator_id="c", certificate_cn="")
         assert store.list_agents() == []
-
-
-class TestMemory(MemoryBackend, BindingContract):
-    pass
 
 
 class TestSqlite(SqliteBackend, BindingContract):

@@ -1,6 +1,6 @@
 """Real databases for tests: a SQLite file per test, one fresh PostgreSQL database per session.
 
-Mix ``MemoryBackend``, ``SqliteBackend`` or ``PostgresBackend`` into a test class to get the
+Mix ``SqliteBackend`` or ``PostgresBackend`` into a test class to get the
 fixtures ``clock``, ``db_url`` and ``store`` for that implementation; import the plain fixtures
 ``clock``, ``sqlite_url`` and ``postgres_url`` into a test module; or call
 ``session_postgres_url(request)`` / ``fresh_postgres_url(request)`` from your own fixtures.
@@ -158,7 +158,7 @@ def postgres_url(request: pytest.FixtureRequest) -> str:
 # ----------------------------------------------------------------------------------------------
 # store backends: mix one of these into a contract test class (``class TestX(SqliteBackend,
 # StoreContract)``) to run the contract against that implementation; each provides the fixtures
-# ``clock``, ``db_url`` (None for memory) and ``store``
+# ``clock``, ``db_url`` and ``store``
 
 
 class _Backend:
@@ -169,26 +169,18 @@ class _Backend:
         return FakeClock()
 
     @pytest.fixture
-    def store(self, clock: FakeClock, db_url: str | None) -> Iterator[Store]:
+    def store(self, clock: FakeClock, db_url: str) -> Iterator[Store]:
         from dpfl.server.store import open_store
 
-        with open_store(db_url or "memory://", clock=clock) as store:
+        with open_store(db_url, clock=clock) as store:
             yield store
-
-
-class MemoryBackend(_Backend):
-    backend = "memory"
-
-    @pytest.fixture
-    def db_url(self) -> str | None:
-        return None
 
 
 class SqliteBackend(_Backend):
     backend = "sqlite"
 
     @pytest.fixture
-    def db_url(self, tmp_path: Path) -> str | None:
+    def db_url(self, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'dpfl.db'}"
 
 
@@ -197,5 +189,5 @@ class PostgresBackend(_Backend):
     backend = "postgres"
 
     @pytest.fixture
-    def db_url(self, request: pytest.FixtureRequest) -> str | None:
+    def db_url(self, request: pytest.FixtureRequest) -> str:
         return fresh_postgres_url(request)

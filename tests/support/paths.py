@@ -17,4 +17,5 @@ CODE_PACKAGES = {
     "server": "dpfl.server",
     "client": "dpfl.client",
     "cli": "dpfl.cli",
+    "cmdline": "dpfl.cmdline",
 }

@@ -97,6 +97,7 @@ def _randomized_response(eps: float, m: int, rng: np.random.Generator) -> tuple:
     return reported.astype(float) + 0.01 * rng.random(m), included
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("eps", "delta"), [(1.0, 0.0), (2.0, 1e-5)])
 def test_false_positive_rate_is_at_most_one_minus_confidence(eps: float, delta: float) -> None:
     """Randomized response is exactly ε-DP (so (ε, δ)-DP): the audit may claim more than ε in
@@ -119,6 +120,7 @@ def test_false_positive_rate_is_at_most_one_minus_confidence(eps: float, delta: 
     assert float(np.median(lowers)) > 0.6 * eps  # the audit is not vacuous
 
 
+@pytest.mark.slow
 def test_bonferroni_candidates_keep_the_overall_confidence() -> None:
     rng = np.random.default_rng(7)
     above = 0

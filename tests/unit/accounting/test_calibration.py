@@ -20,6 +20,7 @@ from dpfl.accounting import (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("target", "q", "steps", "tight"),
     [(2.0, 0.01, 1000, True), (8.0, 0.05, 500, False), (1.0, 1.0, 1, True), (0.5, 1.0, 20, False)],
@@ -38,6 +39,7 @@ def test_round_trip_meets_the_target_within_one_percent(
     assert result.method == ("rdp" if not tight else result.report.method)
 
 
+@pytest.mark.slow
 def test_result_lists_the_closed_forms_side_by_side() -> None:
     result = calibrate(target_epsilon=3.0, delta=1e-5, sampling_rate=0.02, steps=200)
     document = result.to_json()

@@ -18,6 +18,7 @@ def _log_moment(x: np.ndarray, w: np.ndarray, a: float) -> float:
     return float(special.logsumexp(a * np.log(x), b=w))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", range(12))
 def test_never_below_the_exact_moment_of_a_discrete_law(seed: int) -> None:
     """Random laws on [1 − γ, ∞) with mean 1 (the shape of 1 − γ + γL), exact integer moments."""

@@ -49,6 +49,7 @@ def _mpmath_rdp(q: float, z: float, alpha: float) -> float:
     return float(mpmath.log1p(mpmath.quad(integrand, cuts)) / (a_ - 1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("q", "z", "alpha"),
     [

@@ -95,6 +95,7 @@ def _event(mu: float, shift: tuple[int, ...]) -> SkellamEvent:
 ALPHAS = [1.5, 2.0, 2.7, 3.0, 5.0, 6.3, 8.0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("q", [0.01, 0.3, 0.9])
 @pytest.mark.parametrize("mu", [0.5, 3.0, 30.0])
 @pytest.mark.parametrize("shift", [(1,), (4,), (1, 1), (3, -2)])

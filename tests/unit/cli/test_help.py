@@ -19,12 +19,14 @@ def _script(name: str) -> str:
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_help(name: str) -> None:
     out = subprocess.run([_script(name), "--help"], capture_output=True, text=True, check=True)
     assert out.stdout.startswith(f"usage: {name}")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_no_subcommand_prints_help_and_fails(name: str) -> None:
     out = subprocess.run([_script(name)], capture_output=True, text=True)

@@ -134,6 +134,7 @@ FORMS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("flags", "event"), FORMS, ids=lambda x: x[1] if isinstance(x, list) else ""
 )
@@ -185,6 +186,7 @@ def test_rdp_only_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert document["tight_epsilon"] is None
 
 
+@pytest.mark.slow
 def test_calibrate_json(capsys: pytest.CaptureFixture[str]) -> None:
     document = _run_json(
         capsys,
@@ -342,6 +344,7 @@ def test_privacy_without_action_prints_help(capsys: pytest.CaptureFixture[str]) 
     assert "epsilon" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_console_script_end_to_end() -> None:
     script = Path(sys.executable).parent / "dpfl"
     exe = str(script) if script.exists() else shutil.which("dpfl")
@@ -387,6 +390,7 @@ _PLD_GRID_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("q", "z", "steps", "delta"), _PLD_GRID_CASES)
 def test_poisson_gaussian_is_within_one_percent_of_a_fine_pessimistic_pld(
     capsys: pytest.CaptureFixture[str], q: float, z: float, steps: int, delta: float

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from dpfl.cli.base import stop_on_signals
+from dpfl.cmdline import stop_on_signals
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])

@@ -194,21 +194,3 @@ def test_policy_and_ledger_stay_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
-
-
-def test_decide_task_reads_the_task_params(ledger: LocalLedger) -> None:
-    policy = Policy(require_secure_aggregation=True, allow_approximate=False)
-    base = {"secure_aggregation": True, "honest_fraction": 1.0, "noise": "skellam"}
-    args = {"algorithm": "dp-fedavg", "job_id": "j", "events": [SKELLAM], "ledger": ledger}
-    assert policy.decide_task(params=base, **args)  # type: ignore[arg-type]
-    off = policy.decide_task(params={**base, "secure_aggregation": False}, **args)  # type: ignore[arg-type]
-    assert off.rule == "require_secure_aggregation"
-    approx = policy.decide_task(params={**base, "noise": "gaussian"}, **args)  # type: ignore[arg-type]
-    assert approx.rule == "allow_approximate"
-    bad = policy.decide_task(params={**base, "honest_fraction": "all"}, **args)  # type: ignore[arg-type]
-    assert bad.rule == "events"
-    # the agent records its own share's provable event for an opted-in DP-FedSGD task
-    opted = policy.decide_task(params={**base, "accounting": "sum-dominating"}, **args)  # type: ignore[arg-type]
-    assert opted.accept, opted.reason
-    unknown = policy.decide_task(params={**base, "accounting": "optimistic"}, **args)  # type: ignore[arg-type]
-    assert (unknown.rule, "accounting is malformed" in unknown.reason) == ("events", True)

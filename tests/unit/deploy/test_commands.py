@@ -91,6 +91,7 @@ def test_the_deployment_files_are_all_searched() -> None:
     assert {Path(i.program).name for i in INVOCATIONS} == set(PROGRAMS)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("invocation", INVOCATIONS, ids=lambda i: i.source)
 def test_each_command_is_a_real_cli_invocation(
     invocation: Invocation,
@@ -121,6 +122,7 @@ def test_each_command_is_a_real_cli_invocation(
     assert callable(getattr(namespace, "func", None)), invocation.source
 
 
+@pytest.mark.slow
 def test_a_wrong_flag_would_be_caught(
     parsers: dict[str, argparse.ArgumentParser], helps: dict[tuple[str, ...], str]
 ) -> None:

@@ -129,6 +129,7 @@ def test_every_package_folder_is_copied_and_not_dockerignored(name: str) -> None
         assert _dockerignored(private), private
 
 
+@pytest.mark.slow
 def test_the_copied_sources_alone_build_the_package(tmp_path: Path) -> None:
     context = tmp_path / "src"
     context.mkdir()

@@ -51,6 +51,7 @@ def test_cache_returns_the_same_value() -> None:
     assert load_dataset("digits?seed=0") is not None
 
 
+@pytest.mark.slow
 def test_mnist_counts(shared_data_dir: Path) -> None:
     ds = load_dataset("mnist", data_dir=shared_data_dir)
     assert ds.x_train.shape == (60000, 1, 28, 28)
@@ -65,6 +66,7 @@ def test_mnist_counts(shared_data_dir: Path) -> None:
     assert abs(float(ds.x_train.std()) - 0.3081) < 1e-4
 
 
+@pytest.mark.slow
 def test_fashion_mnist_counts(shared_data_dir: Path) -> None:
     ds = load_dataset("fashion-mnist", data_dir=shared_data_dir)
     assert np.bincount(ds.y_train).tolist() == [6000] * 10

@@ -413,8 +413,17 @@ def test_signed_inputs_given_before_the_setup(make_world: Callable[..., Any]) ->
     assert world.server.aggregate.tolist() == expected.tolist()
 
 
-def test_real_inputs_are_encoded_with_the_rounds_encoding() -> None:
-    from dpfl.secagg import EncodingConfig, NoiseSpec, RoundParameters, SeededRandomSource, decode
+def test_real_inputs_encoded_with_the_rounds_encoding_sum_to_the_real_total() -> None:
+    """The agent's path: each real vector is encoded (clip, scale, round, noise share) with the
+    round's encoding and attached as a ring vector; the decoded aggregate is the real sum."""
+    from dpfl.secagg import (
+        EncodingConfig,
+        NoiseSpec,
+        RoundParameters,
+        SeededRandomSource,
+        decode,
+        encode,
+    )
     from dpfl.secagg import server as srv
 
     encoding = EncodingConfig.for_summands(
@@ -432,13 +441,13 @@ def test_real_inputs_are_encoded_with_the_rounds_encoding() -> None:
     rng = SeededRandomSource(b"real-valued-inputs")
     state, out = srv.start_round(job_id="j", round=0, params=params, rng=rng)
     clients = {i: client.new_client(job_id="j", round=0, rng=rng.child(str(i))) for i in range(5)}
-    with pytest.raises(WrongStage):
-        client.with_real_input(clients[0], [1.0, 2.0, 3.0])
     for stage in range(4):
         for o in out:
             i = o.recipient
             if stage == 2:
-                clients[i] = client.with_real_input(clients[i], [1.0, -2.0, 0.5 * i])
+                stream = rng.child(f"agent-{i}").stream("encode")
+                encoded = encode([1.0, -2.0, 0.5 * i], config=encoding, stream=stream)
+                clients[i] = client.with_input(clients[i], encoded)
             clients[i], reply = client.step(clients[i], o.message)
             state = srv.receive(state, i, reply)
         state, out = srv.close_stage(state)

@@ -131,6 +131,7 @@ FCP_CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("n", "gamma", "delta", "model", "expected"), FCP_CASES)
 def test_fcp_table(
     n: int, gamma: float, delta: float, model: ThreatModel, expected: tuple[int, int]

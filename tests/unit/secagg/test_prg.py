@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from dpfl.secagg.errors import ParameterError
-from dpfl.secagg.prg import PAIR_MASK, SELF_MASK, MaskAccumulator, expand, expand_mod, prg_key
+from dpfl.secagg.prg import PAIR_MASK, SELF_MASK, MaskAccumulator, expand, prg_key
 from dpfl.secagg.primitives import agree, keypair_from_private, mask_seed
 
 SESSION = b"s" * 32
@@ -49,26 +49,6 @@ def test_the_key_binds_length_and_ring() -> None:
     assert len(keys) == 4
     with pytest.raises(ParameterError):
         prg_key(b"short", session_id=SESSION, name=SELF_MASK, length=1, ring_bits=8)
-
-
-@pytest.mark.parametrize("modulus", [3, 1000, 2**31 - 1, 2**40 + 15])
-def test_expand_mod_rejection_sampling_is_uniform(modulus: int) -> None:
-    words = expand_mod(SEED, session_id=SESSION, name=SELF_MASK, length=20000, modulus=modulus)
-    assert words.shape == (20000,)
-    assert int(words.max()) < modulus
-    # equal-width bins over [0, modulus) (the residues themselves for modulus 3)
-    if modulus == 3:
-        counts = np.bincount(words.astype(int), minlength=3)
-    else:
-        bins = (words.astype(np.float64) * 10 / modulus).astype(int)
-        counts = np.bincount(bins, minlength=10)
-    assert stats.chisquare(counts).pvalue > 1e-6
-
-
-def test_expand_mod_of_a_power_of_two_is_expand() -> None:
-    a = expand_mod(SEED, session_id=SESSION, name=SELF_MASK, length=50, modulus=2**20)
-    b = expand(SEED, session_id=SESSION, name=SELF_MASK, length=50, ring_bits=20)
-    assert np.array_equal(a, b)
 
 
 @pytest.mark.parametrize("bits", [12, 32, 41, 64])

@@ -89,6 +89,7 @@ def scenarios(draw: st.DrawFn) -> tuple[RoundParameters, dict[int, Stage], int]:
     return params, drop_at, draw(st.integers(0, 2**16))
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_exact_sum_under_random_dropouts(

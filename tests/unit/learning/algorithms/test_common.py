@@ -223,6 +223,7 @@ def test_task_params_name_the_bad_field() -> None:
         q.integers("m", below=5)
 
 
+@pytest.mark.slow
 def test_calibration_meets_the_target_or_refuses_a_weak_given_noise() -> None:
     def make(z: float) -> SelfComposedEvent:
         return SelfComposedEvent(PoissonSampledEvent(0.3, GaussianEvent.from_multiplier(z)), 10)

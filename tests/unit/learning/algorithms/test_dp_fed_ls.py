@@ -124,6 +124,7 @@ def test_uniform_plan_accounts_replace_one_without_replacement(
     assert JobPlan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
 
 
+@pytest.mark.slow
 def test_plan_reports_the_closed_forms_for_both_samplings(
     uniform_plan: tuple[Any, JobPlan], digits_coordinator: CoordinatorData
 ) -> None:

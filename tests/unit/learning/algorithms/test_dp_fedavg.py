@@ -70,6 +70,7 @@ def test_plan_calibrates_the_skellam_event_directly(plan: JobPlan) -> None:
     assert JobPlan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
 
 
+@pytest.mark.slow
 def test_plan_variants(job: Any, digits_coordinator: CoordinatorData) -> None:
     gaussian = ALGORITHM.plan(
         make_job(privacy={"noise": "gaussian"}), population=100, data=digits_coordinator

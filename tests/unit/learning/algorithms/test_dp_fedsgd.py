@@ -159,6 +159,7 @@ def test_noise_is_added_at_every_step_and_the_batches_are_poisson(
 # -- plan ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_plan_calibrates_s_subsampled_skellam_steps_per_round(plan: JobPlan) -> None:
     assert get_algorithm("dp-fedsgd") is ALGORITHM
     d = plan.details
@@ -179,6 +180,7 @@ def test_plan_calibrates_s_subsampled_skellam_steps_per_round(plan: JobPlan) -> 
     assert JobPlan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
 
 
+@pytest.mark.slow
 def test_plan_variants(digits_coordinator: CoordinatorData) -> None:
     gaussian = ALGORITHM.plan(
         sgd_job(privacy={"noise": "gaussian"}), population=10, data=digits_coordinator
@@ -227,6 +229,7 @@ def _with_honest(plan: JobPlan, honest: float) -> JobPlan:
     return JobPlan(plan.noise_multiplier, plan.calibration, plan.population, details)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("honest", "survivors"), [(1.0, 9), (0.5, 10), (0.8, 7)])
 def test_central_step_noise_is_split_over_the_honest_participants(
     plans: dict[str, tuple[Any, JobPlan]], honest: float, survivors: int
@@ -251,6 +254,7 @@ def test_central_step_noise_is_split_over_the_honest_participants(
     assert 2 ** (config.ring_bits - 1) > worst
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("participants", "survivors"), [(10, 10), (10, 4), (3, 3), (12, 12)])
 def test_several_local_steps_add_the_whole_noise_per_agent_by_default(
     plans: dict[str, tuple[Any, JobPlan]], participants: int, survivors: int
@@ -292,6 +296,7 @@ def _state(plan: JobPlan) -> Any:
 # -- charges ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_participants_pay_s_compositions_and_the_ledger_says_which_guarantee(
     plans: dict[str, tuple[Any, JobPlan]], digits_coordinator: CoordinatorData
 ) -> None:
@@ -342,6 +347,7 @@ def _round(job: Any, plan: JobPlan, survivors: int = 9) -> tuple[dict, list, Any
     return json.loads(json.dumps(task.params)), events, config
 
 
+@pytest.mark.slow
 def test_agent_check_requires_the_same_s_c_p_and_sigma(
     plans: dict[str, tuple[Any, JobPlan]],
 ) -> None:
@@ -385,6 +391,7 @@ def test_agent_check_requires_the_same_s_c_p_and_sigma(
         check(p={**params, "accounting": "sum-dominating"})
 
 
+@pytest.mark.slow
 def test_an_agent_refuses_split_noise_for_several_steps_unless_the_job_opted_in(
     plans: dict[str, tuple[Any, JobPlan]],
 ) -> None:
@@ -422,6 +429,7 @@ def test_an_agent_refuses_split_noise_for_several_steps_unless_the_job_opted_in(
         check({k: v for k, v in opt_params.items() if k != "agent_noise"}, split, opt_events)
 
 
+@pytest.mark.slow
 def test_the_agent_records_what_its_own_noise_proves(
     plans: dict[str, tuple[Any, JobPlan]],
 ) -> None:
@@ -538,6 +546,7 @@ def test_finish_round_averages_the_agents_local_deltas(
 # -- whole jobs ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_whole_job_decodes_the_sum_of_the_agents_steps() -> None:
     job = sgd_job(rounds=3)
     result = run_job(
@@ -559,6 +568,7 @@ def test_whole_job_decodes_the_sum_of_the_agents_steps() -> None:
         assert result.agent_epsilon(client) == pytest.approx(result.epsilon(client))
 
 
+@pytest.mark.slow
 def test_whole_sum_dominating_job_charges_the_own_share_and_shows_the_claim_apart() -> None:
     """Every ledger (coordinator's and agent's) holds the guaranteed own-share event; the
     sum-dominating figure is only in the plan, labelled as a claim, and far below it."""
@@ -591,6 +601,7 @@ def test_whole_sum_dominating_job_charges_the_own_share_and_shows_the_claim_apar
         assert result.epsilon(client) > 2 * claimed  # the claim is never what is charged
 
 
+@pytest.mark.slow
 def test_client_sampling_and_no_secure_aggregation_charge_participants_only() -> None:
     job = sgd_job(
         rounds=2, secagg={"enabled": False}, params={"client_sampling_rate": 0.5, "local_steps": 1}

@@ -115,6 +115,7 @@ def test_record_sensitivity_bound_holds_on_neighbouring_data(
     assert worst > 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("loss", "regularization", "radius", "epochs", "reached"),
     [

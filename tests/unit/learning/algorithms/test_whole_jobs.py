@@ -21,6 +21,7 @@ from dpfl.secagg import SeededRandomSource
 from dpfl.secagg.messages import Stage
 
 
+@pytest.mark.slow
 def test_dp_fedavg_demo_job_learns_digits_within_epsilon_4() -> None:
     job = make_job()  # the demo job file with sampling_rate 0.3
     sampling = SeededRandomSource(b"sampling-seed-00000000")

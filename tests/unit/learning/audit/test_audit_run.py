@@ -105,6 +105,7 @@ def _jobs() -> Iterator[tuple[str, Any, int, int]]:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("label", "job", "agents", "canaries"), list(_jobs()))
 def test_lower_bound_stays_below_the_ledger(
     label: str, job: Any, agents: int, canaries: int

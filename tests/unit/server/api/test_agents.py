@@ -29,6 +29,7 @@ def routes(target: str) -> list[tuple[str, str]]:
     ]
 
 
+@pytest.mark.slow
 async def test_every_credential_on_every_agent_route(backend_store: Store) -> None:
     finished: FinishedJob = build_finished_job(backend_store)
     app: FastAPI = make_app(backend_store)

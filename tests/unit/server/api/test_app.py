@@ -120,6 +120,7 @@ async def test_store_job_control_and_submit(empty_store: Store) -> None:
         await control.stop("job-missing")
 
 
+@pytest.mark.slow
 async def test_every_route_on_both_backends(
     backend_admin: tuple[httpx.AsyncClient, Store, FinishedJob],
 ) -> None:

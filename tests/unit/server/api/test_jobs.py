@@ -171,6 +171,7 @@ def test_examples_exist() -> None:
     assert Path(ROOT / "examples" / "demo-dpfedavg.yaml").is_file()
 
 
+@pytest.mark.slow
 async def test_a_claim_that_is_not_a_bound_is_shown_apart_from_the_charged_epsilon(
     admin: httpx.AsyncClient, store: Store, finished: FinishedJob
 ) -> None:

@@ -4,8 +4,8 @@
 A subcommand is a module exposing ``register(subparsers)``, which adds its parser and sets ``func``
 (``Namespace -> exit code``) as the parser's default. Each command lists its subcommand modules
 explicitly, rather than discovering them by scanning, so that ``--help`` is fast and its order
-stable. This module is a leaf: it imports neither ``dpfl.server`` nor ``dpfl.client``, so both may
-use it without importing each other.
+stable. This package sits below ``dpfl.server``, ``dpfl.client`` and ``dpfl.cli`` and imports
+nothing of dpfl (``tests/unit/test_layering.py``), so all three commands can share it.
 """
 
 from __future__ import annotations
