@@ -70,7 +70,9 @@ def test_bad_input_is_named() -> None:
     with pytest.raises(InvalidParameterError, match="mu"):
         gdp_epsilon(-1.0, 1e-5)
     with pytest.raises(InvalidParameterError, match="guess count"):
-        gdp_lower_from_scores([0.1, 0.2], [True, False], delta=1e-5, confidence=0.9, guess_counts=[3])
+        gdp_lower_from_scores(
+            [0.1, 0.2], [True, False], delta=1e-5, confidence=0.9, guess_counts=[3]
+        )
 
 
 @pytest.mark.parametrize(("mu", "r"), [(1.0, 100), (2.0, 100)])
@@ -113,9 +115,9 @@ def test_eps_delta_family_keeps_its_level_on_randomized_response(eps: float) -> 
         told = np.where(rng.random(m) < q, included, ~included)
         scores = told + 1e-3 * rng.random(m)  # ties broken at random, not by the bits
         outcome = guess_from_scores(scores, included, positive=m // 2, negative=m - m // 2)
-        exceed += fdp_epsilon_lower_bound(
-            m=m, r=m, v=outcome.correct, delta=0.0, confidence=0.95
-        ) > eps
+        exceed += (
+            fdp_epsilon_lower_bound(m=m, r=m, v=outcome.correct, delta=0.0, confidence=0.95) > eps
+        )
     assert exceed / trials <= 0.05
 
 
