@@ -12,6 +12,8 @@ from dpfl.server.store.factory import DEFAULT_URL, MEMORY_URL, open_store
 from dpfl.server.store.records import (
     Agent,
     AgentStatus,
+    Audit,
+    AuditFigures,
     Budget,
     BudgetCheck,
     Charge,
@@ -43,6 +45,8 @@ __all__ = [
     "STAGES",
     "Agent",
     "AgentStatus",
+    "Audit",
+    "AuditFigures",
     "Budget",
     "BudgetCheck",
     "Charge",

@@ -31,6 +31,7 @@ from dpfl.server.store.engine import (
 from dpfl.server.store.ledger import Curve, CurveSum, PreparedCharge, encode_curve
 from dpfl.server.store.models import (
     AgentRow,
+    AuditRow,
     CredentialRowModel,
     CurveSumRow,
     EnrollmentTokenRowModel,
@@ -43,6 +44,8 @@ from dpfl.server.store.models import (
 )
 from dpfl.server.store.records import (
     Agent,
+    Audit,
+    AuditFigures,
     CredentialKind,
     EnrollmentToken,
     Job,
@@ -54,6 +57,7 @@ from dpfl.server.store.records import (
 )
 from dpfl.server.store.sql_rows import (
     agent_record,
+    audit_record,
     credential_record,
     curve_sum,
     entry_record,
@@ -437,6 +441,32 @@ class _SqlTx(StoreTx):
             if isinstance(obj, CurveSumRow):
                 self._s.expunge(obj)
         self._s.execute(sa.delete(CurveSumRow).execution_options(synchronize_session=False))
+
+    # audits -------------------------------------------------------------------------------------
+    def insert_audit(self, job_id: str, figures: AuditFigures, at: datetime) -> Audit:
+        row = AuditRow(
+            job_id=job_id,
+            created_at=at,
+            mode=figures.mode,
+            unit=figures.unit,
+            relation=figures.relation,
+            canaries=figures.canaries,
+            guesses=figures.guesses,
+            correct=figures.correct,
+            confidence=figures.confidence,
+            delta=figures.delta,
+            epsilon_lower=figures.epsilon_lower,
+            epsilon_upper=figures.epsilon_upper,
+            mu_lower=figures.mu_lower,
+            epsilon_lower_gdp=figures.epsilon_lower_gdp,
+            details=dict(figures.details),
+        )
+        self._add(row, f"an audit of job {job_id!r}")
+        return audit_record(row)
+
+    def audits_of_job(self, job_id: str) -> list[Audit]:
+        query = sa.select(AuditRow).where(AuditRow.job_id == job_id).order_by(AuditRow.id)
+        return [audit_record(r) for r in self._s.scalars(query)]
 
     # metadata -----------------------------------------------------------------------------------
     def get_meta(self, key: str) -> str | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dpfl.server.store.ledger import CurveSum, decode_curve
 from dpfl.server.store.models import (
     AgentRow,
+    AuditRow,
     CredentialRowModel,
     CurveSumRow,
     EnrollmentTokenRowModel,
@@ -18,6 +19,8 @@ from dpfl.server.store.models import (
     RoundRow,
 )
 from dpfl.server.store.records import (
+    Audit,
+    AuditFigures,
     Agent,
     AgentStatus,
     Budget,
@@ -188,4 +191,27 @@ def model_record(row: ModelVersionRow, *, with_data: bool) -> ModelVersion:
         created_at=row.created_at,
         round_id=row.round_id,
         data=bytes(row.data) if with_data else None,
+    )
+
+
+def audit_record(row: AuditRow) -> Audit:
+    return Audit(
+        id=row.id,
+        job_id=row.job_id,
+        created_at=row.created_at,
+        figures=AuditFigures(
+            mode=row.mode,
+            unit=row.unit,
+            relation=row.relation,
+            canaries=row.canaries,
+            guesses=row.guesses,
+            correct=row.correct,
+            confidence=row.confidence,
+            delta=row.delta,
+            epsilon_lower=row.epsilon_lower,
+            epsilon_upper=row.epsilon_upper,
+            mu_lower=row.mu_lower,
+            epsilon_lower_gdp=row.epsilon_lower_gdp,
+            details=dict(row.details),
+        ),
     )

@@ -22,6 +22,8 @@ from typing import Any
 from dpfl.server.store.ledger import Curve, CurveSum, PreparedCharge
 from dpfl.server.store.records import (
     Agent,
+    Audit,
+    AuditFigures,
     CredentialKind,
     EnrollmentToken,
     Job,
@@ -209,6 +211,15 @@ class StoreTx(abc.ABC):
 
     @abc.abstractmethod
     def delete_curve_sums(self) -> None: ...
+
+    # audits -----------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def insert_audit(self, job_id: str, figures: AuditFigures, at: datetime) -> Audit:
+        """Insert an audit of an existing job and return it with its id."""
+
+    @abc.abstractmethod
+    def audits_of_job(self, job_id: str) -> list[Audit]:
+        """The job's audits, oldest first (ids ascending)."""
 
     # metadata ---------------------------------------------------------------------------------
     @abc.abstractmethod
