@@ -19,10 +19,10 @@ from dpfl.server.store.models import (
     RoundRow,
 )
 from dpfl.server.store.records import (
-    Audit,
-    AuditFigures,
     Agent,
     AgentStatus,
+    Audit,
+    AuditFigures,
     Budget,
     CredentialKind,
     EnrollmentToken,

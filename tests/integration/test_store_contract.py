@@ -343,7 +343,8 @@ class StoreContract:
             job.id, replace(AUDIT, mode="black-box", epsilon_upper=math.inf, details={"k": [1]})
         )
         store.add_audit(other.id, AUDIT)
-        assert first.job_id == job.id and first.figures == AUDIT
+        assert first.job_id == job.id
+        assert first.figures == AUDIT
         assert first.created_at == clock.now - timedelta(seconds=5)
         assert second.id > first.id
         assert second.figures.epsilon_upper == math.inf  # a ledger figure no path bounds

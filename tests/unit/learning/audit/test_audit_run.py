@@ -143,7 +143,8 @@ def test_sound_mechanism_on_silent_coordinates_is_audited_below_but_near_the_led
     assert report.epsilon_lower > 0.25 * report.epsilon_upper  # the audit has power
     # the Gaussian-family bound uses the whole trade-off curve: tighter, and still below
     assert report.epsilon_lower < report.epsilon_lower_gdp <= report.epsilon_upper
-    assert report.mu_lower > 0 and 0 < report.gdp_correct <= report.gdp_guesses
+    assert report.mu_lower > 0
+    assert 0 < report.gdp_correct <= report.gdp_guesses
     assert "trace" not in report.to_json()
     # the trace is what the ledger charges: ε_upper is the canaries' units' ε over its rounds
     assert len(report.trace.rounds) == report.rounds
