@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from dpfl.server.api.schemas import (
+    AuditPublic,
     BudgetPublic,
     BudgetReport,
     ClientPublic,
@@ -286,3 +287,28 @@ def model_public(model: ModelVersion) -> ModelVersionPublic:
 def model_versions(store: Store, job_id: str) -> list[ModelVersionPublic]:
     """A job's model versions without their bytes. Raises: NotFound."""
     return [model_public(m) for m in store.list_model_versions(job_id)]
+
+
+def job_audits(store: Store, job_id: str) -> list[AuditPublic]:
+    """The job's audits, oldest first. Raises: NotFound."""
+    return [
+        AuditPublic(
+            id=a.id,
+            job_id=a.job_id,
+            created_at=a.created_at,
+            mode=a.figures.mode,
+            unit=a.figures.unit,
+            relation=a.figures.relation,
+            canaries=a.figures.canaries,
+            guesses=a.figures.guesses,
+            correct=a.figures.correct,
+            confidence=a.figures.confidence,
+            delta=a.figures.delta,
+            epsilon_lower=a.figures.epsilon_lower,
+            epsilon_upper=a.figures.epsilon_upper,
+            mu_lower=a.figures.mu_lower,
+            epsilon_lower_gdp=a.figures.epsilon_lower_gdp,
+            details=a.figures.details,
+        )
+        for a in store.list_audits(job_id)
+    ]
