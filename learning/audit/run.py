@@ -200,6 +200,7 @@ def run_audit(
     data: tuple[CoordinatorData, Mapping[str, AgentData]] | None = None,
     algorithm: Algorithm | None = None,
     device: str = "cpu",
+    catch_all: bool = True,
 ) -> AuditReport:
     """Run ``job`` with ``agents`` simulated agents and ``canaries`` canaries; audit it.
 
@@ -210,13 +211,15 @@ def run_audit(
         mode: ``white-box`` (every round's aggregate) or ``black-box`` (the final model).
         confidence: of the lower bound.
         seed: seed of every CSPRNG stream (canaries, noise, rounding, sampling).
-        guesses: the number of guesses; default: both the number chosen from the plan before
-            the run (:func:`dpfl.accounting.audit.planned_guess_count`) and m, each tested at
-            half the level.
+        guesses: the number of guesses; default: the number chosen from the plan before the
+            run (:func:`dpfl.accounting.audit.planned_guess_count`, per bound) and, with
+            ``catch_all``, also m, each then tested at half the level.
         coordinates: the coordinates canaries may use (default: all of the released vector).
         data: the coordinator's data and the agents' (default: the job's data spec).
         algorithm: the algorithm instance (default: the job's).
         device: where agents compute.
+        catch_all: add r = m to the planned count (a union bound over the two), which catches
+            a mechanism far leakier than planned at the price of half the level.
 
     Raises:
         AlgorithmError: a bad mode, too few agents, or a job the canary design cannot audit.
@@ -389,7 +392,7 @@ def run_audit(
         )
         # the plan's choice, and every canary (which catches a mechanism far leakier than
         # planned), under a union bound
-        counts = sorted({planned, canaries})
+        counts = sorted({planned, canaries}) if catch_all else [planned]
         planned_gdp = planned_guess_count(
             m=canaries,
             shift_over_std=max(ratio, 1e-6),
@@ -397,7 +400,7 @@ def run_audit(
             confidence=confidence,
             lower_bound=lambda m, r, v: gdp_mu_lower_bound(m=m, r=r, v=v, confidence=confidence),
         )
-        gdp_counts = sorted({planned_gdp, canaries})
+        gdp_counts = sorted({planned_gdp, canaries}) if catch_all else [planned_gdp]
     else:
         counts = gdp_counts = [guesses]
     bound = epsilon_lower_from_scores(

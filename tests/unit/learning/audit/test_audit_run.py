@@ -151,6 +151,13 @@ def test_sound_mechanism_on_silent_coordinates_is_audited_below_but_near_the_led
     assert set(report.trace.units) <= set(report.trace.rounds[0].charges)
 
 
+def test_plan_only_guesses_need_no_union_bound(synthetic: Any) -> None:
+    report = _audit_synthetic(synthetic, catch_all=False)
+    assert 0.0 < report.epsilon_lower <= report.epsilon_lower_gdp <= report.epsilon_upper
+    assert report.guesses < report.canaries  # the plan's count, without r = m beside it
+    assert report.gdp_guesses < report.canaries
+
+
 def test_noise_scaled_down_is_caught(synthetic: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every agent's noise ×0.1 (in the sampler both encoders use) while the plan, the agents'
     checks and the ledger still claim the full noise: the audit proves more leakage than the
