@@ -7,8 +7,8 @@ and two one-run bounds turn the correct guesses into lower bounds at the chosen 
 (docs/audit.md): ε_lower, for the (ε, δ) claim (Steinke, Nasr & Jagielski 2023), and μ_lower with
 its ε at δ, for the μ-GDP claim (the f-DP one-run bound). With ``--database-url`` the run is
 stored as a completed job with its ledger and the audit is attached to it (REST
-``/api/v1/jobs/{id}/audits``, the dashboard's job view). With ``--json`` the command prints ONE
-line::
+``/api/v1/jobs/{id}/privacy-audits``, the dashboard's job view). With ``--json`` the command
+prints ONE line::
 
     {"job", "algorithm", "mode", "unit", "relation", "canaries", "included", "guesses",
      "correct", "confidence", "delta", "epsilon_lower", "epsilon_upper", "rounds", "design",

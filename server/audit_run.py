@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from dpfl.learning.audit import AuditReport
 from dpfl.learning.jobs import JobSpec
 from dpfl.server.ledger_charges import store_charge
-from dpfl.server.store import Audit, AuditFigures, Job, JobStatus, Store
+from dpfl.server.store import Job, JobStatus, PrivacyAudit, PrivacyAuditFigures, Store
 
 __all__ = ["RecordedAudit", "record_audited_run"]
 
@@ -27,7 +27,7 @@ class RecordedAudit:
     """The stored job of the audited run and its audit."""
 
     job: Job
-    audit: Audit
+    audit: PrivacyAudit
 
 
 def record_audited_run(store: Store, job: JobSpec, report: AuditReport) -> RecordedAudit:
@@ -82,7 +82,7 @@ def record_audited_run(store: Store, job: JobSpec, report: AuditReport) -> Recor
         "gdp_guesses": report.gdp_guesses,
         "gdp_correct": report.gdp_correct,
     }
-    figures = AuditFigures(
+    figures = PrivacyAuditFigures(
         mode=report.mode,
         unit=report.unit,
         relation=report.relation,
@@ -97,4 +97,4 @@ def record_audited_run(store: Store, job: JobSpec, report: AuditReport) -> Recor
         epsilon_lower_gdp=report.epsilon_lower_gdp,
         details=details,
     )
-    return RecordedAudit(finished, store.add_audit(stored.id, figures))
+    return RecordedAudit(finished, store.add_privacy_audit(stored.id, figures))

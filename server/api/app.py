@@ -37,7 +37,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from dpfl.server.api.errors import install_error_handlers
 from dpfl.server.api.openapi import build_openapi
-from dpfl.server.api.routes import audits, clients, dashboard, health, models, rounds
+from dpfl.server.api.routes import clients, dashboard, health, models, privacy_audits, rounds
 from dpfl.server.api.routes import jobs as job_routes
 from dpfl.server.jobs_control import JobControl
 from dpfl.server.metrics import Metrics
@@ -136,7 +136,7 @@ def create_app(
     app.state.health_checks = dict(health_checks or {})
     install_error_handlers(app)
     api = APIRouter(prefix=API_PREFIX)
-    for module in (clients, job_routes, rounds, models, audits):
+    for module in (clients, job_routes, rounds, models, privacy_audits):
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(health.router)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 
 from dpfl.server.api.schemas import (
-    AuditPublic,
     BudgetPublic,
     BudgetReport,
     ClientPublic,
@@ -24,6 +23,7 @@ from dpfl.server.api.schemas import (
     JobPublic,
     LedgerEventPublic,
     ModelVersionPublic,
+    PrivacyAuditPublic,
     RoundPublic,
 )
 from dpfl.server.store import (
@@ -289,10 +289,10 @@ def model_versions(store: Store, job_id: str) -> list[ModelVersionPublic]:
     return [model_public(m) for m in store.list_model_versions(job_id)]
 
 
-def job_audits(store: Store, job_id: str) -> list[AuditPublic]:
+def job_privacy_audits(store: Store, job_id: str) -> list[PrivacyAuditPublic]:
     """The job's audits, oldest first. Raises: NotFound."""
     return [
-        AuditPublic(
+        PrivacyAuditPublic(
             id=a.id,
             job_id=a.job_id,
             created_at=a.created_at,
@@ -310,5 +310,5 @@ def job_audits(store: Store, job_id: str) -> list[AuditPublic]:
             epsilon_lower_gdp=a.figures.epsilon_lower_gdp,
             details=a.figures.details,
         )
-        for a in store.list_audits(job_id)
+        for a in store.list_privacy_audits(job_id)
     ]

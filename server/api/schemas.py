@@ -2,9 +2,9 @@
 
 These are the wire contract (scripts, the dashboard and ``dpfl budget`` rely on them): add fields
 freely, never rename or remove one. Every ε is an upper bound at the stated δ, except the lower
-bounds an audit measured (``AuditPublic``: ``epsilon_lower``, ``epsilon_lower_gdp``); an infinite
-ε (an event no accounting path bounds) is sent as the string ``"Infinity"``. Timestamps are ISO 8601
-UTC. Job creation has no schema of its own here: the body is the job document of
+bounds an audit measured (``PrivacyAuditPublic``: ``epsilon_lower``, ``epsilon_lower_gdp``); an
+infinite ε (an event no accounting path bounds) is sent as the string ``"Infinity"``. Timestamps
+are ISO 8601 UTC. Job creation has no schema of its own here: the body is the job document of
 ``dpfl.learning.jobs`` (YAML or JSON), validated by ``parse_job``.
 """
 
@@ -16,7 +16,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
-    "AuditPublic",
     "BudgetPublic",
     "BudgetReport",
     "ClientPublic",
@@ -30,6 +29,7 @@ __all__ = [
     "JobPublic",
     "LedgerEventPublic",
     "ModelVersionPublic",
+    "PrivacyAuditPublic",
     "RoundPublic",
 ]
 
@@ -245,7 +245,7 @@ class RoundPublic(_Public):
     abort_reason: str | None
 
 
-class AuditPublic(_Public):
+class PrivacyAuditPublic(_Public):
     """An empirical privacy audit of the job's run (``dpfl audit --database-url``): lower bounds
     measured with canaries beside the ledger's ε of the same run. Evidence only: an audit is
     never charged, added to a total or compared with a budget."""

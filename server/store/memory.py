@@ -22,14 +22,14 @@ from dpfl.server.store.base import Store
 from dpfl.server.store.ledger import Curve, CurveSum, PreparedCharge
 from dpfl.server.store.records import (
     Agent,
-    Audit,
-    AuditFigures,
     CredentialKind,
     EnrollmentToken,
     Job,
     JobStatus,
     LedgerEntry,
     ModelVersion,
+    PrivacyAudit,
+    PrivacyAuditFigures,
     Round,
     RoundStatus,
 )
@@ -55,8 +55,8 @@ class _State:
     entry_keys: dict[tuple[int, str], int] = field(default_factory=dict)
     sums: dict[tuple[str, str], CurveSum] = field(default_factory=dict)
     meta: dict[str, str] = field(default_factory=dict)
-    audits: dict[int, Audit] = field(default_factory=dict)
-    audit_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    privacy_audits: dict[int, PrivacyAudit] = field(default_factory=dict)
+    privacy_audit_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     round_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     entry_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
 
@@ -335,14 +335,18 @@ class _MemoryTx(StoreTx):
         for key in list(self._s.sums):
             self._delete(self._s.sums, key)
 
-    # audits -------------------------------------------------------------------------------------
-    def insert_audit(self, job_id: str, figures: AuditFigures, at: datetime) -> Audit:
-        audit = Audit(id=next(self._s.audit_ids), job_id=job_id, created_at=at, figures=figures)
-        self._insert(self._s.audits, audit.id, _copy(audit), f"audit {audit.id}")
+    # privacy audits ---------------------------------------------------------------------------
+    def insert_privacy_audit(
+        self, job_id: str, figures: PrivacyAuditFigures, at: datetime
+    ) -> PrivacyAudit:
+        audit = PrivacyAudit(
+            id=next(self._s.privacy_audit_ids), job_id=job_id, created_at=at, figures=figures
+        )
+        self._insert(self._s.privacy_audits, audit.id, _copy(audit), f"audit {audit.id}")
         return _copy(audit)
 
-    def audits_of_job(self, job_id: str) -> list[Audit]:
-        found = [a for a in self._s.audits.values() if a.job_id == job_id]
+    def privacy_audits_of_job(self, job_id: str) -> list[PrivacyAudit]:
+        found = [a for a in self._s.privacy_audits.values() if a.job_id == job_id]
         return _copy(sorted(found, key=lambda a: a.id))
 
     # metadata -----------------------------------------------------------------------------------

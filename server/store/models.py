@@ -23,7 +23,6 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
     "AgentRow",
-    "AuditRow",
     "Base",
     "CredentialRowModel",
     "CurveSumRow",
@@ -33,6 +32,7 @@ __all__ = [
     "LedgerEntryRow",
     "MetaRow",
     "ModelVersionRow",
+    "PrivacyAuditRow",
     "RoundRow",
     "UtcDateTime",
 ]
@@ -229,10 +229,10 @@ class CurveSumRow(Base):
     data_dependent_entries: Mapped[int]
 
 
-class AuditRow(Base):
+class PrivacyAuditRow(Base):
     """An empirical privacy audit of a job's run (migration 0004)."""
 
-    __tablename__ = "audits"
+    __tablename__ = "privacy_audits"
 
     id: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(sa.ForeignKey("jobs.id"), index=True)

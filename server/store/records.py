@@ -21,8 +21,6 @@ from dpfl.server.errors import InvalidInput
 __all__ = [
     "Agent",
     "AgentStatus",
-    "Audit",
-    "AuditFigures",
     "Budget",
     "BudgetCheck",
     "Charge",
@@ -39,6 +37,8 @@ __all__ = [
     "LedgerEntry",
     "Mismatch",
     "ModelVersion",
+    "PrivacyAudit",
+    "PrivacyAuditFigures",
     "ProtectedUnit",
     "Round",
     "RoundStatus",
@@ -387,7 +387,7 @@ def to_json(value: Any) -> Any:
 
 
 @dataclass(frozen=True, slots=True)
-class AuditFigures:
+class PrivacyAuditFigures:
     """An empirical privacy audit of a job's run (``dpfl audit``), as stored with the job.
 
     ``epsilon_lower`` is a lower bound on ε at ``delta`` holding with ``confidence``
@@ -413,10 +413,10 @@ class AuditFigures:
 
 
 @dataclass(frozen=True, slots=True)
-class Audit:
+class PrivacyAudit:
     """A stored audit: its id, the job it audited and when it was recorded."""
 
     id: int
     job_id: str
     created_at: datetime
-    figures: AuditFigures
+    figures: PrivacyAuditFigures

@@ -31,7 +31,6 @@ from dpfl.server.store.engine import (
 from dpfl.server.store.ledger import Curve, CurveSum, PreparedCharge, encode_curve
 from dpfl.server.store.models import (
     AgentRow,
-    AuditRow,
     CredentialRowModel,
     CurveSumRow,
     EnrollmentTokenRowModel,
@@ -40,29 +39,30 @@ from dpfl.server.store.models import (
     LedgerEntryRow,
     MetaRow,
     ModelVersionRow,
+    PrivacyAuditRow,
     RoundRow,
 )
 from dpfl.server.store.records import (
     Agent,
-    Audit,
-    AuditFigures,
     CredentialKind,
     EnrollmentToken,
     Job,
     JobStatus,
     LedgerEntry,
     ModelVersion,
+    PrivacyAudit,
+    PrivacyAuditFigures,
     Round,
     RoundStatus,
 )
 from dpfl.server.store.sql_rows import (
     agent_record,
-    audit_record,
     credential_record,
     curve_sum,
     entry_record,
     job_record,
     model_record,
+    privacy_audit_record,
     round_record,
     set_round_row,
     token_record,
@@ -442,9 +442,11 @@ class _SqlTx(StoreTx):
                 self._s.expunge(obj)
         self._s.execute(sa.delete(CurveSumRow).execution_options(synchronize_session=False))
 
-    # audits -------------------------------------------------------------------------------------
-    def insert_audit(self, job_id: str, figures: AuditFigures, at: datetime) -> Audit:
-        row = AuditRow(
+    # privacy audits ---------------------------------------------------------------------------
+    def insert_privacy_audit(
+        self, job_id: str, figures: PrivacyAuditFigures, at: datetime
+    ) -> PrivacyAudit:
+        row = PrivacyAuditRow(
             job_id=job_id,
             created_at=at,
             mode=figures.mode,
@@ -462,11 +464,15 @@ class _SqlTx(StoreTx):
             details=dict(figures.details),
         )
         self._add(row, f"an audit of job {job_id!r}")
-        return audit_record(row)
+        return privacy_audit_record(row)
 
-    def audits_of_job(self, job_id: str) -> list[Audit]:
-        query = sa.select(AuditRow).where(AuditRow.job_id == job_id).order_by(AuditRow.id)
-        return [audit_record(r) for r in self._s.scalars(query)]
+    def privacy_audits_of_job(self, job_id: str) -> list[PrivacyAudit]:
+        query = (
+            sa.select(PrivacyAuditRow)
+            .where(PrivacyAuditRow.job_id == job_id)
+            .order_by(PrivacyAuditRow.id)
+        )
+        return [privacy_audit_record(r) for r in self._s.scalars(query)]
 
     # metadata -----------------------------------------------------------------------------------
     def get_meta(self, key: str) -> str | None:

@@ -9,20 +9,18 @@ from __future__ import annotations
 from dpfl.server.store.ledger import CurveSum, decode_curve
 from dpfl.server.store.models import (
     AgentRow,
-    AuditRow,
     CredentialRowModel,
     CurveSumRow,
     EnrollmentTokenRowModel,
     JobRow,
     LedgerEntryRow,
     ModelVersionRow,
+    PrivacyAuditRow,
     RoundRow,
 )
 from dpfl.server.store.records import (
     Agent,
     AgentStatus,
-    Audit,
-    AuditFigures,
     Budget,
     CredentialKind,
     EnrollmentToken,
@@ -30,6 +28,8 @@ from dpfl.server.store.records import (
     JobStatus,
     LedgerEntry,
     ModelVersion,
+    PrivacyAudit,
+    PrivacyAuditFigures,
     ProtectedUnit,
     Round,
     RoundStatus,
@@ -194,12 +194,12 @@ def model_record(row: ModelVersionRow, *, with_data: bool) -> ModelVersion:
     )
 
 
-def audit_record(row: AuditRow) -> Audit:
-    return Audit(
+def privacy_audit_record(row: PrivacyAuditRow) -> PrivacyAudit:
+    return PrivacyAudit(
         id=row.id,
         job_id=row.job_id,
         created_at=row.created_at,
-        figures=AuditFigures(
+        figures=PrivacyAuditFigures(
             mode=row.mode,
             unit=row.unit,
             relation=row.relation,

@@ -22,14 +22,14 @@ from typing import Any
 from dpfl.server.store.ledger import Curve, CurveSum, PreparedCharge
 from dpfl.server.store.records import (
     Agent,
-    Audit,
-    AuditFigures,
     CredentialKind,
     EnrollmentToken,
     Job,
     JobStatus,
     LedgerEntry,
     ModelVersion,
+    PrivacyAudit,
+    PrivacyAuditFigures,
     Round,
     RoundStatus,
 )
@@ -212,13 +212,15 @@ class StoreTx(abc.ABC):
     @abc.abstractmethod
     def delete_curve_sums(self) -> None: ...
 
-    # audits -----------------------------------------------------------------------------------
+    # privacy audits ---------------------------------------------------------------------------
     @abc.abstractmethod
-    def insert_audit(self, job_id: str, figures: AuditFigures, at: datetime) -> Audit:
+    def insert_privacy_audit(
+        self, job_id: str, figures: PrivacyAuditFigures, at: datetime
+    ) -> PrivacyAudit:
         """Insert an audit of an existing job and return it with its id."""
 
     @abc.abstractmethod
-    def audits_of_job(self, job_id: str) -> list[Audit]:
+    def privacy_audits_of_job(self, job_id: str) -> list[PrivacyAudit]:
         """The job's audits, oldest first (ids ascending)."""
 
     # metadata ---------------------------------------------------------------------------------

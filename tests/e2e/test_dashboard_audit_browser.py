@@ -58,7 +58,7 @@ def test_job_view_shows_the_audit_beside_the_ledgers_epsilon(
     recorded = record_audited_run(store, job, report)
     job_id = recorded.job.id
     audit = recorded.audit
-    leaky = store.add_audit(
+    leaky = store.add_privacy_audit(
         job_id, replace(audit.figures, epsilon_lower=audit.figures.epsilon_upper + 1.0)
     )
     ledger_max = max(store.job_epsilons(job_id).values())

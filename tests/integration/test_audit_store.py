@@ -59,7 +59,7 @@ def test_record_canaries_run_is_stored_with_its_ledger_and_audit(db_url: str) ->
         ledger = store.job_epsilons(stored.id)
         units = [f"{stored.id}.{u}" for u in report.trace.units]
         expected_upper = max(ledger[u] for u in units)
-        (audit,) = store.list_audits(stored.id)
+        (audit,) = store.list_privacy_audits(stored.id)
         assert audit == recorded.audit
         figures = audit.figures
         assert figures.epsilon_upper == pytest.approx(expected_upper, rel=1e-12)

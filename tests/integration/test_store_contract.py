@@ -25,10 +25,10 @@ from dpfl.server.errors import (
 )
 from dpfl.server.store import (
     AgentStatus,
-    AuditFigures,
     Budget,
     CredentialKind,
     JobStatus,
+    PrivacyAuditFigures,
     RoundStatus,
     Store,
 )
@@ -36,7 +36,7 @@ from dpfl.server.store import (
 SPEC = parse_job({"name": "demo", "algorithm": "dp-fedavg", "privacy": {"target_epsilon": 4.0}})
 
 
-AUDIT = AuditFigures(
+AUDIT = PrivacyAuditFigures(
     mode="white-box",
     unit="record",
     relation="add-remove",
@@ -336,27 +336,27 @@ class StoreContract:
     ) -> None:
         job = store.create_job(SPEC)
         other = store.create_job(SPEC)
-        assert store.list_audits(job.id) == []
-        first = store.add_audit(job.id, AUDIT)
+        assert store.list_privacy_audits(job.id) == []
+        first = store.add_privacy_audit(job.id, AUDIT)
         clock.advance(seconds=5)
-        second = store.add_audit(
+        second = store.add_privacy_audit(
             job.id, replace(AUDIT, mode="black-box", epsilon_upper=math.inf, details={"k": [1]})
         )
-        store.add_audit(other.id, AUDIT)
+        store.add_privacy_audit(other.id, AUDIT)
         assert first.job_id == job.id
         assert first.figures == AUDIT
         assert first.created_at == clock.now - timedelta(seconds=5)
         assert second.id > first.id
         assert second.figures.epsilon_upper == math.inf  # a ledger figure no path bounds
-        assert store.list_audits(job.id) == [first, second]
-        assert [a.job_id for a in store.list_audits(other.id)] == [other.id]
+        assert store.list_privacy_audits(job.id) == [first, second]
+        assert [a.job_id for a in store.list_privacy_audits(other.id)] == [other.id]
 
     def test_audit_errors_name_the_problem_and_write_nothing(self, store: Store) -> None:
         job = store.create_job(SPEC)
         with pytest.raises(NotFound, match="job 'nope'"):
-            store.add_audit("nope", AUDIT)
+            store.add_privacy_audit("nope", AUDIT)
         with pytest.raises(NotFound, match="job 'nope'"):
-            store.list_audits("nope")
+            store.list_privacy_audits("nope")
         bad = {
             "mode": replace(AUDIT, mode="grey-box"),
             "unit": replace(AUDIT, unit="row"),
@@ -369,8 +369,8 @@ class StoreContract:
         }
         for message, figures in bad.items():
             with pytest.raises(InvalidInput, match=message):
-                store.add_audit(job.id, figures)
-        assert store.list_audits(job.id) == []
+                store.add_privacy_audit(job.id, figures)
+        assert store.list_privacy_audits(job.id) == []
 
     def test_ping(self, store: Store) -> None:
         store.ping()

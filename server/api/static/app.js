@@ -256,7 +256,7 @@ async function renderJob() {
     return;
   }
   const path = `/jobs/${encodeURIComponent(id)}`;
-  const [job, rounds, audits] = await Promise.all([api(path), api(`${path}/rounds`), api(`${path}/audits`)]);
+  const [job, rounds, audits] = await Promise.all([api(path), api(`${path}/rounds`), api(`${path}/privacy-audits`)]);
   if (id !== state.jobId) return;
   const latest = audits.at(-1);
   const done = rounds.filter((r) => r.status === "completed");

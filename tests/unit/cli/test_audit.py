@@ -82,7 +82,7 @@ def test_database_url_stores_the_run_and_its_audit(
     with open_store(url) as store:
         job = store.get_job(stored["job_id"])
         assert job.status == JobStatus.COMPLETED
-        (audit,) = store.list_audits(job.id)
+        (audit,) = store.list_privacy_audits(job.id)
         assert audit.id == stored["audit_id"]
         assert audit.figures.epsilon_lower == report["epsilon_lower"]
         assert audit.figures.epsilon_upper == stored["epsilon_upper_ledger"]

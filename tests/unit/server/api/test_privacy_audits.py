@@ -1,5 +1,5 @@
-"""``/api/v1/jobs/{id}/audits``: a job's audits beside the ledger's ε (admin only; the 401 and
-403 cases of every credential are in test_auth.py with the other admin routes)."""
+"""``/api/v1/jobs/{id}/privacy-audits``: a job's audits beside the ledger's ε (admin only; the
+401 and 403 cases of every credential are in test_auth.py with the other admin routes)."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import httpx
 import pytest
 from support.api import FinishedJob, bearer
 
-from dpfl.server.store import AuditFigures, Store
+from dpfl.server.store import PrivacyAuditFigures, Store
 
 pytestmark = pytest.mark.anyio
 
 
-def figures(store: Store, job_id: str, **overrides: object) -> AuditFigures:
-    base = AuditFigures(
+def figures(store: Store, job_id: str, **overrides: object) -> PrivacyAuditFigures:
+    base = PrivacyAuditFigures(
         mode="white-box",
         unit="agent",
         relation="add-remove",
@@ -38,13 +38,15 @@ async def test_audits_are_listed_oldest_first_with_the_ledgers_epsilon(
     admin: httpx.AsyncClient, finished: FinishedJob, store: Store
 ) -> None:
     job = finished.job.id
-    r = await admin.get(f"/api/v1/jobs/{job}/audits")
+    r = await admin.get(f"/api/v1/jobs/{job}/privacy-audits")
     assert r.status_code == 200
     assert r.json() == []
-    first = store.add_audit(job, figures(store, job))
-    second = store.add_audit(job, figures(store, job, mode="black-box", epsilon_upper=math.inf))
-    store.add_audit(finished.pate_job.id, figures(store, finished.pate_job.id))
-    body = (await admin.get(f"/api/v1/jobs/{job}/audits")).json()
+    first = store.add_privacy_audit(job, figures(store, job))
+    second = store.add_privacy_audit(
+        job, figures(store, job, mode="black-box", epsilon_upper=math.inf)
+    )
+    store.add_privacy_audit(finished.pate_job.id, figures(store, finished.pate_job.id))
+    body = (await admin.get(f"/api/v1/jobs/{job}/privacy-audits")).json()
     assert [a["id"] for a in body] == [first.id, second.id]
     shown = body[0]
     assert shown["job_id"] == job
@@ -58,10 +60,10 @@ async def test_audits_are_listed_oldest_first_with_the_ledgers_epsilon(
 
 
 async def test_unknown_and_malformed_job_ids(admin: httpx.AsyncClient) -> None:
-    r = await admin.get("/api/v1/jobs/job-nope/audits")
+    r = await admin.get("/api/v1/jobs/job-nope/privacy-audits")
     assert r.status_code == 404
     assert "job-nope" in r.json()["detail"]
-    r = await admin.get("/api/v1/jobs/bad id!/audits")
+    r = await admin.get("/api/v1/jobs/bad id!/privacy-audits")
     assert r.status_code == 422
 
 
@@ -69,10 +71,10 @@ async def test_client_token_is_refused_even_for_a_job_it_is_charged_in(
     anon: httpx.AsyncClient, finished: FinishedJob, store: Store
 ) -> None:
     job = finished.job.id
-    store.add_audit(job, figures(store, job))
+    store.add_privacy_audit(job, figures(store, job))
     me = finished.client_ids[0]
     assert me in store.job_epsilons(job)
-    r = await anon.get(f"/api/v1/jobs/{job}/audits", headers=bearer(finished.api_token(me)))
+    r = await anon.get(f"/api/v1/jobs/{job}/privacy-audits", headers=bearer(finished.api_token(me)))
     assert r.status_code == 403
     assert "admin token" in r.json()["detail"]
 
@@ -82,7 +84,7 @@ async def test_both_sql_backends_serve_audits(
 ) -> None:
     client, store, finished = backend_admin
     job = finished.job.id
-    stored = store.add_audit(job, figures(store, job))
-    body = (await client.get(f"/api/v1/jobs/{job}/audits")).json()
+    stored = store.add_privacy_audit(job, figures(store, job))
+    body = (await client.get(f"/api/v1/jobs/{job}/privacy-audits")).json()
     assert [a["id"] for a in body] == [stored.id]
     assert body[0]["epsilon_upper"] == pytest.approx(stored.figures.epsilon_upper)

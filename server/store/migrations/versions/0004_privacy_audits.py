@@ -1,7 +1,7 @@
 """Empirical privacy audits stored with the job they audited (``dpfl audit --database-url``).
 
-Additive: a new table ``audits`` (one row per audit, foreign key to ``jobs``), so existing rows
-are untouched and the downgrade drops only the new table.
+Additive: a new table ``privacy_audits`` (one row per audit, foreign key to ``jobs``), so
+existing rows are untouched and the downgrade drops only the new table.
 
 Revision ID: 0004
 Revises: 0002
@@ -23,7 +23,7 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     op.create_table(
-        "audits",
+        "privacy_audits",
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
         sa.Column("job_id", sa.String(length=64), nullable=False),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
@@ -42,19 +42,21 @@ def upgrade() -> None:
         sa.Column("details", sa.JSON(), nullable=False),
         sa.CheckConstraint(
             "correct >= 0 AND correct <= guesses AND guesses <= canaries",
-            name=op.f("ck_audits_counts"),
+            name=op.f("ck_privacy_audits_counts"),
         ),
         sa.CheckConstraint(
-            "confidence > 0 AND confidence < 1", name=op.f("ck_audits_confidence_range")
+            "confidence > 0 AND confidence < 1", name=op.f("ck_privacy_audits_confidence_range")
         ),
-        sa.ForeignKeyConstraint(["job_id"], ["jobs.id"], name=op.f("fk_audits_job_id_jobs")),
-        sa.PrimaryKeyConstraint("id", name=op.f("pk_audits")),
+        sa.ForeignKeyConstraint(
+            ["job_id"], ["jobs.id"], name=op.f("fk_privacy_audits_job_id_jobs")
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_privacy_audits")),
     )
-    with op.batch_alter_table("audits", schema=None) as batch_op:
-        batch_op.create_index(batch_op.f("ix_audits_job_id"), ["job_id"], unique=False)
+    with op.batch_alter_table("privacy_audits", schema=None) as batch_op:
+        batch_op.create_index(batch_op.f("ix_privacy_audits_job_id"), ["job_id"], unique=False)
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("audits", schema=None) as batch_op:
-        batch_op.drop_index(batch_op.f("ix_audits_job_id"))
-    op.drop_table("audits")
+    with op.batch_alter_table("privacy_audits", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_privacy_audits_job_id"))
+    op.drop_table("privacy_audits")

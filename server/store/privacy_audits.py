@@ -13,18 +13,18 @@ from dataclasses import replace
 
 from dpfl.server.errors import InvalidInput
 from dpfl.server.store.core import StoreCore, check_count, check_json_object, check_number
-from dpfl.server.store.records import Audit, AuditFigures
+from dpfl.server.store.records import PrivacyAudit, PrivacyAuditFigures
 
-__all__ = ["AUDIT_MODES", "AUDIT_RELATIONS", "AUDIT_UNITS", "AuditsMixin"]
+__all__ = ["AUDIT_MODES", "AUDIT_RELATIONS", "AUDIT_UNITS", "PrivacyAuditsMixin"]
 
 AUDIT_MODES = ("white-box", "black-box")
 AUDIT_UNITS = ("record", "agent")
 AUDIT_RELATIONS = ("add-remove", "replace-one")
 
 
-def _check_figures(figures: AuditFigures) -> AuditFigures:
-    if not isinstance(figures, AuditFigures):
-        raise InvalidInput(f"an audit must be AuditFigures, got {type(figures).__name__}")
+def _check_figures(figures: PrivacyAuditFigures) -> PrivacyAuditFigures:
+    if not isinstance(figures, PrivacyAuditFigures):
+        raise InvalidInput(f"an audit must be PrivacyAuditFigures, got {type(figures).__name__}")
     for name, allowed in (
         ("mode", AUDIT_MODES),
         ("unit", AUDIT_UNITS),
@@ -66,8 +66,8 @@ def _check_figures(figures: AuditFigures) -> AuditFigures:
     )
 
 
-class AuditsMixin(StoreCore):
-    def add_audit(self, job_id: str, figures: AuditFigures) -> Audit:
+class PrivacyAuditsMixin(StoreCore):
+    def add_privacy_audit(self, job_id: str, figures: PrivacyAuditFigures) -> PrivacyAudit:
         """Record an audit of a job's run (after its rounds were charged).
 
         Raises:
@@ -77,10 +77,10 @@ class AuditsMixin(StoreCore):
         checked = _check_figures(figures)
         with self._transaction(write=True) as tx:
             self._job_of(tx, job_id)
-            return tx.insert_audit(job_id, checked, self._now())
+            return tx.insert_privacy_audit(job_id, checked, self._now())
 
-    def list_audits(self, job_id: str) -> list[Audit]:
+    def list_privacy_audits(self, job_id: str) -> list[PrivacyAudit]:
         """The job's audits, oldest first. Raises: NotFound."""
         with self._transaction(write=False) as tx:
             self._job_of(tx, job_id)
-            return tx.audits_of_job(job_id)
+            return tx.privacy_audits_of_job(job_id)
