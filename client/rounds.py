@@ -175,7 +175,7 @@ class JobWorker:
         elif kind == "result":
             self._result(message.result)
         elif kind == "error":
-            self._coordinator_error(message.error)
+            await self._coordinator_error(message.error)
         else:  # pragma: no cover - the session routes only the kinds above here
             raise _Refusal(pb.ERROR_INVALID_ARGUMENT, f"unexpected message {kind!r}")
 
@@ -519,7 +519,12 @@ class JobWorker:
             model_version=result.model_version,
         )
 
-    def _coordinator_error(self, error: pb.Error) -> None:
+    async def _coordinator_error(self, error: pb.Error) -> None:
+        """The coordinator refused something of the current round: leave it, and say so.
+
+        The coordinator counts a refused message as if it had never arrived and keeps waiting
+        for a good one; without this agent's ``Error`` (with the round's header) it would wait
+        for the stage deadline before counting the agent as a dropout."""
         header = error.header
         text = f"{pb.ErrorCode.Name(error.code)}: {error.message}"
         self.loop.emit(EventKind.COORDINATOR_ERROR, self.job_id, header.round, text)
@@ -528,7 +533,13 @@ class JobWorker:
             return
         if header.session_id and attempt.session_id and header.session_id != attempt.session_id:
             return
-        self._leave(f"the coordinator reported {text}")
+        reason = f"the coordinator reported {text}"
+        self._leave(reason)
+        await self.session.error(
+            attempt.header(int(attempt.stage)),
+            pb.ERROR_PROTOCOL_ABORT,
+            f"this agent left round {attempt.number}: {reason}",
+        )
 
 
 def _stage(stage: int) -> str:

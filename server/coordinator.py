@@ -27,8 +27,10 @@ from typing import Any
 
 import grpc
 
+from dpfl.server.agents_control import AgentControl
 from dpfl.server.errors import ConfigurationError
 from dpfl.server.grpc import AgentServicer, server_credentials, start_grpc_server
+from dpfl.server.grpc.crl import RevocationList
 from dpfl.server.orchestrator import NO_HOOKS, FaultHooks, Orchestrator
 from dpfl.server.sessions import SessionRegistry
 from dpfl.server.settings import Settings, StageDeadlines
@@ -96,6 +98,9 @@ class Coordinator:
         self._uvicorn_task: asyncio.Task[None] | None = None
         self._socket: socket.socket | None = None
         self._watch: asyncio.Task[None] | None = None
+        self._agent_watch: asyncio.Task[None] | None = None
+        self.agents: AgentControl | None = None
+        self.revocations: RevocationList | None = None
 
     @property
     def store(self) -> Store:
@@ -140,12 +145,24 @@ class Coordinator:
             deadlines=self._deadlines,
             **({"algorithms": self._algorithms} if self._algorithms is not None else {}),
         )
+        if self.settings.tls_crl_file is not None and self.settings.tls_client_ca_file is not None:
+            self.revocations = RevocationList(
+                self.settings.tls_crl_file, self.settings.tls_client_ca_file
+            )
+        revocations = self.revocations
+        self.agents = AgentControl(
+            store,
+            self.registry,
+            revoked_serial=None if revocations is None else revocations.revoked,
+        )
+        await self.agents.sync()
         servicer = AgentServicer(
             store=store,
             settings=self.settings,
             registry=self.registry,
             blobs=self.orchestrator,
             coordinator_id=self.coordinator_id,
+            revocations=revocations,
         )
         self.servicer = servicer
         if self.serve_grpc:
@@ -163,6 +180,9 @@ class Coordinator:
         self._watch = asyncio.get_running_loop().create_task(
             self.orchestrator.watch(), name="dpfl-job-watch"
         )
+        self._agent_watch = asyncio.get_running_loop().create_task(
+            self.agents.watch(), name="dpfl-agent-watch"
+        )
 
     async def _start_api(self) -> None:
         import uvicorn
@@ -175,6 +195,7 @@ class Coordinator:
             store=self.store,
             settings=self.settings,
             jobs=self.orchestrator,
+            agents=self.agents,
             metrics=self.metrics,
             health_checks={"grpc": lambda: grpc_server is not None and self.grpc_port > 0}
             if self.serve_grpc
@@ -218,11 +239,12 @@ class Coordinator:
         )
 
     async def _stop_watch(self) -> None:
-        if self._watch is not None:
-            self._watch.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._watch
-            self._watch = None
+        for task in (self._watch, self._agent_watch):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
+        self._watch = self._agent_watch = None
 
     async def close(self) -> None:
         """Stop gracefully: runners (their rounds aborted), streams, servers, own store."""

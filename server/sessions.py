@@ -15,6 +15,11 @@ round, exactly as if the old stream had broken. Refusing the newcomer instead wo
 agent whose old stream is half-open after a network failure (the coordinator may only notice a
 dead TCP peer minutes later), whereas the newcomer has just proved its credential.
 
+**Eviction.** An agent an administrator disables or revokes is shut out at once
+(:meth:`SessionRegistry.evict`): its stream is closed, every running round counts it as gone
+(whatever stage it is in), and it cannot open a new stream while it stays shut out, since its
+authentication fails and the registry refuses it.
+
 **Disconnect detection.** When a stream ends (the agent closed it, the transport broke, or it was
 replaced), :meth:`SessionRegistry.close` tells every registered route, so a round never waits for
 an agent that is gone until the stage deadline.
@@ -86,6 +91,8 @@ class Session:
     outbound: asyncio.Queue[pb.CoordinatorMessage | None] = field(default_factory=asyncio.Queue)
     closed: asyncio.Event = field(default_factory=asyncio.Event)
     reason: str = ""
+    #: serial number of the verified client certificate (mutual TLS), for the revocation list
+    certificate_serial: int | None = None
 
     def send(self, message: pb.CoordinatorMessage) -> bool:
         """Queue a message; False when the session is closed (the agent will not get it)."""
@@ -119,13 +126,21 @@ class SessionRegistry:
     def __init__(self, *, on_count: Callable[[int], None] | None = None) -> None:
         self._sessions: dict[str, Session] = {}
         self._routes: dict[str, RoundRoute] = {}
+        #: agents shut out by an administrator (agent id → why), until readmitted
+        self._evicted: dict[str, str] = {}
         self._on_count = on_count
         self._changed = asyncio.Condition()
 
     # -- sessions --------------------------------------------------------------------------------
 
     def open(self, agent_id: str, hello: pb.Hello) -> Session:
-        """Register a new stream for ``agent_id``, closing (replacing) an older one."""
+        """Register a new stream for ``agent_id``, closing (replacing) an older one.
+
+        Raises:
+            InvalidCredential: the agent was shut out (its authentication raced the eviction).
+        """
+        if agent_id in self._evicted:
+            raise InvalidCredential("unknown agent or invalid credential")
         old = self._sessions.get(agent_id)
         if old is not None:
             old.send(
@@ -150,6 +165,33 @@ class SessionRegistry:
             for route in list(self._routes.values()):
                 route.disconnected(session.agent_id)
             self._count_changed()
+
+    def evict(self, agent_id: str, reason: str) -> bool:
+        """Shut an agent out now (it was disabled or revoked, or its certificate revoked): its
+        stream is closed after an ``Error`` saying why, every running round counts it as gone
+        at once, and any message still arriving on the old stream is refused (the session is
+        no longer current). Returns whether it was connected."""
+        self._evicted[agent_id] = reason
+        for route in list(self._routes.values()):
+            route.disconnected(agent_id)
+        session = self._sessions.get(agent_id)
+        if session is None:
+            return False
+        session.send(
+            pb.CoordinatorMessage(
+                error=pb.Error(code=pb.ERROR_UNAUTHENTICATED, message=f"shut out: {reason}")
+            )
+        )
+        self.close(session, reason)
+        return True
+
+    def readmit(self, agent_id: str) -> None:
+        """An evicted agent was enabled again: it may open a stream (authentication decides)."""
+        self._evicted.pop(agent_id, None)
+
+    def evicted(self, agent_id: str) -> str | None:
+        """Why the agent was shut out, or None."""
+        return self._evicted.get(agent_id)
 
     def close_all(self, reason: str) -> None:
         for session in list(self._sessions.values()):
@@ -213,6 +255,9 @@ class SessionRegistry:
                 return None
             if kind == "hello":
                 raise handlers.DuplicateMessage("Hello is sent once, first on the stream")
+            shut_out = self._evicted.get(session.agent_id)
+            if shut_out is not None:
+                raise handlers.StaleRound(f"this agent was shut out: {shut_out}")
             if kind == "error":
                 route = self._routes.get(message.error.header.job_id)
                 if route is not None:
@@ -243,13 +288,15 @@ async def serve_stream(
     inbound: AsyncIterator[pb.AgentMessage | RoundMessageError],
     hello_timeout: float = HELLO_TIMEOUT_S,
     certificate_cn: str | None = None,
+    certificate_serial: int | None = None,
 ) -> AsyncIterator[pb.CoordinatorMessage]:
     """One agent's whole ``Connect`` stream: authenticate, expect ``Hello``, then route.
 
     ``inbound`` may yield a :class:`RoundMessageError` in place of a message that could not be
     decoded; it is answered with an ``Error`` like any other refused message.
     ``certificate_cn`` is the verified client certificate's common name under mutual TLS
-    (checked against the agent's binding, :func:`dpfl.server.handlers.authenticate`).
+    (checked against the agent's binding, :func:`dpfl.server.handlers.authenticate`), and
+    ``certificate_serial`` its serial number (kept on the session for the revocation list).
 
     Errors before the first yielded message (authentication, a missing or foreign ``Hello``)
     are raised as typed errors for the adapter to turn into a status.
@@ -275,6 +322,7 @@ async def serve_stream(
     if first.hello.agent_id and first.hello.agent_id != agent.id:
         raise InvalidCredential("the Hello names another agent than the credential")
     session = registry.open(agent.id, first.hello)
+    session.certificate_serial = certificate_serial
 
     async def read() -> None:
         try:

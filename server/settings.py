@@ -179,6 +179,11 @@ class Settings(BaseSettings):
         description="Mutual TLS on the gRPC port: refuse agents without a certificate signed by "
         "tls_client_ca_file, and bind each agent to its certificate's CN at enrolment.",
     )
+    tls_crl_file: Path | None = Field(
+        default=None,
+        description="PEM certificate revocation list of the client CA ('dpfl-coordinator certs "
+        "revoke'); checked on every gRPC call and re-read when it changes (mutual TLS).",
+    )
     stage_deadlines: StageDeadlines = StageDeadlines()
     default_budget_epsilon: float | None = Field(
         default=10.0,
@@ -238,7 +243,12 @@ class Settings(BaseSettings):
                 "require_client_cert (--require-client-cert, DPFL_REQUIRE_CLIENT_CERT=true), "
                 "or drop the client CA"
             )
-        for name in ("tls_cert_file", "tls_key_file", "tls_client_ca_file"):
+        if self.tls_crl_file is not None and not self.require_client_cert:
+            raise ValueError(
+                "tls_crl_file revokes client certificates: it needs mutual TLS "
+                "(require_client_cert and tls_client_ca_file)"
+            )
+        for name in ("tls_cert_file", "tls_key_file", "tls_client_ca_file", "tls_crl_file"):
             path = getattr(self, name)
             if path is not None and not path.is_file():
                 raise ValueError(f"{name}: no such file: {path}")

@@ -10,6 +10,13 @@ Certificate profile:
 - CA: basicConstraints CA=true, pathlen 0; keyUsage keyCertSign + cRLSign.
 - coordinator: SANs from the given host names / IP addresses, extendedKeyUsage serverAuth.
 - agent: CN = the agent's name (also a DNS-safe SAN), extendedKeyUsage clientAuth.
+
+Agent keys should never leave their silo: ``dpfl-agent keygen`` makes the key and a certificate
+signing request (CSR) there, and :func:`sign_agent_csr` (``dpfl-coordinator certs sign``) turns
+the CSR into a certificate with the agent profile above, whatever else the CSR asks for (only its
+public key and common name are used). Revoked certificates go on the CA's certificate revocation
+list, ``crl.pem`` (:func:`revoke_certificates`, ``dpfl-coordinator certs revoke``), which the
+coordinator checks on every RPC (``dpfl.server.grpc.crl``).
 """
 
 from __future__ import annotations
@@ -30,6 +37,9 @@ CA_CERT = "ca.pem"
 CA_KEY = "ca.key"
 SERVER_CERT = "coordinator.pem"
 SERVER_KEY = "coordinator.key"
+CRL = "crl.pem"
+#: how long a CRL is valid before it must be re-issued (``certs revoke`` with no serial renews)
+CRL_DAYS = 30
 DEFAULT_HOSTNAMES = ("localhost", "127.0.0.1")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
@@ -97,6 +107,165 @@ def issue_agent_certificate(ca: IssuedPair, *, name: str, days: int = 825) -> Is
     return _issue(
         ca, common_name=name, sans=[san], usage=ExtendedKeyUsageOID.CLIENT_AUTH, days=days
     )
+
+
+def sign_agent_csr(ca: IssuedPair, csr_pem: bytes, *, days: int = 825) -> bytes:
+    """A client certificate (PEM) for the key of a CSR made on the agent's silo.
+
+    Only the CSR's public key and common name are used: the certificate gets the agent profile
+    of this module, never extensions the CSR asks for.
+
+    Raises:
+        PkiError: not a PEM CSR, a bad self-signature, a key that is not EC P-256, or a common
+            name that is not a valid agent name.
+    """
+    try:
+        csr = x509.load_pem_x509_csr(csr_pem)
+    except ValueError as exc:
+        raise PkiError(f"not a PEM certificate signing request ({exc})") from None
+    if not csr.is_signature_valid:
+        raise PkiError("the CSR's signature does not verify (it was not made with its key)")
+    key = csr.public_key()
+    if not isinstance(key, ec.EllipticCurvePublicKey) or key.curve.name != "secp256r1":
+        raise PkiError("the CSR's key must be EC P-256 (what 'dpfl-agent keygen' makes)")
+    attrs = csr.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    if len(attrs) != 1:
+        raise PkiError("the CSR must name exactly one common name (the agent's name)")
+    name = str(attrs[0].value)
+    if not _NAME_RE.fullmatch(name):
+        raise PkiError(
+            f"invalid agent name {name!r} in the CSR: use 1-63 letters, digits, '.', '_' or "
+            "'-', starting with a letter or digit"
+        )
+    ca_cert, ca_key = _ca_objects(ca)
+    builder = (
+        _base_builder(
+            subject=x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]),
+            issuer=ca_cert.subject,
+            public_key=key,
+            days=days,
+        )
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(_key_usage(cert_sign=False), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .add_extension(
+            x509.SubjectAlternativeName([x509.DNSName(name.replace("_", "-").lower())]),
+            critical=False,
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
+        )
+    )
+    return _pem_cert(builder.sign(ca_key, hashes.SHA256()))
+
+
+def sign_agent_csr_file(
+    ca_dir: Path, csr_path: Path, *, out: Path | None = None, force: bool = False
+) -> list[Path]:
+    """Sign ``csr_path`` with the CA in ``ca_dir``; write ``NAME.pem`` (and a copy of ``ca.pem``)
+    next to the CSR or into ``out``; return the files written.
+
+    Raises:
+        PkiError: unreadable files, a bad CSR (:func:`sign_agent_csr`), or a file would be
+            overwritten.
+    """
+    ca = load_pair(ca_dir / CA_CERT, ca_dir / CA_KEY)
+    try:
+        csr_pem = csr_path.read_bytes()
+    except OSError as exc:
+        raise PkiError(f"cannot read {csr_path}: {exc.strerror}") from exc
+    cert = sign_agent_csr(ca, csr_pem)
+    name = certificate_common_name(cert)
+    out = out or csr_path.parent
+    target = out / f"{name}.pem"
+    _refuse_overwrite([target], force)
+    out.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(cert)
+    written = [target]
+    if (out / CA_CERT).resolve() != (ca_dir / CA_CERT).resolve():
+        (out / CA_CERT).write_bytes(ca.certificate)
+        written.append(out / CA_CERT)
+    return written
+
+
+def certificate_serial(pem: bytes) -> int:
+    """The serial number of a PEM certificate (what a CRL lists)."""
+    try:
+        return int(x509.load_pem_x509_certificate(pem).serial_number)
+    except ValueError as exc:
+        raise PkiError(f"not a PEM certificate ({exc})") from None
+
+
+def build_crl(ca: IssuedPair, revoked: dict[int, dt.datetime], *, days: int = CRL_DAYS) -> bytes:
+    """A CRL (PEM) signed by the CA listing ``revoked`` (serial → revocation time)."""
+    ca_cert, ca_key = _ca_objects(ca)
+    now = dt.datetime.now(dt.UTC)
+    builder = (
+        x509.CertificateRevocationListBuilder()
+        .issuer_name(ca_cert.subject)
+        .last_update(now - dt.timedelta(minutes=5))
+        .next_update(now + dt.timedelta(days=days))
+    )
+    for serial, at in sorted(revoked.items()):
+        builder = builder.add_revoked_certificate(
+            x509.RevokedCertificateBuilder().serial_number(serial).revocation_date(at).build()
+        )
+    crl = builder.sign(ca_key, hashes.SHA256())
+    return crl.public_bytes(serialization.Encoding.PEM)
+
+
+def read_crl(path: Path, ca_certificate: bytes) -> dict[int, dt.datetime]:
+    """The serials a CRL file revokes (serial → revocation time), after checking that the CA
+    signed it.
+
+    Raises:
+        PkiError: unreadable, not a PEM CRL, or not signed by this CA.
+    """
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise PkiError(f"cannot read {path}: {exc.strerror}") from exc
+    try:
+        crl = x509.load_pem_x509_crl(data)
+    except ValueError as exc:
+        raise PkiError(f"{path}: not a PEM certificate revocation list ({exc})") from None
+    ca_cert = x509.load_pem_x509_certificate(ca_certificate)
+    public_key = ca_cert.public_key()
+    if not isinstance(public_key, ec.EllipticCurvePublicKey) or not crl.is_signature_valid(
+        public_key
+    ):
+        raise PkiError(f"{path}: not signed by the CA {ca_cert.subject.rfc4514_string()}")
+    return {int(r.serial_number): r.revocation_date_utc for r in crl}
+
+
+def revoke_certificates(ca_dir: Path, *, serials: list[int], out: Path | None = None) -> Path:
+    """Add ``serials`` to the CA's ``crl.pem`` (created when missing) and re-sign it; with no
+    serial this renews the list's validity. Returns the CRL written.
+
+    Raises:
+        PkiError: the CA files are missing, or the existing CRL is not the CA's.
+    """
+    ca = load_pair(ca_dir / CA_CERT, ca_dir / CA_KEY)
+    target = out or ca_dir / CRL
+    revoked = read_crl(target, ca.certificate) if target.exists() else {}
+    now = dt.datetime.now(dt.UTC)
+    for serial in serials:
+        if serial <= 0:
+            raise PkiError(f"invalid certificate serial number {serial}")
+        revoked.setdefault(serial, now)
+    data = build_crl(ca, revoked)
+    tmp = target.with_name(target.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, target)  # a coordinator reading it never sees half a file
+    return target
+
+
+def _ca_objects(ca: IssuedPair) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    ca_cert = x509.load_pem_x509_certificate(ca.certificate)
+    ca_key = serialization.load_pem_private_key(ca.private_key, password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise PkiError("the CA key must be an EC key")
+    return ca_cert, ca_key
 
 
 def certificate_common_name(pem: bytes) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dpfl.cli.base import build_parser, run
 
 #: Modules of dpfl.client.cli providing a subcommand, in the order --help lists them.
-SUBCOMMAND_MODULES: tuple[str, ...] = ("run", "status")
+SUBCOMMAND_MODULES: tuple[str, ...] = ("run", "status", "keygen")
 
 
 def parser() -> argparse.ArgumentParser:

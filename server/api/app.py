@@ -35,8 +35,10 @@ from fastapi.staticfiles import StaticFiles
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from dpfl.server.agents_control import AgentControl
 from dpfl.server.api.errors import install_error_handlers
 from dpfl.server.api.openapi import build_openapi
+from dpfl.server.api.routes import agents as agent_routes
 from dpfl.server.api.routes import clients, dashboard, health, models, privacy_audits, rounds
 from dpfl.server.api.routes import jobs as job_routes
 from dpfl.server.jobs_control import JobControl
@@ -98,6 +100,7 @@ def create_app(
     store: Store,
     settings: Settings,
     jobs: JobControl,
+    agents: AgentControl | None = None,
     metrics: Metrics | None = None,
     health_checks: Mapping[str, Callable[[], bool]] | None = None,
 ) -> FastAPI:
@@ -107,6 +110,8 @@ def create_app(
         store: the coordinator's store (shared with the gRPC side; the app never closes it).
         settings: the coordinator's settings (the admin token is read from them).
         jobs: how ``start``/``stop`` reach the orchestrator (``StoreJobControl`` without one).
+        agents: how disabling or revoking an agent reaches the live sessions (default: an
+            ``AgentControl`` over the store only; a running coordinator's watch applies it).
         metrics: the process's metrics, fed by the orchestrator (default: a fresh
             ``Metrics(store=store)``, whose privacy gauges still come from the store).
         health_checks: name → callable that is True while that part serves; ``/healthz`` is 503
@@ -132,12 +137,14 @@ def create_app(
     app.state.store = store
     app.state.settings = settings
     app.state.jobs = jobs
+    app.state.agents = agents if agents is not None else AgentControl(store)
     app.state.metrics = metrics if metrics is not None else Metrics(store=store)
     app.state.health_checks = dict(health_checks or {})
     install_error_handlers(app)
     api = APIRouter(prefix=API_PREFIX)
-    for module in (clients, job_routes, rounds, models, privacy_audits):
+    for module in (clients, job_routes, rounds, models, agent_routes, privacy_audits):
         api.include_router(module.router)
+    api.include_router(agent_routes.audit_router)
     app.include_router(api)
     app.include_router(health.router)
     app.include_router(dashboard.router)

@@ -1,4 +1,10 @@
-"""``dpfl-coordinator certs``: create the federation's CA and certificates."""
+"""``dpfl-coordinator certs``: the federation's CA, certificates, CSR signing and revocation.
+
+``sign`` turns an agent's certificate signing request (made on its silo by ``dpfl-agent
+keygen``) into its client certificate, so the agent's key never leaves the silo. ``revoke``
+adds certificates to the CA's revocation list ``crl.pem``, which a coordinator started with
+``--crl`` checks on every gRPC call and re-reads when it changes.
+"""
 
 from __future__ import annotations
 
@@ -66,6 +72,47 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     agent.add_argument("--force", action="store_true", help="overwrite existing files")
     agent.set_defaults(func=_agent)
 
+    sign = sub.add_parser(
+        "sign",
+        help="sign an agent's CSR (from 'dpfl-agent keygen'): its key stays on its silo",
+    )
+    sign.add_argument("csr", type=Path, help="the agent's NAME.csr")
+    sign.add_argument("--ca-dir", type=Path, required=True, help="folder holding ca.pem, ca.key")
+    sign.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="folder to write NAME.pem into (default: the CSR's folder); ca.pem is copied "
+        "alongside",
+    )
+    sign.add_argument("--force", action="store_true", help="overwrite an existing NAME.pem")
+    sign.set_defaults(func=_sign)
+
+    revoke = sub.add_parser(
+        "revoke",
+        help="add certificates to the CA's revocation list (crl.pem); none: renew the list",
+    )
+    revoke.add_argument("--ca-dir", type=Path, required=True, help="folder holding ca.pem, ca.key")
+    revoke.add_argument(
+        "--cert",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a certificate to revoke (repeatable)",
+    )
+    revoke.add_argument(
+        "--serial",
+        action="append",
+        default=[],
+        metavar="N",
+        help="a serial number to revoke, decimal or 0x-hex (repeatable)",
+    )
+    revoke.add_argument(
+        "--out", type=Path, default=None, help="the CRL file (default: CA folder/crl.pem)"
+    )
+    revoke.set_defaults(func=_revoke)
+
 
 def _init(args: argparse.Namespace) -> int:
     hostnames = tuple(args.hostname) if args.hostname else tls.DEFAULT_HOSTNAMES
@@ -85,6 +132,30 @@ def _agent(args: argparse.Namespace) -> int:
     return _report(
         lambda: tls.issue_agent_files(args.ca_dir, name=args.name, out=args.out, force=args.force)
     )
+
+
+def _sign(args: argparse.Namespace) -> int:
+    return _report(
+        lambda: tls.sign_agent_csr_file(args.ca_dir, args.csr, out=args.out, force=args.force)
+    )
+
+
+def _revoke(args: argparse.Namespace) -> int:
+    def action() -> list[Path]:
+        serials: list[int] = []
+        for text in args.serial:
+            try:
+                serials.append(int(text, 0))
+            except ValueError:
+                raise tls.PkiError(f"invalid serial number {text!r}") from None
+        for path in args.cert:
+            try:
+                serials.append(tls.certificate_serial(path.read_bytes()))
+            except OSError as exc:
+                raise tls.PkiError(f"cannot read {path}: {exc.strerror}") from exc
+        return [tls.revoke_certificates(args.ca_dir, serials=serials, out=args.out)]
+
+    return _report(action)
 
 
 def _report(action: Any) -> int:

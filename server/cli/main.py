@@ -9,7 +9,14 @@ from collections.abc import Sequence
 from dpfl.cli.base import build_parser, run
 
 #: Modules of dpfl.server.cli providing a subcommand, in the order --help lists them.
-SUBCOMMAND_MODULES: tuple[str, ...] = ("serve", "enroll_token", "job", "certs", "healthcheck")
+SUBCOMMAND_MODULES: tuple[str, ...] = (
+    "serve",
+    "enroll_token",
+    "job",
+    "agent",
+    "certs",
+    "healthcheck",
+)
 
 
 def parser() -> argparse.ArgumentParser:

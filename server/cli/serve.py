@@ -84,6 +84,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "agent to its certificate's CN at enrolment (DPFL_REQUIRE_CLIENT_CERT=true)",
     )
     tls.add_argument(
+        "--crl",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="the client CA's certificate revocation list, checked on every gRPC call and "
+        "re-read when it changes (DPFL_TLS_CRL_FILE; 'dpfl-coordinator certs revoke')",
+    )
+    tls.add_argument(
         "--insecure",
         action="store_true",
         help="serve plaintext gRPC and HTTP without TLS (tests and trusted loopback only; "
@@ -178,6 +186,7 @@ def _serve(args: argparse.Namespace) -> int:
             tls_key_file=args.tls_key,
             tls_client_ca_file=args.client_ca,
             require_client_cert=args.require_client_cert,
+            tls_crl_file=args.crl,
         )
         check_transport_security(settings, insecure=args.insecure)
         _check_tls_files(settings)

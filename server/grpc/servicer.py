@@ -5,7 +5,9 @@ a gRPC status. A bad job document or protocol message never reaches the store or
 
 Under mutual TLS the verified client certificate's common name (:func:`peer_certificate_cn`) is
 handed to the handlers: ``Enroll`` binds the new agent to it, ``Connect`` and ``Download``
-refuse an agent whose certificate is not the one it enrolled with.
+refuse an agent whose certificate is not the one it enrolled with. With a certificate revocation
+list (``dpfl.server.grpc.crl``) every RPC presenting a revoked certificate is refused
+(``UNAUTHENTICATED``) before anything else.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.protos.dpfl.v1 import agent_pb2_grpc
 from dpfl.server import handlers
 from dpfl.server.errors import ServerError
+from dpfl.server.grpc.crl import RevocationList, peer_certificate_serial
 from dpfl.server.sessions import SessionRegistry, serve_stream
 from dpfl.server.settings import Settings
 from dpfl.server.store import Store
@@ -54,6 +57,11 @@ def peer_certificate_cn(context: grpc.aio.ServicerContext) -> str | None:
     return names[0].decode("utf-8", "replace") if names else ""
 
 
+def _peer_serial(context: grpc.aio.ServicerContext) -> int | None:
+    pems = (context.auth_context() or {}).get("x509_pem_cert") or []
+    return peer_certificate_serial(pems[0]) if pems else None
+
+
 def _decode(cls: type[M], data: bytes) -> M:
     try:
         return cls.FromString(data)
@@ -70,6 +78,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         registry: the sessions of connected agents.
         blobs: where public query sets come from (the orchestrator).
         coordinator_id: returned by ``Enroll``.
+        revocations: the client CA's revocation list (mutual TLS), or None.
     """
 
     def __init__(
@@ -80,7 +89,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         registry: SessionRegistry,
         blobs: handlers.BlobSource | None,
         coordinator_id: str,
+        revocations: RevocationList | None = None,
     ) -> None:
+        self.revocations = revocations
         self.store = store
         self.settings = settings
         self.registry = registry
@@ -138,10 +149,18 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             },
         )
 
+    def _check_revoked(self, context: grpc.aio.ServicerContext) -> int | None:
+        """The peer certificate's serial. Raises: InvalidCredential when it is revoked."""
+        serial = _peer_serial(context)
+        if self.revocations is not None:
+            self.revocations.check(serial)
+        return serial
+
     async def Enroll(  # noqa: N802 (the proto's method name)
         self, request: pb.EnrollRequest, context: grpc.aio.ServicerContext
     ) -> pb.EnrollResponse:
         try:
+            self._check_revoked(context)
             return await asyncio.to_thread(
                 handlers.enroll,
                 self.store,
@@ -166,12 +185,18 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         request_iterator: AsyncIterator[Any],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[pb.CoordinatorMessage]:
+        try:
+            serial = self._check_revoked(context)
+        except ServerError as exc:
+            await context.abort(*grpc_status(exc))
+            return
         stream = serve_stream(
             store=self.store,
             registry=self.registry,
             metadata=context.invocation_metadata(),
             inbound=request_iterator,
             certificate_cn=peer_certificate_cn(context),
+            certificate_serial=serial,
         )
         try:
             async for message in stream:
@@ -185,6 +210,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self, request: pb.DownloadRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.DownloadChunk]:
         try:
+            self._check_revoked(context)
             metadata = context.invocation_metadata()
             certificate_cn = peer_certificate_cn(context)
             agent = await asyncio.to_thread(

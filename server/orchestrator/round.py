@@ -78,7 +78,7 @@ from dpfl.server.orchestrator.sampling import (
 from dpfl.server.orchestrator.state import round_record
 from dpfl.server.sessions import SessionRegistry
 from dpfl.server.settings import StageDeadlines
-from dpfl.server.store import Round, Store
+from dpfl.server.store import AgentStatus, Round, Store
 
 __all__ = ["JobContext", "RoundEngine", "RoundReport"]
 
@@ -163,8 +163,16 @@ class RoundEngine:
     # -- population and selection --------------------------------------------------------------
 
     def _population(self, ctx: JobContext, number: int) -> tuple[list[str], list[str]]:
-        """(members within budget, members excluded for their budget) — blocking."""
-        members = self.store.job_members(ctx.job_id)
+        """(active members within budget, members excluded for their budget) — blocking.
+
+        A disabled or revoked member is no part of the population: never invited, never
+        charged (its ledger stays)."""
+        active = {a.id for a in self.store.list_agents(status=AgentStatus.ACTIVE)}
+        members = [
+            a
+            for a in self.store.job_members(ctx.job_id)
+            if a in active and self.registry.evicted(a) is None
+        ]
         if not members or not self.enforce_budgets:
             return members, []
         charges = ctx.algorithm.charges(

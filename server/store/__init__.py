@@ -12,6 +12,7 @@ from dpfl.server.store.factory import DEFAULT_URL, MEMORY_URL, open_store
 from dpfl.server.store.records import (
     Agent,
     AgentStatus,
+    AuditRecord,
     Budget,
     BudgetCheck,
     Charge,
@@ -45,6 +46,7 @@ __all__ = [
     "STAGES",
     "Agent",
     "AgentStatus",
+    "AuditRecord",
     "Budget",
     "BudgetCheck",
     "Charge",

@@ -2,8 +2,11 @@
 
 Invariants: secrets are returned once and stored only as SHA-256 hashes, compared in constant
 time; an enrollment token is redeemed at most once, before it expires, in the same transaction
-that creates the agent and its credentials; a disabled agent cannot authenticate but keeps its
-ledger; job status changes follow :data:`JOB_TRANSITIONS`.
+that creates the agent and its credentials; a disabled or revoked agent cannot authenticate but
+keeps its ledger; a revoked agent stays revoked; a client certificate's common name is bound to
+at most one agent, ever (a silo holds one agent id and so one budget); every administrator's
+action on an agent writes an :class:`AuditRecord` in the same transaction; job status changes
+follow :data:`JOB_TRANSITIONS`.
 """
 
 from __future__ import annotations
@@ -14,7 +17,13 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from dpfl.learning.jobs import JobSpec, job_to_dict
-from dpfl.server.errors import InvalidCredential, InvalidInput, InvalidTransition, NotFound
+from dpfl.server.errors import (
+    AlreadyExists,
+    InvalidCredential,
+    InvalidInput,
+    InvalidTransition,
+    NotFound,
+)
 from dpfl.server.store import tokens
 from dpfl.server.store.core import (
     StoreCore,
@@ -27,6 +36,7 @@ from dpfl.server.store.core import (
 from dpfl.server.store.records import (
     Agent,
     AgentStatus,
+    AuditRecord,
     Budget,
     CredentialKind,
     Enrollment,
@@ -106,13 +116,58 @@ class DirectoryMixin(StoreCore):
             tx.update_agent(agent)
         return agent
 
-    def set_agent_status(self, agent_id: str, status: AgentStatus) -> Agent:
-        """Enable or disable an agent (disabled: refused at authentication). Raises: NotFound."""
+    def set_agent_status(
+        self, agent_id: str, status: AgentStatus, *, actor: str = "system", reason: str = ""
+    ) -> Agent:
+        """Enable, disable or revoke an agent, with an audit record of who did it and why.
+
+        Disabled: refused at authentication until enabled again. Revoked: refused for good, its
+        secrets revoked in the same transaction, its certificate name kept bound to it. The
+        running coordinator closes the agent's stream and drops it from its rounds
+        (``dpfl.server.agents_control``).
+
+        Raises:
+            NotFound: no such agent.
+            InvalidTransition: the agent is revoked (a revocation is final).
+            InvalidInput: an empty actor.
+        """
         status = AgentStatus(status)
+        actor = check_name(actor, "actor")
+        if not isinstance(reason, str) or len(reason) > 1000:
+            raise InvalidInput("reason must be a string of at most 1000 characters")
         with self._transaction(write=True) as tx:
-            agent = replace(self._agent_of(tx, agent_id, lock=True), status=status)
+            before = self._agent_of(tx, agent_id, lock=True)
+            if before.status == AgentStatus.REVOKED and status != AgentStatus.REVOKED:
+                raise InvalidTransition(
+                    f"agent {agent_id!r} is revoked, which is final: enrol the silo again "
+                    "with a new certificate name instead"
+                )
+            agent = replace(before, status=status)
             tx.update_agent(agent)
+            now = self._now()
+            revoked = 0
+            if status == AgentStatus.REVOKED:
+                revoked = tx.revoke_credentials(agent_id, None, now)
+            action = {
+                AgentStatus.ACTIVE: "agent.enable",
+                AgentStatus.DISABLED: "agent.disable",
+                AgentStatus.REVOKED: "agent.revoke",
+            }[status]
+            detail = f"{before.status.value} -> {status.value}"
+            if revoked:
+                detail += f"; {revoked} secrets revoked"
+            if reason:
+                detail += f"; reason: {reason}"
+            tx.insert_audit(at=now, actor=actor, action=action, agent_id=agent_id, detail=detail)
         return agent
+
+    def audit_records(self, *, agent_id: str | None = None, limit: int = 200) -> list[AuditRecord]:
+        """The newest ``limit`` audit records (of one agent, or all), oldest first."""
+        check_number(limit, "limit", minimum=1)
+        with self._transaction(write=False) as tx:
+            if agent_id is not None:
+                self._agent_of(tx, agent_id)
+            return tx.list_audit(agent_id, int(limit))
 
     # credentials -------------------------------------------------------------------------------
     def issue_credential(
@@ -257,6 +312,8 @@ class DirectoryMixin(StoreCore):
 
         Raises:
             InvalidCredential: unknown, expired or already used token.
+            AlreadyExists: the certificate name is already bound to an agent (the token stays
+                unused).
             InvalidInput: a bad name, label or certificate name.
         """
         name = check_name(name)
@@ -275,6 +332,16 @@ class DirectoryMixin(StoreCore):
                 raise InvalidCredential("enrollment token already used")
             if now >= row.info.expires_at:
                 raise InvalidCredential("enrollment token expired")
+            if certificate_cn is not None:
+                bound = tx.agent_by_certificate_cn(certificate_cn)
+                if bound is not None:
+                    raise AlreadyExists(
+                        f"the client certificate {certificate_cn!r} is already bound to agent "
+                        f"{bound.id!r} ({bound.status.value}): one certificate, one agent. That "
+                        "agent keeps using its own credential; a silo that must enrol anew "
+                        "needs a certificate with another common name, signed by the "
+                        "federation's administrator"
+                    )
             agent = Agent(
                 id=tokens.new_id("agent"),
                 name=name,

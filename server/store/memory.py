@@ -22,6 +22,7 @@ from dpfl.server.store.base import Store
 from dpfl.server.store.ledger import Curve, CurveSum, PreparedCharge
 from dpfl.server.store.records import (
     Agent,
+    AuditRecord,
     CredentialKind,
     EnrollmentToken,
     Job,
@@ -55,6 +56,8 @@ class _State:
     entry_keys: dict[tuple[int, str], int] = field(default_factory=dict)
     sums: dict[tuple[str, str], CurveSum] = field(default_factory=dict)
     meta: dict[str, str] = field(default_factory=dict)
+    audit: dict[int, AuditRecord] = field(default_factory=dict)
+    audit_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     privacy_audits: dict[int, PrivacyAudit] = field(default_factory=dict)
     privacy_audit_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     round_ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
@@ -334,6 +337,24 @@ class _MemoryTx(StoreTx):
     def delete_curve_sums(self) -> None:
         for key in list(self._s.sums):
             self._delete(self._s.sums, key)
+
+    # agents by certificate and the audit trail ------------------------------------------------
+    def agent_by_certificate_cn(self, certificate_cn: str) -> Agent | None:
+        for agent in self._s.agents.values():
+            if agent.certificate_cn == certificate_cn:
+                return _copy(agent)
+        return None
+
+    def insert_audit(
+        self, *, at: datetime, actor: str, action: str, agent_id: str | None, detail: str
+    ) -> AuditRecord:
+        record = AuditRecord(next(self._s.audit_ids), at, actor, action, agent_id, detail)
+        self._insert(self._s.audit, record.id, record, f"audit record {record.id}")
+        return record
+
+    def list_audit(self, agent_id: str | None, limit: int) -> list[AuditRecord]:
+        records = [r for r in self._s.audit.values() if agent_id is None or r.agent_id == agent_id]
+        return sorted(records, key=lambda r: r.id)[-limit:] if limit > 0 else []
 
     # privacy audits ---------------------------------------------------------------------------
     def insert_privacy_audit(

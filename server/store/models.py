@@ -23,6 +23,7 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 __all__ = [
     "AgentRow",
+    "AuditRecordRow",
     "Base",
     "CredentialRowModel",
     "CurveSumRow",
@@ -98,7 +99,23 @@ class AgentRow(Base):
         sa.CheckConstraint(
             "(budget_epsilon IS NULL) = (budget_delta IS NULL)", name="budget_complete"
         ),
+        #: one agent per certificate name (NULLs, agents without one, are never equal);
+        #: migration 0003
+        sa.Index("ix_agents_certificate_cn", "certificate_cn", unique=True),
     )
+
+
+class AuditRecordRow(Base):
+    """An administrator's action on an agent (migration 0003)."""
+
+    __tablename__ = "audit_records"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(index=True)
+    actor: Mapped[str] = mapped_column(sa.String(200))
+    action: Mapped[str] = mapped_column(sa.String(32))
+    agent_id: Mapped[str | None] = mapped_column(sa.ForeignKey("agents.id"), index=True)
+    detail: Mapped[str] = mapped_column(sa.Text)
 
 
 class CredentialRowModel(Base):

@@ -21,6 +21,7 @@ from dpfl.server.errors import InvalidInput
 __all__ = [
     "Agent",
     "AgentStatus",
+    "AuditRecord",
     "Budget",
     "BudgetCheck",
     "Charge",
@@ -49,8 +50,11 @@ __all__ = [
 
 class AgentStatus(enum.StrEnum):
     ACTIVE = "active"
-    #: refused at authentication; its ledger stays
+    #: refused at authentication; its ledger stays; an admin may enable it again
     DISABLED = "disabled"
+    #: refused for good: its secrets are revoked, its certificate name stays bound to it (no
+    #: re-enrolment under the same name); its ledger stays
+    REVOKED = "revoked"
 
 
 class CredentialKind(enum.StrEnum):
@@ -119,6 +123,22 @@ class Agent:
     budget: Budget | None
     created_at: datetime
     certificate_cn: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """Who did what to which agent, and when (an administrator's action, kept for good).
+
+    ``actor`` names the administrator as the caller identified itself (the REST admin token's
+    caller, or the operating-system user of the CLI); ``action`` is e.g. ``agent.disable``.
+    """
+
+    id: int
+    at: datetime
+    actor: str
+    action: str
+    agent_id: str | None
+    detail: str
 
 
 @dataclass(frozen=True, slots=True)

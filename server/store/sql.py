@@ -31,6 +31,7 @@ from dpfl.server.store.engine import (
 from dpfl.server.store.ledger import Curve, CurveSum, PreparedCharge, encode_curve
 from dpfl.server.store.models import (
     AgentRow,
+    AuditRecordRow,
     CredentialRowModel,
     CurveSumRow,
     EnrollmentTokenRowModel,
@@ -44,6 +45,7 @@ from dpfl.server.store.models import (
 )
 from dpfl.server.store.records import (
     Agent,
+    AuditRecord,
     CredentialKind,
     EnrollmentToken,
     Job,
@@ -57,6 +59,7 @@ from dpfl.server.store.records import (
 )
 from dpfl.server.store.sql_rows import (
     agent_record,
+    audit_record,
     credential_record,
     curve_sum,
     entry_record,
@@ -441,6 +444,26 @@ class _SqlTx(StoreTx):
             if isinstance(obj, CurveSumRow):
                 self._s.expunge(obj)
         self._s.execute(sa.delete(CurveSumRow).execution_options(synchronize_session=False))
+
+    # agents by certificate and the audit trail ------------------------------------------------
+    def agent_by_certificate_cn(self, certificate_cn: str) -> Agent | None:
+        query = sa.select(AgentRow).where(AgentRow.certificate_cn == certificate_cn)
+        row = self._s.scalars(query).first()
+        return None if row is None else agent_record(row)
+
+    def insert_audit(
+        self, *, at: datetime, actor: str, action: str, agent_id: str | None, detail: str
+    ) -> AuditRecord:
+        row = AuditRecordRow(at=at, actor=actor, action=action, agent_id=agent_id, detail=detail)
+        self._s.add(row)
+        self._s.flush()
+        return audit_record(row)
+
+    def list_audit(self, agent_id: str | None, limit: int) -> list[AuditRecord]:
+        query = sa.select(AuditRecordRow).order_by(AuditRecordRow.id.desc()).limit(limit)
+        if agent_id is not None:
+            query = query.where(AuditRecordRow.agent_id == agent_id)
+        return [audit_record(r) for r in reversed(list(self._s.scalars(query)))]
 
     # privacy audits ---------------------------------------------------------------------------
     def insert_privacy_audit(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dpfl.server.store.ledger import CurveSum, decode_curve
 from dpfl.server.store.models import (
     AgentRow,
+    AuditRecordRow,
     CredentialRowModel,
     CurveSumRow,
     EnrollmentTokenRowModel,
@@ -21,6 +22,7 @@ from dpfl.server.store.models import (
 from dpfl.server.store.records import (
     Agent,
     AgentStatus,
+    AuditRecord,
     Budget,
     CredentialKind,
     EnrollmentToken,
@@ -38,6 +40,7 @@ from dpfl.server.store.tx import CredentialRow
 
 __all__ = [
     "agent_record",
+    "audit_record",
     "budget_of",
     "credential_record",
     "curve_sum",
@@ -63,6 +66,17 @@ def agent_record(row: AgentRow) -> Agent:
         budget=budget_of(row.budget_epsilon, row.budget_delta),
         created_at=row.created_at,
         certificate_cn=row.certificate_cn,
+    )
+
+
+def audit_record(row: AuditRecordRow) -> AuditRecord:
+    return AuditRecord(
+        id=row.id,
+        at=row.at,
+        actor=row.actor,
+        action=row.action,
+        agent_id=row.agent_id,
+        detail=row.detail,
     )
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from dpfl.server.store.ledger import Curve, CurveSum, PreparedCharge
 from dpfl.server.store.records import (
     Agent,
+    AuditRecord,
     CredentialKind,
     EnrollmentToken,
     Job,
@@ -224,6 +225,20 @@ class StoreTx(abc.ABC):
         """The job's audits, oldest first (ids ascending)."""
 
     # metadata ---------------------------------------------------------------------------------
+    # agents by certificate and the audit trail ------------------------------------------------
+    @abc.abstractmethod
+    def agent_by_certificate_cn(self, certificate_cn: str) -> Agent | None:
+        """The agent bound to a certificate common name, whatever its status."""
+
+    @abc.abstractmethod
+    def insert_audit(
+        self, *, at: datetime, actor: str, action: str, agent_id: str | None, detail: str
+    ) -> AuditRecord: ...
+
+    @abc.abstractmethod
+    def list_audit(self, agent_id: str | None, limit: int) -> list[AuditRecord]:
+        """The newest ``limit`` records (of one agent, or all), oldest first."""
+
     @abc.abstractmethod
     def get_meta(self, key: str) -> str | None: ...
 

@@ -7,6 +7,7 @@ from typing import Any
 from dpfl.server.api.schemas import ErrorPublic
 
 _DESCRIPTIONS = {
+    400: "The body is not valid JSON.",
     401: "No bearer token, or an unknown or revoked one.",
     403: "The token may not use this route (a client token outside its own client).",
     404: "No such client, job or model version.",

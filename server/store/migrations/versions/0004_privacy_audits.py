@@ -4,7 +4,7 @@ Additive: a new table ``privacy_audits`` (one row per audit, foreign key to ``jo
 existing rows are untouched and the downgrade drops only the new table.
 
 Revision ID: 0004
-Revises: 0002
+Revises: 0003
 Create Date: 2026-11-30 09:00:00.000000
 """
 
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0004"
-down_revision: str | None = "0002"
+down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -27,6 +27,11 @@ def admin_routes(f: FinishedJob) -> list[tuple[str, str]]:
         ("GET", f"/api/v1/jobs/{job}/models/0"),
         ("GET", f"/api/v1/jobs/{job}/privacy-audits"),
         ("GET", "/metrics"),
+        ("GET", "/api/v1/agents"),
+        ("GET", "/api/v1/audit"),
+        ("POST", f"/api/v1/agents/{f.client_ids[-1]}/enable"),
+        ("POST", f"/api/v1/agents/{f.client_ids[-1]}/disable"),
+        ("POST", f"/api/v1/agents/{f.client_ids[-1]}/revoke"),
     ]
 
 
