@@ -19,7 +19,7 @@ tails (p-values of 1e-30) are not lost to cancellation.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -291,14 +291,23 @@ def epsilon_lower_from_scores(
     )
 
 
-def planned_guess_count(*, m: int, shift_over_std: float, delta: float, confidence: float) -> int:
+def planned_guess_count(
+    *,
+    m: int,
+    shift_over_std: float,
+    delta: float,
+    confidence: float,
+    lower_bound: Callable[[int, int, int], float] | None = None,
+) -> int:
     """The number of guesses to make, chosen BEFORE any output is seen, from the public plan.
 
     For canaries whose score is ``N(shift, 1)`` when included and ``N(0, 1)`` when not (Dirac
     canaries under Gaussian-like noise: ``shift_over_std`` = the canary's amplitude over the
     summed noise std), the expected outcome of each candidate r is put into
-    :func:`epsilon_lower_bound` and the best r is returned. Using it needs no union bound: the
-    choice depends on the plan only, never on the canaries' scores.
+    :func:`epsilon_lower_bound` (or ``lower_bound(m, r, v)``, any bound that grows with its
+    result, e.g. the μ of :func:`dpfl.accounting.audit_fdp.gdp_mu_lower_bound`) and the best r
+    is returned. Using it needs no union bound: the choice depends on the plan only, never on
+    the canaries' scores.
 
     Raises:
         InvalidParameterError: m < 2 or a shift that is not a positive finite number.
@@ -325,7 +334,10 @@ def planned_guess_count(*, m: int, shift_over_std: float, delta: float, confiden
         precision = 0.5 * float(norm.sf(t - shift_over_std)) / share
         r = 2 * half
         v = min(r, math.floor(precision * r))
-        eps = epsilon_lower_bound(m=m, r=r, v=v, delta=delta, confidence=confidence)
+        if lower_bound is None:
+            eps = epsilon_lower_bound(m=m, r=r, v=v, delta=delta, confidence=confidence)
+        else:
+            eps = lower_bound(m, r, v)
         if eps > best_eps:
             best_r, best_eps = r, eps
     return best_r

@@ -3,14 +3,20 @@
 The job runs with N simulated agents through the algorithm's own coordinator and agent
 functions (:mod:`dpfl.learning.audit.run` says which code paths, and why the secure sum is
 taken directly); m canaries of the job's protected unit are each included with probability 1/2,
-and the one-run bound of Steinke, Nasr & Jagielski 2023 turns the correct guesses into ε_lower at
-the chosen confidence (docs/audit.md). With ``--json`` the command prints ONE line::
+and two one-run bounds turn the correct guesses into lower bounds at the chosen confidence
+(docs/audit.md): ε_lower, for the (ε, δ) claim (Steinke, Nasr & Jagielski 2023), and μ_lower with
+its ε at δ, for the μ-GDP claim (the f-DP one-run bound). With ``--database-url`` the run is
+stored as a completed job with its ledger and the audit is attached to it (REST
+``/api/v1/jobs/{id}/privacy-audits``, the dashboard's job view). With ``--json`` the command
+prints ONE line::
 
     {"job", "algorithm", "mode", "unit", "relation", "canaries", "included", "guesses",
      "correct", "confidence", "delta", "epsilon_lower", "epsilon_upper", "rounds", "design",
-     "seconds"}
+     "seconds", "mu_lower", "epsilon_lower_gdp", "gdp_guesses", "gdp_correct",
+     "stored": null | {"job_id", "audit_id", "epsilon_upper_ledger"}}
 
-Exit codes: 0 audited; 2 bad input (job file, arguments, a job the canary design refuses).
+Exit codes: 0 audited; 2 bad input (job file, arguments, a job the canary design refuses, a
+database that cannot be reached or refuses the run).
 """
 
 from __future__ import annotations
@@ -46,6 +52,12 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--seed", default="dpfl-audit-default-seed", help="seed of the run (≥16 bytes)")
     p.add_argument("--device", default="cpu", help="where agents compute (cpu)")
+    p.add_argument(
+        "--database-url",
+        metavar="URL",
+        help="store the audited run as a job with its ledger, and the audit with it "
+        "(sqlite:///path or postgresql://...)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON line")
     p.set_defaults(func=run_command)
 
@@ -55,6 +67,7 @@ def run_command(args: argparse.Namespace) -> int:
     from dpfl.learning.audit import run_audit
     from dpfl.learning.errors import LearningError
     from dpfl.learning.jobs import load_job
+    from dpfl.server.errors import StoreError
 
     if not 0.0 < args.confidence < 1.0:
         print(f"error: --confidence must lie in (0, 1), got {args.confidence}", file=sys.stderr)
@@ -80,8 +93,15 @@ def run_command(args: argparse.Namespace) -> int:
     except (LearningError, AccountingError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    stored: dict[str, Any] | None = None
+    if args.database_url is not None:
+        try:
+            stored = _store(args.database_url, job, report)
+        except (StoreError, ValueError) as exc:
+            print(f"error: could not store the audit: {exc}", file=sys.stderr)
+            return 2
     if args.json:
-        print(json.dumps(report.to_json(), sort_keys=True))
+        print(json.dumps({**report.to_json(), "stored": stored}, sort_keys=True))
         return 0
     print(
         f"{report.job} ({report.algorithm}, {report.unit} level, {report.relation}), "
@@ -94,7 +114,30 @@ def run_command(args: argparse.Namespace) -> int:
         f"  ε_lower = {report.epsilon_lower:.4f}  (confidence {report.confidence}, "
         f"δ = {report.delta:g})"
     )
+    print(
+        f"  ε_lower = {report.epsilon_lower_gdp:.4f}  (μ-GDP claim: μ_lower = "
+        f"{report.mu_lower:.4f}, {report.gdp_correct} correct of {report.gdp_guesses})"
+    )
     print(f"  ε_upper = {report.epsilon_upper:.4f}  (the ledger's charge for a canary's unit)")
+    if stored is not None:
+        print(
+            f"  stored:     job {stored['job_id']}, audit {stored['audit_id']}; the ledger's "
+            f"ε_upper = {stored['epsilon_upper_ledger']:.4f}"
+        )
     if report.epsilon_lower > report.epsilon_upper:
         print("  VIOLATION: the measured lower bound exceeds the charged ε")
     return 0
+
+
+def _store(url: str, job: Any, report: Any) -> dict[str, Any]:
+    """Record the run and its audit in the store at ``url`` (:mod:`dpfl.server.audit_run`)."""
+    from dpfl.server.audit_run import record_audited_run
+    from dpfl.server.store import open_store
+
+    with open_store(url) as store:
+        recorded = record_audited_run(store, job, report)
+    return {
+        "job_id": recorded.job.id,
+        "audit_id": recorded.audit.id,
+        "epsilon_upper_ledger": recorded.audit.figures.epsilon_upper,
+    }

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -28,10 +28,12 @@ import numpy.typing as npt
 
 from dpfl.accounting import ComposedEvent, DpEvent, NoPrivacyEvent, compute_epsilon
 from dpfl.accounting.audit import epsilon_lower_from_scores, planned_guess_count
+from dpfl.accounting.audit_fdp import gdp_lower_from_scores, gdp_mu_lower_bound
 from dpfl.learning.algorithms.base import (
     AgentData,
     Algorithm,
     AlgorithmError,
+    ClientCharge,
     CoordinatorData,
     JobPlan,
     get_algorithm,
@@ -42,7 +44,15 @@ from dpfl.learning.jobs import JobSpec
 from dpfl.secagg import RoundParameters, SeededRandomSource, ThreatModel, decode
 from dpfl.secagg.encoding import to_ring
 
-__all__ = ["MODES", "AuditReport", "canary_design", "federation", "run_audit"]
+__all__ = [
+    "MODES",
+    "AuditReport",
+    "AuditRound",
+    "AuditTrace",
+    "canary_design",
+    "federation",
+    "run_audit",
+]
 
 WHITE_BOX = "white-box"
 BLACK_BOX = "black-box"
@@ -62,8 +72,33 @@ _MODEL_DIRECTION = {"dp-fedsgd": -1.0, "dp-fedavg": 1.0, "dp-fed-ls": 1.0}
 
 
 @dataclass(frozen=True)
+class AuditRound:
+    """One round of the audited run as the ledger sees it: who was invited, whose input
+    entered the sum, and what each affected client is charged."""
+
+    number: int
+    invited: tuple[str, ...]
+    participants: tuple[str, ...]
+    charges: Mapping[str, ClientCharge]
+
+
+@dataclass(frozen=True)
+class AuditTrace:
+    """The audited run's rounds and the ids whose ledger ε is ε_upper (the canaries' units:
+    canary agents, or the real agents that hold canary records)."""
+
+    rounds: tuple[AuditRound, ...] = ()
+    units: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class AuditReport:
-    """What ``dpfl audit`` prints and the coordinator stores with the job."""
+    """What ``dpfl audit`` prints and the coordinator stores with the job.
+
+    ``epsilon_lower`` is the (ε, δ) lower bound (Steinke–Nasr–Jagielski); ``mu_lower`` the
+    μ-GDP lower bound (the f-DP one-run bound) and ``epsilon_lower_gdp`` its ε at δ, a bound
+    within the Gaussian family only (docs/audit.md). ``trace`` is not part of the JSON.
+    """
 
     job: str
     algorithm: str
@@ -81,9 +116,14 @@ class AuditReport:
     rounds: int
     design: str
     seconds: float
+    mu_lower: float = 0.0
+    epsilon_lower_gdp: float = 0.0
+    gdp_guesses: int = 0
+    gdp_correct: int = 0
+    trace: AuditTrace = field(default_factory=AuditTrace, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "trace"}
 
 
 def canary_design(algorithm: Algorithm, job: JobSpec, plan: JobPlan) -> CanaryDesign:
@@ -160,6 +200,7 @@ def run_audit(
     data: tuple[CoordinatorData, Mapping[str, AgentData]] | None = None,
     algorithm: Algorithm | None = None,
     device: str = "cpu",
+    catch_all: bool = True,
 ) -> AuditReport:
     """Run ``job`` with ``agents`` simulated agents and ``canaries`` canaries; audit it.
 
@@ -170,13 +211,15 @@ def run_audit(
         mode: ``white-box`` (every round's aggregate) or ``black-box`` (the final model).
         confidence: of the lower bound.
         seed: seed of every CSPRNG stream (canaries, noise, rounding, sampling).
-        guesses: the number of guesses; default: both the number chosen from the plan before
-            the run (:func:`dpfl.accounting.audit.planned_guess_count`) and m, each tested at
-            half the level.
+        guesses: the number of guesses; default: the number chosen from the plan before the
+            run (:func:`dpfl.accounting.audit.planned_guess_count`, per bound) and, with
+            ``catch_all``, also m, each then tested at half the level.
         coordinates: the coordinates canaries may use (default: all of the released vector).
         data: the coordinator's data and the agents' (default: the job's data spec).
         algorithm: the algorithm instance (default: the job's).
         device: where agents compute.
+        catch_all: add r = m to the planned count (a union bound over the two), which catches
+            a mechanism far leakier than planned at the price of half the level.
 
     Raises:
         AlgorithmError: a bad mode, too few agents, or a job the canary design cannot audit.
@@ -229,6 +272,7 @@ def run_audit(
     initial = _model_vector(job, state, coordinator_data) if mode == BLACK_BOX else np.zeros(0)
     scores = np.zeros(canaries, dtype=np.float64)
     ledger: dict[str, list[DpEvent]] = {}
+    trace: list[AuditRound] = []
     expected_signal = 0.0
     noise_variance = 0.0
     completed = 0
@@ -302,10 +346,12 @@ def run_audit(
         if mask is not None:
             total &= mask
         participants = real_invited + [a for a in invited if a in canary_index]
-        for client, charge in alg.charges(
+        charges = alg.charges(
             job, plan, round_number=round_number, population=population, participants=participants
-        ).items():
+        )
+        for client, charge in charges.items():
             ledger.setdefault(client, []).append(charge.event)
+        trace.append(AuditRound(round_number, tuple(invited), tuple(participants), charges))
         aggregate = decode(total, config=encoding)
         if mode == WHITE_BOX:
             scores += cset.signs * aggregate[cset.coordinates]
@@ -333,9 +379,10 @@ def run_audit(
         moved = _model_vector(job, state, coordinator_data) - initial
         scores = _MODEL_DIRECTION[job.algorithm] * cset.signs * moved[cset.coordinates]
     if agent_canaries:
-        units = [ledger.get(canary_ids[j], []) for j in range(canaries) if exists[j]]
+        unit_ids = [canary_ids[j] for j in range(canaries) if exists[j]]
     else:
-        units = [ledger.get(real[h], []) for h in sorted(set(cset.hosts.tolist()))]
+        unit_ids = [real[h] for h in sorted(set(cset.hosts.tolist()))]
+    units = [ledger.get(u, []) for u in unit_ids]
     delta = job.privacy.delta
     epsilon_upper = max((_epsilon(events, delta) for events in units), default=0.0)
     if guesses is None:
@@ -345,11 +392,22 @@ def run_audit(
         )
         # the plan's choice, and every canary (which catches a mechanism far leakier than
         # planned), under a union bound
-        counts = sorted({planned, canaries})
+        counts = sorted({planned, canaries}) if catch_all else [planned]
+        planned_gdp = planned_guess_count(
+            m=canaries,
+            shift_over_std=max(ratio, 1e-6),
+            delta=delta,
+            confidence=confidence,
+            lower_bound=lambda m, r, v: gdp_mu_lower_bound(m=m, r=r, v=v, confidence=confidence),
+        )
+        gdp_counts = sorted({planned_gdp, canaries}) if catch_all else [planned_gdp]
     else:
-        counts = [guesses]
+        counts = gdp_counts = [guesses]
     bound = epsilon_lower_from_scores(
         scores, cset.included, delta=delta, confidence=confidence, guess_counts=counts
+    )
+    gdp = gdp_lower_from_scores(
+        scores, cset.included, delta=delta, confidence=confidence, guess_counts=gdp_counts
     )
     return AuditReport(
         job=job.name,
@@ -368,4 +426,9 @@ def run_audit(
         rounds=completed,
         design=design.description,
         seconds=time.perf_counter() - started,
+        mu_lower=gdp.mu_lower,
+        epsilon_lower_gdp=gdp.epsilon_lower,
+        gdp_guesses=gdp.best.guesses,
+        gdp_correct=gdp.best.correct,
+        trace=AuditTrace(rounds=tuple(trace), units=tuple(unit_ids)),
     )

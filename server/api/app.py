@@ -41,7 +41,7 @@ from dpfl.server.agents_control import AgentControl
 from dpfl.server.api.errors import install_error_handlers
 from dpfl.server.api.openapi import build_openapi
 from dpfl.server.api.routes import agents as agent_routes
-from dpfl.server.api.routes import clients, dashboard, health, models, rounds
+from dpfl.server.api.routes import clients, dashboard, health, models, privacy_audits, rounds
 from dpfl.server.api.routes import jobs as job_routes
 from dpfl.server.jobs_control import JobControl
 from dpfl.server.metrics import Metrics
@@ -144,7 +144,7 @@ def create_app(
     app.state.health_checks = dict(health_checks or {})
     install_error_handlers(app)
     api = APIRouter(prefix=API_PREFIX)
-    for module in (clients, job_routes, rounds, models, agent_routes):
+    for module in (clients, job_routes, rounds, models, agent_routes, privacy_audits):
         api.include_router(module.router)
     api.include_router(agent_routes.audit_router)
     app.include_router(api)

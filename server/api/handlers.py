@@ -24,6 +24,7 @@ from dpfl.server.api.schemas import (
     JobPublic,
     LedgerEventPublic,
     ModelVersionPublic,
+    PrivacyAuditPublic,
     RoundPublic,
 )
 from dpfl.server.store import (
@@ -287,3 +288,28 @@ def model_public(model: ModelVersion) -> ModelVersionPublic:
 def model_versions(store: Store, job_id: str) -> list[ModelVersionPublic]:
     """A job's model versions without their bytes. Raises: NotFound."""
     return [model_public(m) for m in store.list_model_versions(job_id)]
+
+
+def job_privacy_audits(store: Store, job_id: str) -> list[PrivacyAuditPublic]:
+    """The job's audits, oldest first. Raises: NotFound."""
+    return [
+        PrivacyAuditPublic(
+            id=a.id,
+            job_id=a.job_id,
+            created_at=a.created_at,
+            mode=a.figures.mode,
+            unit=a.figures.unit,
+            relation=a.figures.relation,
+            canaries=a.figures.canaries,
+            guesses=a.figures.guesses,
+            correct=a.figures.correct,
+            confidence=a.figures.confidence,
+            delta=a.figures.delta,
+            epsilon_lower=a.figures.epsilon_lower,
+            epsilon_upper=a.figures.epsilon_upper,
+            mu_lower=a.figures.mu_lower,
+            epsilon_lower_gdp=a.figures.epsilon_lower_gdp,
+            details=a.figures.details,
+        )
+        for a in store.list_privacy_audits(job_id)
+    ]

@@ -1,9 +1,10 @@
 """What the REST API answers with: one *Public* schema per resource and use, plus the errors.
 
 These are the wire contract (scripts, the dashboard and ``dpfl budget`` rely on them): add fields
-freely, never rename or remove one. Every ε is an upper bound at the stated δ; an infinite ε (an
-event no accounting path bounds) is sent as the string ``"Infinity"``. Timestamps are ISO 8601
-UTC. Job creation has no schema of its own here: the body is the job document of
+freely, never rename or remove one. Every ε is an upper bound at the stated δ, except the lower
+bounds an audit measured (``PrivacyAuditPublic``: ``epsilon_lower``, ``epsilon_lower_gdp``); an
+infinite ε (an event no accounting path bounds) is sent as the string ``"Infinity"``. Timestamps
+are ISO 8601 UTC. Job creation has no schema of its own here: the body is the job document of
 ``dpfl.learning.jobs`` (YAML or JSON), validated by ``parse_job``.
 """
 
@@ -28,6 +29,7 @@ __all__ = [
     "JobPublic",
     "LedgerEventPublic",
     "ModelVersionPublic",
+    "PrivacyAuditPublic",
     "RoundPublic",
 ]
 
@@ -241,6 +243,41 @@ class RoundPublic(_Public):
     )
     model_version: int | None
     abort_reason: str | None
+
+
+class PrivacyAuditPublic(_Public):
+    """An empirical privacy audit of the job's run (``dpfl audit --database-url``): lower bounds
+    measured with canaries beside the ledger's ε of the same run. Evidence only: an audit is
+    never charged, added to a total or compared with a budget."""
+
+    id: int
+    job_id: str
+    created_at: datetime
+    mode: str = Field(description="'white-box' (every aggregate) or 'black-box' (final model).")
+    unit: str = Field(description="'record' or 'agent': what a canary is.")
+    relation: str = Field(description="'add-remove' or 'replace-one'.")
+    canaries: int
+    guesses: int
+    correct: int
+    confidence: float = Field(description="Of each lower bound.")
+    delta: float
+    epsilon_lower: float = Field(
+        description="A lower bound on ε at 'delta' holding with 'confidence' (Steinke, Nasr & "
+        "Jagielski's one-run bound for the (ε, δ) claim); above 'epsilon_upper' means the "
+        "implementation leaks more than the ledger charges."
+    )
+    epsilon_upper: float = Field(
+        description="The ledger's ε at 'delta' for a canary's unit in this same run (the job "
+        "detail's 'epsilons')."
+    )
+    mu_lower: float = Field(
+        description="A lower bound on μ of μ-GDP with 'confidence' (the f-DP one-run bound)."
+    )
+    epsilon_lower_gdp: float = Field(
+        description="ε at 'delta' of mu_lower-GDP: a lower bound within the Gaussian family of "
+        "trade-off curves only, not on ε of every (ε, δ) analysis."
+    )
+    details: dict[str, Any] = Field(description="The rest of the audit's report.")
 
 
 class ModelVersionPublic(_Public):

@@ -46,10 +46,9 @@ from typing import Any
 
 import numpy as np
 
-from dpfl.accounting import event_to_json, guaranteed_event
+from dpfl.accounting import event_to_json
 from dpfl.learning.algorithms.base import (
     Algorithm,
-    ClientCharge,
     CoordinatorData,
     CoordinatorState,
     JobPlan,
@@ -71,6 +70,7 @@ from dpfl.secagg.server_states import (
 )
 from dpfl.server.errors import BudgetExceeded
 from dpfl.server.handlers import MalformedMessage, RoundMessageError, error_message
+from dpfl.server.ledger_charges import store_charge
 from dpfl.server.orchestrator.channel import RoundChannel
 from dpfl.server.orchestrator.hooks import NO_HOOKS, FaultHooks
 from dpfl.server.orchestrator.sampling import (
@@ -82,7 +82,7 @@ from dpfl.server.orchestrator.sampling import (
 from dpfl.server.orchestrator.state import round_record
 from dpfl.server.sessions import SessionRegistry
 from dpfl.server.settings import StageDeadlines
-from dpfl.server.store import AgentStatus, Charge, ProtectedUnit, Round, Store
+from dpfl.server.store import AgentStatus, Round, Store
 
 __all__ = ["JobContext", "RoundEngine", "RoundReport"]
 
@@ -132,23 +132,6 @@ MASKED_BATCH = 16
 
 def _threat_model(name: str) -> ThreatModel:
     return ThreatModel(name)  # the job schema admits exactly the values secagg implements
-
-
-def _store_charge(agent_id: str, charge: ClientCharge) -> Charge:
-    """A ledger charge; the data-dependent figure goes with it when its guaranteed part is
-    exactly the algorithm's guaranteed event (never under-count)."""
-    event = charge.event
-    dd = charge.data_dependent_event
-    if dd is not None and guaranteed_event(dd) == event:
-        event = dd
-    return Charge(
-        agent_id=agent_id,
-        event=event,
-        unit=ProtectedUnit(charge.unit),
-        approximate=charge.approximate,
-        secure_aggregation=charge.secure_aggregation,
-        honest_fraction=charge.honest_fraction,
-    )
 
 
 class RoundEngine:
@@ -752,7 +735,7 @@ class _RoundRun:
             population=self.population,
             participants=list(summed),
         )
-        ledger = [_store_charge(a, c) for a, c in sorted(charges.items())]
+        ledger = [store_charge(a, c) for a, c in sorted(charges.items())]
         try:
             result = await asyncio.to_thread(
                 self.store.commit_round,

@@ -33,6 +33,7 @@ __all__ = [
     "LedgerEntryRow",
     "MetaRow",
     "ModelVersionRow",
+    "PrivacyAuditRow",
     "RoundRow",
     "UtcDateTime",
 ]
@@ -243,6 +244,36 @@ class CurveSumRow(Base):
     data_dependent_curve: Mapped[bytes]
     entries: Mapped[int]
     data_dependent_entries: Mapped[int]
+
+
+class PrivacyAuditRow(Base):
+    """An empirical privacy audit of a job's run (migration 0004)."""
+
+    __tablename__ = "privacy_audits"
+
+    id: Mapped[int] = mapped_column(sa.Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(sa.ForeignKey("jobs.id"), index=True)
+    created_at: Mapped[datetime]
+    mode: Mapped[str] = mapped_column(sa.String(16))
+    unit: Mapped[str] = mapped_column(sa.String(16))
+    relation: Mapped[str] = mapped_column(sa.String(16))
+    canaries: Mapped[int]
+    guesses: Mapped[int]
+    correct: Mapped[int]
+    confidence: Mapped[float]
+    delta: Mapped[float]
+    epsilon_lower: Mapped[float]
+    epsilon_upper: Mapped[float]
+    mu_lower: Mapped[float]
+    epsilon_lower_gdp: Mapped[float]
+    details: Mapped[dict[str, Any]]
+
+    __table_args__ = (
+        sa.CheckConstraint(
+            "correct >= 0 AND correct <= guesses AND guesses <= canaries", name="counts"
+        ),
+        sa.CheckConstraint("confidence > 0 AND confidence < 1", name="confidence_range"),
+    )
 
 
 class MetaRow(Base):

@@ -38,6 +38,8 @@ __all__ = [
     "LedgerEntry",
     "Mismatch",
     "ModelVersion",
+    "PrivacyAudit",
+    "PrivacyAuditFigures",
     "ProtectedUnit",
     "Round",
     "RoundStatus",
@@ -402,3 +404,39 @@ def to_json(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [to_json(v) for v in value]
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class PrivacyAuditFigures:
+    """An empirical privacy audit of a job's run (``dpfl audit``), as stored with the job.
+
+    ``epsilon_lower`` is a lower bound on ε at ``delta`` holding with ``confidence``
+    (Steinke–Nasr–Jagielski one-run bound); ``epsilon_upper`` is the ledger's ε, at the same δ,
+    for a canary's unit in the same run; ``mu_lower`` is the μ-GDP lower bound of the f-DP
+    one-run bound and ``epsilon_lower_gdp`` its ε at δ (a bound within the Gaussian family).
+    ``details`` keeps the rest of the audit's report (design, rounds, seconds, ...).
+    """
+
+    mode: str
+    unit: str
+    relation: str
+    canaries: int
+    guesses: int
+    correct: int
+    confidence: float
+    delta: float
+    epsilon_lower: float
+    epsilon_upper: float
+    mu_lower: float
+    epsilon_lower_gdp: float
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PrivacyAudit:
+    """A stored audit: its id, the job it audited and when it was recorded."""
+
+    id: int
+    job_id: str
+    created_at: datetime
+    figures: PrivacyAuditFigures

@@ -40,6 +40,7 @@ from dpfl.server.store.models import (
     LedgerEntryRow,
     MetaRow,
     ModelVersionRow,
+    PrivacyAuditRow,
     RoundRow,
 )
 from dpfl.server.store.records import (
@@ -51,6 +52,8 @@ from dpfl.server.store.records import (
     JobStatus,
     LedgerEntry,
     ModelVersion,
+    PrivacyAudit,
+    PrivacyAuditFigures,
     Round,
     RoundStatus,
 )
@@ -62,6 +65,7 @@ from dpfl.server.store.sql_rows import (
     entry_record,
     job_record,
     model_record,
+    privacy_audit_record,
     round_record,
     set_round_row,
     token_record,
@@ -460,6 +464,38 @@ class _SqlTx(StoreTx):
         if agent_id is not None:
             query = query.where(AuditRecordRow.agent_id == agent_id)
         return [audit_record(r) for r in reversed(list(self._s.scalars(query)))]
+
+    # privacy audits ---------------------------------------------------------------------------
+    def insert_privacy_audit(
+        self, job_id: str, figures: PrivacyAuditFigures, at: datetime
+    ) -> PrivacyAudit:
+        row = PrivacyAuditRow(
+            job_id=job_id,
+            created_at=at,
+            mode=figures.mode,
+            unit=figures.unit,
+            relation=figures.relation,
+            canaries=figures.canaries,
+            guesses=figures.guesses,
+            correct=figures.correct,
+            confidence=figures.confidence,
+            delta=figures.delta,
+            epsilon_lower=figures.epsilon_lower,
+            epsilon_upper=figures.epsilon_upper,
+            mu_lower=figures.mu_lower,
+            epsilon_lower_gdp=figures.epsilon_lower_gdp,
+            details=dict(figures.details),
+        )
+        self._add(row, f"an audit of job {job_id!r}")
+        return privacy_audit_record(row)
+
+    def privacy_audits_of_job(self, job_id: str) -> list[PrivacyAudit]:
+        query = (
+            sa.select(PrivacyAuditRow)
+            .where(PrivacyAuditRow.job_id == job_id)
+            .order_by(PrivacyAuditRow.id)
+        )
+        return [privacy_audit_record(r) for r in self._s.scalars(query)]
 
     # metadata -----------------------------------------------------------------------------------
     def get_meta(self, key: str) -> str | None:

@@ -16,6 +16,7 @@ from dpfl.server.store.models import (
     JobRow,
     LedgerEntryRow,
     ModelVersionRow,
+    PrivacyAuditRow,
     RoundRow,
 )
 from dpfl.server.store.records import (
@@ -29,6 +30,8 @@ from dpfl.server.store.records import (
     JobStatus,
     LedgerEntry,
     ModelVersion,
+    PrivacyAudit,
+    PrivacyAuditFigures,
     ProtectedUnit,
     Round,
     RoundStatus,
@@ -202,4 +205,27 @@ def model_record(row: ModelVersionRow, *, with_data: bool) -> ModelVersion:
         created_at=row.created_at,
         round_id=row.round_id,
         data=bytes(row.data) if with_data else None,
+    )
+
+
+def privacy_audit_record(row: PrivacyAuditRow) -> PrivacyAudit:
+    return PrivacyAudit(
+        id=row.id,
+        job_id=row.job_id,
+        created_at=row.created_at,
+        figures=PrivacyAuditFigures(
+            mode=row.mode,
+            unit=row.unit,
+            relation=row.relation,
+            canaries=row.canaries,
+            guesses=row.guesses,
+            correct=row.correct,
+            confidence=row.confidence,
+            delta=row.delta,
+            epsilon_lower=row.epsilon_lower,
+            epsilon_upper=row.epsilon_upper,
+            mu_lower=row.mu_lower,
+            epsilon_lower_gdp=row.epsilon_lower_gdp,
+            details=dict(row.details),
+        ),
     )

@@ -28,6 +28,8 @@ from dpfl.server.store.records import (
     JobStatus,
     LedgerEntry,
     ModelVersion,
+    PrivacyAudit,
+    PrivacyAuditFigures,
     Round,
     RoundStatus,
 )
@@ -209,6 +211,17 @@ class StoreTx(abc.ABC):
 
     @abc.abstractmethod
     def delete_curve_sums(self) -> None: ...
+
+    # privacy audits ---------------------------------------------------------------------------
+    @abc.abstractmethod
+    def insert_privacy_audit(
+        self, job_id: str, figures: PrivacyAuditFigures, at: datetime
+    ) -> PrivacyAudit:
+        """Insert an audit of an existing job and return it with its id."""
+
+    @abc.abstractmethod
+    def privacy_audits_of_job(self, job_id: str) -> list[PrivacyAudit]:
+        """The job's audits, oldest first (ids ascending)."""
 
     # metadata ---------------------------------------------------------------------------------
     # agents by certificate and the audit trail ------------------------------------------------

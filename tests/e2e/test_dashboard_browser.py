@@ -12,42 +12,23 @@ screenshot under ``tests/artifacts/``.
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from support.api import admin_settings, build_finished_job, live_server, make_app
+from support.browser import CHROMIUM, CHROMIUM_ARGS, chromium_or_skip
 from support.paths import ARTIFACTS
 
 from dpfl.server.store import Store, open_store
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-    "--disable-default-apps",
-    "--disable-extensions",
-    "--metrics-recording-only",
-]
-
 
 @pytest.fixture
 def chromium() -> Path:
-    if not (CHROMIUM.is_file() and shutil.which(str(CHROMIUM))):
-        pytest.skip(
-            f"Debian's chromium is absent ({CHROMIUM} not found): run `make browser` "
-            "(apt-get install chromium) to run the dashboard browser test"
-        )
-    pytest.importorskip("playwright.sync_api", reason="the playwright Python package is missing")
-    return CHROMIUM
+    return chromium_or_skip(CHROMIUM)
 
 
 @pytest.fixture

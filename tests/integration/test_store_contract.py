@@ -7,6 +7,8 @@ subclasses at the bottom; the ledger half of the contract is in test_store_ledge
 from __future__ import annotations
 
 import hashlib
+import math
+from dataclasses import replace
 from datetime import timedelta
 
 import pytest
@@ -26,11 +28,29 @@ from dpfl.server.store import (
     Budget,
     CredentialKind,
     JobStatus,
+    PrivacyAuditFigures,
     RoundStatus,
     Store,
 )
 
 SPEC = parse_job({"name": "demo", "algorithm": "dp-fedavg", "privacy": {"target_epsilon": 4.0}})
+
+
+AUDIT = PrivacyAuditFigures(
+    mode="white-box",
+    unit="record",
+    relation="add-remove",
+    canaries=1000,
+    guesses=200,
+    correct=180,
+    confidence=0.95,
+    delta=1e-5,
+    epsilon_lower=0.9,
+    epsilon_upper=2.0,
+    mu_lower=0.31,
+    epsilon_lower_gdp=1.2,
+    details={"design": "canary records", "rounds": 1},
+)
 
 
 def running_job(store: Store, members: list[str]) -> str:
@@ -309,6 +329,48 @@ class StoreContract:
             store.get_model_version(job.id, 7)
         with pytest.raises(InvalidInput):
             store.add_model_version(job.id, "text")  # type: ignore[arg-type]
+
+    # audits --------------------------------------------------------------------------------------
+    def test_audits_are_stored_with_their_job_oldest_first(
+        self, store: Store, clock: FakeClock
+    ) -> None:
+        job = store.create_job(SPEC)
+        other = store.create_job(SPEC)
+        assert store.list_privacy_audits(job.id) == []
+        first = store.add_privacy_audit(job.id, AUDIT)
+        clock.advance(seconds=5)
+        second = store.add_privacy_audit(
+            job.id, replace(AUDIT, mode="black-box", epsilon_upper=math.inf, details={"k": [1]})
+        )
+        store.add_privacy_audit(other.id, AUDIT)
+        assert first.job_id == job.id
+        assert first.figures == AUDIT
+        assert first.created_at == clock.now - timedelta(seconds=5)
+        assert second.id > first.id
+        assert second.figures.epsilon_upper == math.inf  # a ledger figure no path bounds
+        assert store.list_privacy_audits(job.id) == [first, second]
+        assert [a.job_id for a in store.list_privacy_audits(other.id)] == [other.id]
+
+    def test_audit_errors_name_the_problem_and_write_nothing(self, store: Store) -> None:
+        job = store.create_job(SPEC)
+        with pytest.raises(NotFound, match="job 'nope'"):
+            store.add_privacy_audit("nope", AUDIT)
+        with pytest.raises(NotFound, match="job 'nope'"):
+            store.list_privacy_audits("nope")
+        bad = {
+            "mode": replace(AUDIT, mode="grey-box"),
+            "unit": replace(AUDIT, unit="row"),
+            "correct ≤ guesses ≤ canaries": replace(AUDIT, correct=AUDIT.guesses + 1),
+            "confidence": replace(AUDIT, confidence=1.0),
+            "epsilon_lower": replace(AUDIT, epsilon_lower=math.nan),
+            "epsilon_upper": replace(AUDIT, epsilon_upper=-1.0),
+            "mu_lower": replace(AUDIT, mu_lower=-0.1),
+            "details": replace(AUDIT, details={"x": math.inf}),
+        }
+        for message, figures in bad.items():
+            with pytest.raises(InvalidInput, match=message):
+                store.add_privacy_audit(job.id, figures)
+        assert store.list_privacy_audits(job.id) == []
 
     def test_ping(self, store: Store) -> None:
         store.ping()

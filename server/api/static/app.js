@@ -222,17 +222,43 @@ function renderTimeline(rounds) {
   }
 }
 
+function renderAudits(audits) {
+  $("audits").hidden = audits.length === 0;
+  const body = $("audits-table").querySelector("tbody");
+  body.replaceChildren(
+    ...audits.map((a) => {
+      const violated = Number(a.epsilon_lower) > Number(a.epsilon_upper);
+      const row = node(
+        "tr",
+        { cls: violated ? "violation" : "", attrs: { "data-audit-id": a.id } },
+        node("td", { text: fmtDate(a.created_at) }),
+        node("td", { text: `${a.mode}, ${a.canaries} ${a.unit} canaries, ${a.correct} of ${a.guesses} guesses right` }),
+        node("td", { cls: "num epsilon-lower", text: fmtEps(a.epsilon_lower), attrs: { "data-epsilon": String(a.epsilon_lower) } }),
+        node("td", { cls: "num epsilon-lower-gdp", text: fmtEps(a.epsilon_lower_gdp), attrs: { "data-epsilon": String(a.epsilon_lower_gdp) } }),
+        node("td", { cls: "num epsilon-upper", text: fmtEps(a.epsilon_upper), attrs: { "data-epsilon": String(a.epsilon_upper) } }),
+        node("td", { cls: "num", text: fmtNum(a.delta) }),
+        node("td", { cls: "num", text: fmtPct(a.confidence) }),
+      );
+      if (violated) row.setAttribute("title", "The measured lower bound exceeds the ledger's ε");
+      return row;
+    }),
+  );
+}
+
 async function renderJob() {
   const facts = $("job-facts");
   const id = state.jobId;
   if (!id) {
     facts.replaceChildren(node("dt", { text: "Jobs" }), node("dd", { text: "none submitted yet" }));
     renderTimeline([]);
+    renderAudits([]);
     lineChart($("acc-chart"), { title: "Accuracy per round", series: [], xLabel: "", yLabel: "", empty: "No job yet." });
     return;
   }
-  const [job, rounds] = await Promise.all([api(`/jobs/${encodeURIComponent(id)}`), api(`/jobs/${encodeURIComponent(id)}/rounds`)]);
+  const path = `/jobs/${encodeURIComponent(id)}`;
+  const [job, rounds, audits] = await Promise.all([api(path), api(`${path}/rounds`), api(`${path}/privacy-audits`)]);
   if (id !== state.jobId) return;
+  const latest = audits.at(-1);
   const done = rounds.filter((r) => r.status === "completed");
   const aborted = rounds.filter((r) => r.status === "aborted").length;
   const eps = Object.values(job.epsilons).map(Number);
@@ -243,10 +269,14 @@ async function renderJob() {
     ["Aborted attempts", String(aborted)],
     ["Members", String(job.members.length)],
     [`Max ε in this job (δ = ${fmtNum(job.delta)})`, eps.length ? fmtEps(Math.max(...eps)) : "–"],
+    ...(latest
+      ? [[`Audited ε lower bound (${fmtPct(latest.confidence)} confidence)`, `${fmtEps(latest.epsilon_lower)} ≤ ε ${fmtEps(latest.epsilon_upper)}`]]
+      : []),
     ["Started", fmtDate(job.started_at)],
     ["Finished", fmtDate(job.finished_at)],
   ];
   facts.replaceChildren(...entries.flatMap(([k, v]) => [node("dt", { text: k }), node("dd", { text: v })]));
+  renderAudits(audits);
   const evaluated = done.filter((r) => r.accuracy !== null);
   lineChart($("acc-chart"), {
     title: `Accuracy per round of ${job.name}`,

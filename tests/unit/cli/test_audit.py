@@ -65,3 +65,34 @@ def test_bad_input_is_named(
 def test_missing_job_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["audit", str(tmp_path / "none.yaml"), "--agents", "3"]) == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_database_url_stores_the_run_and_its_audit(
+    job_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from dpfl.server.store import JobStatus, open_store
+
+    url = f"sqlite:///{tmp_path / 'audits.db'}"
+    argv = ["audit", str(job_file), "--agents", "3", "--canaries", "60", "--json"]
+    assert main([*argv, "--database-url", url]) == 0
+    report = json.loads(capsys.readouterr().out)
+    stored = report["stored"]
+    assert report["mu_lower"] >= 0.0
+    assert report["epsilon_lower_gdp"] >= 0.0
+    with open_store(url) as store:
+        job = store.get_job(stored["job_id"])
+        assert job.status == JobStatus.COMPLETED
+        (audit,) = store.list_privacy_audits(job.id)
+        assert audit.id == stored["audit_id"]
+        assert audit.figures.epsilon_lower == report["epsilon_lower"]
+        assert audit.figures.epsilon_upper == stored["epsilon_upper_ledger"]
+        assert stored["epsilon_upper_ledger"] == max(store.job_epsilons(job.id).values())
+
+
+def test_unreachable_database_is_named(
+    job_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["audit", str(job_file), "--agents", "3", "--canaries", "20"]
+    code = main([*argv, "--database-url", f"sqlite:///{tmp_path / 'missing' / 'dir' / 'x.db'}"])
+    assert code == 2
+    assert "could not store the audit" in capsys.readouterr().err

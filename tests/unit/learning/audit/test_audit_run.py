@@ -142,6 +142,21 @@ def test_sound_mechanism_on_silent_coordinates_is_audited_below_but_near_the_led
     report = _audit_synthetic(synthetic)
     assert report.epsilon_lower <= report.epsilon_upper
     assert report.epsilon_lower > 0.25 * report.epsilon_upper  # the audit has power
+    # the Gaussian-family bound uses the whole trade-off curve: tighter, and still below
+    assert report.epsilon_lower < report.epsilon_lower_gdp <= report.epsilon_upper
+    assert report.mu_lower > 0
+    assert 0 < report.gdp_correct <= report.gdp_guesses
+    assert "trace" not in report.to_json()
+    # the trace is what the ledger charges: ε_upper is the canaries' units' ε over its rounds
+    assert len(report.trace.rounds) == report.rounds
+    assert set(report.trace.units) <= set(report.trace.rounds[0].charges)
+
+
+def test_plan_only_guesses_need_no_union_bound(synthetic: Any) -> None:
+    report = _audit_synthetic(synthetic, catch_all=False)
+    assert 0.0 < report.epsilon_lower <= report.epsilon_lower_gdp <= report.epsilon_upper
+    assert report.guesses < report.canaries  # the plan's count, without r = m beside it
+    assert report.gdp_guesses < report.canaries
 
 
 def test_noise_scaled_down_is_caught(synthetic: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -156,6 +171,7 @@ def test_noise_scaled_down_is_caught(synthetic: Any, monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(NoiseSpec, "sample", thinned)
     report = _audit_synthetic(synthetic)
     assert report.epsilon_lower > report.epsilon_upper
+    assert report.epsilon_lower_gdp > report.epsilon_upper
 
 
 def test_black_box_reads_the_final_model(synthetic: Any) -> None:

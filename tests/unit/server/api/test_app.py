@@ -73,6 +73,7 @@ async def test_openapi_documents_every_route_and_the_job_document(
         "/api/v1/jobs/{job_id}/rounds",
         "/api/v1/jobs/{job_id}/models",
         "/api/v1/jobs/{job_id}/models/{version}",
+        "/api/v1/jobs/{job_id}/privacy-audits",
         "/api/v1/agents",
         "/api/v1/agents/{agent_id}/disable",
         "/api/v1/agents/{agent_id}/enable",

@@ -25,6 +25,7 @@ def admin_routes(f: FinishedJob) -> list[tuple[str, str]]:
         ("GET", f"/api/v1/jobs/{job}/rounds"),
         ("GET", f"/api/v1/jobs/{job}/models"),
         ("GET", f"/api/v1/jobs/{job}/models/0"),
+        ("GET", f"/api/v1/jobs/{job}/privacy-audits"),
         ("GET", "/metrics"),
         ("GET", "/api/v1/agents"),
         ("GET", "/api/v1/audit"),
