@@ -1,5 +1,5 @@
-"""The import rules of the table of docs/architecture.md#packages, checked on the source (AST) and at
-run time.
+"""The import rules of the table of docs/architecture.md#packages, checked on the source (AST)
+and at run time.
 
 - each folder imports only the dpfl packages of its "may import" column (``MAY_IMPORT``): so
   ``server`` and ``client`` never import each other, and nothing but ``cli`` imports ``dpfl.cli``;
