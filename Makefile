@@ -19,7 +19,7 @@ help:
 	@echo "make demo    - create .venv, install dpfl, run DP-FedAvg on the embedded digits data set"
 	@echo "make test    - create .venv, install dpfl[dev], run lint and the whole test suite"
 	@echo "make test-fast - the unit tests not marked slow (no lint, no browser), under a minute"
-	@echo "make lint    - ruff on everything, mypy --strict on accounting/ and secagg/"
+	@echo "make lint    - ruff on everything, mypy --strict on every dpfl package"
 	@echo "make protos  - regenerate the checked-in gRPC code from protos/dpfl/v1/*.proto"
 	@echo "make bench   - run every benchmark in benchmarks/ (each prints one JSON line)"
 
@@ -56,7 +56,7 @@ browser:
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy accounting secagg
+	$(PY) scripts/typecheck.py
 
 protos: $(VENV)/.installed-dev
 	$(PY) scripts/gen_protos.py

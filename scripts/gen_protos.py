@@ -21,7 +21,17 @@ from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTO_DIR = ROOT / "protos" / "dpfl" / "v1"
-GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
+GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
+
+
+def _mypy_grpc_plugin() -> Path:
+    """mypy-protobuf's plugin, which writes the typed ``*_pb2_grpc.pyi`` stubs grpc lacks."""
+    name = "protoc-gen-mypy_grpc"
+    beside = Path(sys.executable).parent / name
+    found = beside if beside.exists() else shutil.which(name)
+    if found is None:
+        raise SystemExit(f"{name} not found: install the dev extra (pip install -e '.[dev]')")
+    return Path(found)
 
 
 def generate(out_dir: Path) -> list[Path]:
@@ -38,13 +48,15 @@ def generate(out_dir: Path) -> list[Path]:
             f"--python_out={tmp}",
             f"--pyi_out={tmp}",
             f"--grpc_python_out={tmp}",
+            f"--plugin=protoc-gen-mypy_grpc={_mypy_grpc_plugin()}",
+            f"--mypy_grpc_out={tmp}",
             *[f"dpfl/protos/dpfl/v1/{s.name}" for s in sources],
         ]
         if protoc.main(args) != 0:
             raise SystemExit("protoc failed")
         produced = Path(tmp) / "dpfl" / "protos" / "dpfl" / "v1"
         out_dir.mkdir(parents=True, exist_ok=True)
-        written = []
+        written: list[Path] = []
         for f in sorted(produced.iterdir()):
             if f.name.endswith(GENERATED_SUFFIXES):
                 shutil.copyfile(f, out_dir / f.name)

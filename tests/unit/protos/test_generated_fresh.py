@@ -21,7 +21,7 @@ def test_generated_code_is_fresh(tmp_path: Path) -> None:
     checked_in = {
         p.name: p.read_bytes()
         for p in GENERATED.iterdir()
-        if p.name.endswith(("_pb2.py", "_pb2.pyi", "_pb2_grpc.py"))
+        if p.name.endswith(("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi"))
     }
     assert sorted(fresh) == sorted(checked_in), "generated file set differs: run `make protos`"
     stale = [name for name in fresh if fresh[name] != checked_in[name]]
