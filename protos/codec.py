@@ -194,7 +194,7 @@ def _unpack_words(data: bytes, bit_width: int, length: int) -> npt.NDArray[np.ui
     if tail % 8 and int(padded[tail // 8]) >> (tail % 8):
         raise CodecError("non-zero padding bits after the last value")
     start, shift = _bit_positions(length, bit_width)
-    words = padded[start[:, None] + np.arange(8)].view("<u8").reshape(-1)
+    words: npt.NDArray[np.uint64] = padded[start[:, None] + np.arange(8)].view("<u8").reshape(-1)
     return (words >> shift) & np.uint64((1 << bit_width) - 1)
 
 

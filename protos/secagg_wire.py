@@ -15,7 +15,9 @@ Content rules (key lengths, share counts, who may send what) are the state machi
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import enum
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Final, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -23,6 +25,7 @@ import numpy.typing as npt
 from dpfl.protos import codec
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.secagg import messages as sm
+from dpfl.secagg.errors import ErrorCode
 
 #: Default payload size of one masked-input piece (well under gRPC's 4 MiB default limit).
 DEFAULT_PIECE_BYTES = 1 << 20
@@ -34,12 +37,54 @@ class WireError(ValueError):
 
 # -- shared values -------------------------------------------------------------------------------
 
+# The secagg enums mirror the proto enums name for name (without the proto prefix); the tables
+# spell the correspondence out so that each side keeps its own enum type.
+_STAGES: Final[Mapping[sm.Stage, pb.Stage]] = {
+    sm.Stage.UNSPECIFIED: pb.STAGE_UNSPECIFIED,
+    sm.Stage.INVITATION: pb.STAGE_INVITATION,
+    sm.Stage.ADVERTISE_KEYS: pb.STAGE_ADVERTISE_KEYS,
+    sm.Stage.SHARE_KEYS: pb.STAGE_SHARE_KEYS,
+    sm.Stage.MASKED_INPUT: pb.STAGE_MASKED_INPUT,
+    sm.Stage.UNMASK: pb.STAGE_UNMASK,
+    sm.Stage.RESULT: pb.STAGE_RESULT,
+}
+_SHARE_KINDS: Final[Mapping[sm.ShareKind, pb.ShareKind]] = {
+    sm.ShareKind.UNSPECIFIED: pb.SHARE_UNSPECIFIED,
+    sm.ShareKind.SELF_MASK_SEED: pb.SHARE_SELF_MASK_SEED,
+    sm.ShareKind.MASKING_KEY: pb.SHARE_MASKING_KEY,
+}
+_ERROR_CODES: Final[Mapping[ErrorCode, pb.ErrorCode]] = {
+    ErrorCode.UNSPECIFIED: pb.ERROR_UNSPECIFIED,
+    ErrorCode.INVALID_ARGUMENT: pb.ERROR_INVALID_ARGUMENT,
+    ErrorCode.STALE_ROUND: pb.ERROR_STALE_ROUND,
+    ErrorCode.WRONG_STAGE: pb.ERROR_WRONG_STAGE,
+    ErrorCode.UNKNOWN_JOB: pb.ERROR_UNKNOWN_JOB,
+    ErrorCode.UNAUTHENTICATED: pb.ERROR_UNAUTHENTICATED,
+    ErrorCode.BUDGET_EXCEEDED: pb.ERROR_BUDGET_EXCEEDED,
+    ErrorCode.POLICY_DECLINED: pb.ERROR_POLICY_DECLINED,
+    ErrorCode.PROTOCOL_ABORT: pb.ERROR_PROTOCOL_ABORT,
+    ErrorCode.INTERNAL: pb.ERROR_INTERNAL,
+    ErrorCode.DUPLICATE: pb.ERROR_DUPLICATE,
+}
+
+
+def stage_to_pb(stage: sm.Stage) -> pb.Stage:
+    return _STAGES[stage]
+
+
+def share_kind_to_pb(kind: sm.ShareKind) -> pb.ShareKind:
+    return _SHARE_KINDS[kind]
+
+
+def error_code_to_pb(code: ErrorCode) -> pb.ErrorCode:
+    return _ERROR_CODES[code]
+
 
 def header_to_pb(header: sm.RoundHeader) -> pb.RoundHeader:
     return pb.RoundHeader(
         job_id=header.job_id,
         round=header.round,
-        stage=int(header.stage),
+        stage=stage_to_pb(header.stage),
         session_id=header.session_id,
     )
 
@@ -88,10 +133,10 @@ def _shares_to_pb(shares: tuple[sm.EncryptedShare, ...]) -> list[pb.EncryptedSha
     ]
 
 
-def _shares_from_pb(shares: object) -> tuple[sm.EncryptedShare, ...]:
+def _shares_from_pb(shares: Iterable[pb.EncryptedShare]) -> tuple[sm.EncryptedShare, ...]:
     return tuple(
         sm.EncryptedShare(sender=s.sender, receiver=s.receiver, ciphertext=bytes(s.ciphertext))
-        for s in shares  # type: ignore[attr-defined]
+        for s in shares
     )
 
 
@@ -192,7 +237,8 @@ def to_agent_messages(
             )
     elif isinstance(message, sm.UnmaskResponse):
         shares = [
-            pb.UnmaskShare(owner=s.owner, kind=int(s.kind), share=s.share) for s in message.shares
+            pb.UnmaskShare(owner=s.owner, kind=share_kind_to_pb(s.kind), share=s.share)
+            for s in message.shares
         ]
         yield pb.AgentMessage(unmask=pb.UnmaskResponse(header=header, shares=shares))
     else:
@@ -269,15 +315,25 @@ class MaskedInputAssembler:
         return sm.MaskedInputResponse(header=self._header, masked_input=vector)
 
 
-def _header(message: object) -> sm.RoundHeader:
-    if not message.HasField("header"):  # type: ignore[attr-defined]
+class _RoundMessage(Protocol):
+    """A protobuf message with a ``header`` field (every round-scoped message)."""
+
+    @property
+    def header(self) -> pb.RoundHeader: ...
+
+    def HasField(self, field_name: str) -> bool: ...  # noqa: N802 (protobuf's name)
+
+
+def _header(message: _RoundMessage) -> sm.RoundHeader:
+    if not message.HasField("header"):
         raise WireError(f"{type(message).__name__}.header is missing")
-    return header_from_pb(message.header)  # type: ignore[attr-defined]
+    return header_from_pb(message.header)
 
 
-def _enum(
-    cls: type[sm.Stage] | type[sm.ShareKind], value: int, field: str
-) -> sm.Stage | sm.ShareKind:
+_E = TypeVar("_E", bound=enum.IntEnum)
+
+
+def _enum(cls: type[_E], value: int, field: str) -> _E:
     try:
         return cls(value)
     except ValueError:

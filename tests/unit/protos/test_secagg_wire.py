@@ -3,14 +3,20 @@ malformed wire content is refused before it reaches a state machine."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from enum import IntEnum
+from typing import Any
+
 import numpy as np
 import pytest
+from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
 
 from dpfl.protos import pb, secagg_wire
 from dpfl.secagg import client as client_sm
 from dpfl.secagg import messages as sm
 from dpfl.secagg import server as server_sm
 from dpfl.secagg.config import RoundParameters
+from dpfl.secagg.errors import ErrorCode
 from dpfl.secagg.randomness import SystemRandomSource
 from dpfl.secagg.server_states import ServerCompleted, ServerReadyToUnmask
 
@@ -110,3 +116,24 @@ def test_assembler_refuses_mixed_headers_and_bad_pieces() -> None:
     done = asm.add(pb.MaskedInputResponse(header=header, masked_input=second))
     assert done is not None
     assert done.masked_input.shape == (16,)
+
+
+@pytest.mark.parametrize(
+    ("secagg_enum", "proto_enum", "prefix", "convert"),
+    [
+        (sm.Stage, pb.Stage, "STAGE_", secagg_wire.stage_to_pb),
+        (sm.ShareKind, pb.ShareKind, "SHARE_", secagg_wire.share_kind_to_pb),
+        (ErrorCode, pb.ErrorCode, "ERROR_", secagg_wire.error_code_to_pb),
+    ],
+)
+def test_enum_conversion_covers_both_enums_name_for_name(
+    secagg_enum: type[IntEnum],
+    proto_enum: EnumTypeWrapper,
+    prefix: str,
+    convert: Callable[[Any], int],
+) -> None:
+    converted = {member: convert(member) for member in secagg_enum}
+    for member, value in converted.items():
+        assert proto_enum.Name(value) == prefix + member.name
+        assert value == int(member), "the numbers on the wire are the secagg numbers"
+    assert sorted(converted.values()) == sorted(proto_enum.values()), "a proto value is unmapped"
