@@ -26,10 +26,12 @@ import json
 import sys
 from typing import Any
 
+from dpfl.cmdline import Subparsers
+
 __all__ = ["register", "run_command"]
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     """Add ``audit``."""
     p = subparsers.add_parser(
         "audit",

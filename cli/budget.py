@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from dpfl.cmdline import Subparsers
+
 TOKEN_ENV = "DPFL_TOKEN"
 COORDINATOR_ENV = "DPFL_COORDINATOR_URL"
 _EXIT = {401: 3, 403: 3, 404: 4, 422: 2}
@@ -37,7 +39,7 @@ class BudgetCommandError(Exception):
         self.exit_code = exit_code
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     """Add ``budget``."""
     p = subparsers.add_parser(
         "budget",

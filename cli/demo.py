@@ -18,8 +18,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from dpfl.cmdline import stop_on_signals
-from dpfl.learning.jobs import JobSpec, parse_job
+from dpfl.cmdline import Subparsers, stop_on_signals
+from dpfl.learning.jobs import DpFedAvgJob, parse_job
 
 __all__ = ["DEMO_JOB", "demo_job", "register"]
 
@@ -47,11 +47,14 @@ DEMO_JOB: dict[str, Any] = {
 DEMO_AGENTS = 100
 
 
-def demo_job() -> JobSpec:
-    return parse_job(DEMO_JOB)
+def demo_job() -> DpFedAvgJob:
+    job = parse_job(DEMO_JOB)
+    if not isinstance(job, DpFedAvgJob):
+        raise TypeError(f"the demo job must be dp-fedavg, not {job.algorithm}")
+    return job
 
 
-def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "demo",
         help="DP-FedAvg on digits: 100 agents, secure aggregation, ε ≤ 4 (make demo)",

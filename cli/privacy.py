@@ -11,7 +11,6 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from typing import Any
 
 from dpfl.accounting import (
     AccountingError,
@@ -28,6 +27,7 @@ from dpfl.accounting import (
     compute_epsilon,
     event_from_json,
 )
+from dpfl.cmdline import Subparsers
 
 #: mechanism -> (required flags, optional flags); every other mechanism flag is refused.
 MECHANISMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
@@ -49,7 +49,7 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def register(subparsers: Any) -> None:
+def register(subparsers: Subparsers) -> None:
     """Add ``privacy epsilon`` and ``privacy calibrate``."""
     privacy = subparsers.add_parser(
         "privacy", help="privacy accounting: ε of a mechanism, noise calibration"

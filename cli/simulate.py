@@ -43,6 +43,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
+from dpfl.cmdline import Subparsers
 from dpfl.learning.jobs import JobSpec, job_to_dict, load_job, parse_job
 
 __all__ = [
@@ -159,8 +162,11 @@ class Simulation:
         self.job = job
         self.num_agents = agents
         self.transport = transport
-        self._tmp = None if workdir is not None else tempfile.TemporaryDirectory(prefix="dpfl-")
-        self.workdir = workdir if workdir is not None else Path(self._tmp.name)  # type: ignore[union-attr]
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if workdir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="dpfl-")
+            workdir = Path(self._tmp.name)
+        self.workdir = workdir
         self.database_url = database_url or f"sqlite:///{self.workdir / 'coordinator.db'}"
         self.serve_api = serve_api
         self.api_port = api_port
@@ -197,7 +203,7 @@ class Simulation:
             grpc_host=self.grpc_host,
             grpc_port=self.grpc_port,
             api_port=self.api_port,
-            admin_token=self.admin_token,
+            admin_token=SecretStr(self.admin_token),
             stage_deadlines=deadlines,
         )
 
@@ -471,7 +477,7 @@ def simulate_job(
 # -- the command ---------------------------------------------------------------------------------
 
 
-def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "simulate",
         help="run a job with a coordinator and N agents in this process",

@@ -17,6 +17,11 @@ import importlib
 import signal
 from collections.abc import Callable, Sequence
 from importlib import metadata
+from typing import TypeAlias
+
+#: What a subcommand module's ``register`` receives (``add_subparsers()`` of the command's parser);
+#: a string because argparse's class is not subscriptable at run time.
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
 def build_parser(

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, TypeAlias
 
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.server.errors import InvalidCredential, InvalidInput, NotFound, ServerError
@@ -84,7 +84,7 @@ class RoundMessageError(ServerError):
     grpc_status = "INVALID_ARGUMENT"
     http_status = 422
     code = "invalid_message"
-    error_code: ClassVar[int] = pb.ERROR_INVALID_ARGUMENT
+    error_code: ClassVar[pb.ErrorCode] = pb.ERROR_INVALID_ARGUMENT
 
 
 class MalformedMessage(RoundMessageError):  # noqa: N818 (names read as outcomes)
@@ -156,7 +156,7 @@ def check_round_header(
     *,
     job_id: str,
     round_number: int,
-    stage: int,
+    stage: pb.Stage,
     session_id: bytes,
 ) -> None:
     """Refuse a header that is not the expected (job, round, stage, session).
@@ -190,20 +190,23 @@ def _stage_name(stage: int) -> str:
 
 # -- authentication and enrolment ----------------------------------------------------------------
 
+#: An RPC's metadata: (key, value) pairs, binary values (keys ending in ``-bin``) as bytes.
+Metadata: TypeAlias = Iterable[tuple[str, str | bytes]]
 
-def _metadata_value(metadata: Iterable[tuple[str, Any]], key: str) -> str | None:
+
+def _metadata_value(metadata: Metadata, key: str) -> str | None:
     found = None
     for k, v in metadata:
         if k.lower() == key:
             if found is not None:
                 raise InvalidCredential(f"metadata {key!r} given twice")
-            found = v.decode("utf-8", "replace") if isinstance(v, bytes) else str(v)
+            found = v.decode("utf-8", "replace") if isinstance(v, bytes) else v
     return found
 
 
 def authenticate(
     store: Store,
-    metadata: Iterable[tuple[str, Any]] | None,
+    metadata: Metadata | None,
     *,
     certificate_cn: str | None = None,
 ) -> Agent:
@@ -229,7 +232,7 @@ def authenticate(
 
 def authenticate_member(
     store: Store,
-    metadata: Iterable[tuple[str, Any]] | None,
+    metadata: Metadata | None,
     *,
     certificate_cn: str | None = None,
 ) -> tuple[Agent, frozenset[str]]:
@@ -245,7 +248,7 @@ def authenticate_member(
     return agent, jobs
 
 
-def _credentials(metadata: Iterable[tuple[str, Any]] | None) -> tuple[str, str]:
+def _credentials(metadata: Metadata | None) -> tuple[str, str]:
     """(agent id, credential) from an RPC's metadata, checked for form only."""
     pairs = list(metadata or ())
     agent_id = _metadata_value(pairs, AGENT_ID_HEADER)

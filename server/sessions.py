@@ -33,9 +33,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.server import handlers
@@ -284,12 +284,12 @@ async def serve_stream(
     *,
     store: Store,
     registry: SessionRegistry,
-    metadata: Iterable[tuple[str, Any]] | None,
+    metadata: handlers.Metadata | None,
     inbound: AsyncIterator[pb.AgentMessage | RoundMessageError],
     hello_timeout: float = HELLO_TIMEOUT_S,
     certificate_cn: str | None = None,
     certificate_serial: int | None = None,
-) -> AsyncIterator[pb.CoordinatorMessage]:
+) -> AsyncGenerator[pb.CoordinatorMessage, None]:
     """One agent's whole ``Connect`` stream: authenticate, expect ``Hello``, then route.
 
     ``inbound`` may yield a :class:`RoundMessageError` in place of a message that could not be

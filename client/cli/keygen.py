@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from dpfl.client.keygen import KeygenError, write_key_and_csr
+from dpfl.cmdline import Subparsers
 
 
-def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "keygen",
         help="make this silo's TLS key and a CSR for the coordinator's CA to sign",

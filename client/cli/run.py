@@ -19,7 +19,6 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.logging import RichHandler
@@ -27,7 +26,7 @@ from rich.logging import RichHandler
 from dpfl.client.errors import AgentError, EnrollmentError
 from dpfl.client.progress import RichObserver
 from dpfl.client.runtime import TRAINING_THREAD, AgentOptions, run_agent
-from dpfl.cmdline import stop_on_signals
+from dpfl.cmdline import Subparsers, stop_on_signals
 
 #: Where the enrolment token may come from instead of the command line.
 TOKEN_ENV = "DPFL_ENROLLMENT_TOKEN"
@@ -37,7 +36,7 @@ class EnrollmentTokenError(EnrollmentError):
     """The enrolment token file cannot be used."""
 
 
-def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "run",
         help="enrol (once) and take part in training rounds",

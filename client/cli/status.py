@@ -13,9 +13,10 @@ from rich.table import Table
 from dpfl.client.errors import AgentError
 from dpfl.client.policy import Policy
 from dpfl.client.status import agent_status
+from dpfl.cmdline import Subparsers
 
 
-def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "status",
         help="show the agent's enrolment and the ε spent per job and in total",

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from importlib import metadata
+from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from fastapi.staticfiles import StaticFiles
@@ -97,6 +98,13 @@ def _version() -> str:
         return "0+unknown"
 
 
+class _CoordinatorApp(FastAPI):
+    """FastAPI whose OpenAPI document also describes the job document (``build_openapi``)."""
+
+    def openapi(self) -> dict[str, Any]:
+        return build_openapi(self)
+
+
 def create_app(
     *,
     store: Store,
@@ -128,7 +136,7 @@ def create_app(
     """
     if not isinstance(jobs, JobControl):
         raise TypeError(f"jobs must implement JobControl (start, stop), got {type(jobs).__name__}")
-    app = FastAPI(
+    app = _CoordinatorApp(
         title="dpfl coordinator",
         version=_version(),
         description=_DESCRIPTION,
@@ -151,7 +159,5 @@ def create_app(
     app.include_router(health.router)
     app.include_router(dashboard.router)
     app.mount("/static", StaticFiles(directory=dashboard.STATIC_DIR), name="static")
-
-    app.openapi = lambda: build_openapi(app)  # type: ignore[method-assign]
     app.add_middleware(_SecurityHeaders)
     return app

@@ -10,6 +10,9 @@ the store's total (the same curves, added up).
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import TypedDict
+
 import numpy as np
 
 from dpfl.server.api.schemas import (
@@ -57,7 +60,24 @@ __all__ = [
 _EVENT_METHOD = "rdp"
 
 
-def _summary_fields(agent: Agent, budget: ClientBudget) -> dict[str, object]:
+class _SummaryFields(TypedDict):
+    """The fields :class:`ClientSummary` and :class:`ClientPublic` share."""
+
+    id: str
+    name: str
+    labels: dict[str, str]
+    status: str
+    created_at: datetime
+    budget: BudgetPublic | None
+    delta: float
+    epsilon: float
+    epsilon_at_budget_delta: float | None
+    remaining_epsilon: float | None
+    exceeded: bool
+    data_dependent_epsilon: float | None
+
+
+def _summary_fields(agent: Agent, budget: ClientBudget) -> _SummaryFields:
     return {
         "id": agent.id,
         "name": agent.name,
@@ -83,7 +103,7 @@ def client_summaries(store: Store, *, delta: float | None = None) -> list[Client
     for budget in store.list_client_budgets(delta=delta):
         agent = agents.get(budget.agent_id)
         if agent is not None:  # enrolled between the two reads: shown on the next request
-            out.append(ClientSummary(**_summary_fields(agent, budget)))  # type: ignore[arg-type]
+            out.append(ClientSummary(**_summary_fields(agent, budget)))
     return out
 
 
@@ -92,7 +112,7 @@ def client_detail(store: Store, client_id: str, *, delta: float | None = None) -
     agent = store.get_agent(client_id)
     budget = store.client_budget(client_id, delta=delta, include_events=False)
     return ClientPublic(
-        **_summary_fields(agent, budget),  # type: ignore[arg-type]
+        **_summary_fields(agent, budget),
         jobs=store.agent_jobs(client_id),
     )
 

@@ -19,18 +19,23 @@ import getpass
 import json
 import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from dpfl.cmdline import Subparsers
 from dpfl.server.cli.serve import resolve_database_url
 from dpfl.server.errors import ServerError
+
+if TYPE_CHECKING:  # the store (SQLAlchemy) is imported only by the command that runs
+    from dpfl.server.store import Agent, Store
 
 __all__ = ["register"]
 
 _ACTIONS = {"disable": "disabled", "enable": "active", "revoke": "revoked"}
 
 
-def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "agent",
         help="list, disable, enable or revoke agents, with an audit trail (on the database)",
@@ -71,7 +76,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     audit.set_defaults(func=_audit)
 
 
-def _run(args: argparse.Namespace, action: Any) -> int:
+def _run(args: argparse.Namespace, action: Callable[[Store], int]) -> int:
     from dpfl.server.store import open_store
 
     try:
@@ -80,7 +85,7 @@ def _run(args: argparse.Namespace, action: Any) -> int:
         print(f"dpfl-coordinator agent: {exc}", file=sys.stderr)
         return 1 if exc.http_status >= 500 and exc.code != "configuration" else 2
     try:
-        return int(action(store))
+        return action(store)
     except ServerError as exc:
         print(f"dpfl-coordinator agent: {exc}", file=sys.stderr)
         return 2 if exc.http_status < 500 else 1
@@ -88,7 +93,7 @@ def _run(args: argparse.Namespace, action: Any) -> int:
         store.close()
 
 
-def _agent_json(agent: Any) -> dict[str, Any]:
+def _agent_json(agent: Agent) -> dict[str, Any]:
     return {
         "id": agent.id,
         "name": agent.name,
@@ -101,7 +106,7 @@ def _agent_json(agent: Any) -> dict[str, Any]:
 def _list(args: argparse.Namespace) -> int:
     from dpfl.server.store import AgentStatus
 
-    def action(store: Any) -> int:
+    def action(store: Store) -> int:
         status = AgentStatus(args.status) if args.status else None
         agents = store.list_agents(status=status)
         if args.json:
@@ -125,7 +130,7 @@ def _default_actor() -> str:
 def _change(args: argparse.Namespace) -> int:
     from dpfl.server.store import AgentStatus
 
-    def action(store: Any) -> int:
+    def action(store: Store) -> int:
         agent = store.set_agent_status(
             args.agent_id,
             AgentStatus(_ACTIONS[args.action]),
@@ -139,7 +144,7 @@ def _change(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    def action(store: Any) -> int:
+    def action(store: Store) -> int:
         records = store.audit_records(agent_id=args.agent, limit=args.limit)
         if args.json:
             print(

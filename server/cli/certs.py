@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
+from dpfl.cmdline import Subparsers
 from dpfl.server import tls
 
 
-def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "certs",
         help="create the CA, the coordinator certificate and agent certificates",
@@ -158,7 +159,7 @@ def _revoke(args: argparse.Namespace) -> int:
     return _report(action)
 
 
-def _report(action: Any) -> int:
+def _report(action: Callable[[], list[Path]]) -> int:
     try:
         written = action()
     except tls.PkiError as exc:

@@ -13,8 +13,8 @@ import re
 import sys
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
+from dpfl.cmdline import Subparsers
 from dpfl.server.cli.serve import resolve_database_url
 from dpfl.server.errors import ServerError
 
@@ -42,7 +42,7 @@ def _label(text: str) -> tuple[str, str]:
     return key, value
 
 
-def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "enroll-token",
         help="issue one-time enrollment tokens for agents",

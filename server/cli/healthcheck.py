@@ -16,14 +16,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any
+
+from dpfl.cmdline import Subparsers
 
 __all__ = ["probe", "register"]
 
 _DEFAULT_PORT = 8080
 
 
-def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "healthcheck",
         help="exit 0 when the local coordinator's /healthz answers 200 (container probes)",

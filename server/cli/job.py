@@ -18,18 +18,23 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from dpfl.cmdline import Subparsers
 from dpfl.learning.jobs import JobSpecError
 from dpfl.server.cli.serve import resolve_database_url
 from dpfl.server.documents import MAX_JOB_BYTES, bounded_problems
 from dpfl.server.errors import ServerError
 
+if TYPE_CHECKING:  # the store (SQLAlchemy) is imported only by the command that runs
+    from dpfl.server.store import Job, Store
+
 __all__ = ["register"]
 
 
-def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "job",
         help="submit, list, start and stop jobs (on the database)",
@@ -69,14 +74,14 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         p.set_defaults(func=_status, action=action)
 
 
-def _open(args: argparse.Namespace) -> Any:
+def _open(args: argparse.Namespace) -> Store:
     from dpfl.server.store import open_store
 
     return open_store(resolve_database_url(args.database_url, args.config))
 
 
-def _job_json(job: Any, members: list[str] | None = None) -> dict[str, Any]:
-    out = {
+def _job_json(job: Job, members: list[str] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
         "id": job.id,
         "name": job.name,
         "algorithm": job.algorithm,
@@ -89,14 +94,14 @@ def _job_json(job: Any, members: list[str] | None = None) -> dict[str, Any]:
     return out
 
 
-def _run(args: argparse.Namespace, action: Any) -> int:
+def _run(args: argparse.Namespace, action: Callable[[Store], int]) -> int:
     try:
         store = _open(args)
     except ServerError as exc:
         print(f"dpfl-coordinator job: {exc}", file=sys.stderr)
         return 1 if exc.http_status >= 500 and exc.code != "configuration" else 2
     try:
-        return int(action(store))
+        return action(store)
     except JobSpecError as exc:
         _print_problems(exc)
         return 2
@@ -149,7 +154,7 @@ def _submit(args: argparse.Namespace) -> int:
         _print_problems(exc)
         return 2
 
-    def action(store: Any) -> int:
+    def action(store: Store) -> int:
         job = submit(store, document, members=args.agent)
         if args.start:
             if not store.job_members(job.id):
@@ -172,7 +177,7 @@ def _submit(args: argparse.Namespace) -> int:
 def _list(args: argparse.Namespace) -> int:
     from dpfl.server.store import JobStatus
 
-    def action(store: Any) -> int:
+    def action(store: Store) -> int:
         status = JobStatus(args.status) if args.status else None
         jobs = store.list_jobs(status=status)
         if args.json:
@@ -191,7 +196,7 @@ def _list(args: argparse.Namespace) -> int:
 def _status(args: argparse.Namespace) -> int:
     from dpfl.server.store import AgentStatus, JobStatus
 
-    def action(store: Any) -> int:
+    def action(store: Store) -> int:
         if args.action == "start":
             if not store.job_members(args.job_id):
                 active = [a.id for a in store.list_agents(status=AgentStatus.ACTIVE)]

@@ -22,10 +22,13 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from dpfl.cmdline import stop_on_signals
+from dpfl.cmdline import Subparsers, stop_on_signals
 from dpfl.server.errors import ConfigurationError, ServerError
+
+if TYPE_CHECKING:  # settings (pydantic-settings) are imported only by the command that runs
+    from dpfl.server.settings import Settings
 
 __all__ = [
     "check_transport_security",
@@ -37,7 +40,7 @@ __all__ = [
 log = logging.getLogger("dpfl.coordinator")
 
 
-def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "serve",
         help="run the coordinator (gRPC for agents, REST API and dashboard)",
@@ -134,7 +137,7 @@ def resolve_database_url(database_url: str | None, config: Path | None) -> str:
     return str(Settings.model_fields["database_url"].default)
 
 
-def check_transport_security(settings: Any, *, insecure: bool) -> None:
+def check_transport_security(settings: Settings, *, insecure: bool) -> None:
     """Refuse to serve plaintext unless asked explicitly, and refuse a contradictory request.
 
     Raises:
@@ -153,7 +156,7 @@ def check_transport_security(settings: Any, *, insecure: bool) -> None:
         )
 
 
-def _check_tls_files(settings: Any) -> None:
+def _check_tls_files(settings: Settings) -> None:
     """Read and check the certificate, key and client CA before anything else starts, so that a
     bad file is reported by name and no database is touched."""
     from dpfl.server.grpc import server_credentials
@@ -161,7 +164,7 @@ def _check_tls_files(settings: Any) -> None:
     server_credentials(settings)
 
 
-def describe_transport(settings: Any) -> str:
+def describe_transport(settings: Settings) -> str:
     """One line on how agents and people reach this coordinator (printed at start)."""
     if settings.mtls_enabled:
         return (
@@ -221,7 +224,7 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _run(settings: Any) -> None:
+async def _run(settings: Settings) -> None:
     from dpfl.server.coordinator import Coordinator
 
     # the handlers go in first: /healthz answers during start(), and a SIGTERM sent as soon as

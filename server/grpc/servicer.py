@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError, Message
@@ -32,6 +32,8 @@ from dpfl.server.store import Store
 __all__ = ["AgentServicer", "grpc_status", "peer_certificate_cn"]
 
 M = TypeVar("M", bound=Message)
+_Request = TypeVar("_Request")
+_Response = TypeVar("_Response")
 
 
 def grpc_status(exc: BaseException) -> tuple[grpc.StatusCode, str]:
@@ -43,23 +45,23 @@ def grpc_status(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, f"internal error ({type(exc).__name__})"
 
 
-def peer_certificate_cn(context: grpc.aio.ServicerContext) -> str | None:
+def peer_certificate_cn(context: grpc.aio.ServicerContext[_Request, _Response]) -> str | None:
     """The common name of the client certificate gRPC verified for this call.
 
     Returns None when the peer presented no certificate (plaintext, or TLS without client
     certificates) and ``""`` for a verified certificate without a common name, so that such a
     certificate can never match an agent's binding.
     """
-    auth = context.auth_context() or {}
+    auth = context.auth_context()
     if not auth.get("x509_pem_cert"):
         return None
-    names = auth.get("x509_common_name") or []
-    return names[0].decode("utf-8", "replace") if names else ""
+    name = next(iter(auth.get("x509_common_name", ())), None)
+    return name.decode("utf-8", "replace") if name is not None else ""
 
 
-def _peer_serial(context: grpc.aio.ServicerContext) -> int | None:
-    pems = (context.auth_context() or {}).get("x509_pem_cert") or []
-    return peer_certificate_serial(pems[0]) if pems else None
+def _peer_serial(context: grpc.aio.ServicerContext[_Request, _Response]) -> int | None:
+    pem = next(iter(context.auth_context().get("x509_pem_cert", ())), None)
+    return peer_certificate_serial(pem) if pem is not None else None
 
 
 def _decode(cls: type[M], data: bytes) -> M:
@@ -102,16 +104,18 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         """The service's handlers, decoding requests here rather than in gRPC, so that
         undecodable bytes are answered with INVALID_ARGUMENT (gRPC itself would say UNKNOWN)."""
 
-        async def enroll(data: bytes, context: grpc.aio.ServicerContext) -> pb.EnrollResponse:
+        async def enroll(
+            data: bytes, context: grpc.aio.ServicerContext[bytes, pb.EnrollResponse]
+        ) -> pb.EnrollResponse:
             try:
                 request = _decode(pb.EnrollRequest, data)
             except handlers.MalformedMessage as exc:
                 await context.abort(*grpc_status(exc))
-                raise  # pragma: no cover - abort raises
             return await self.Enroll(request, context)
 
         async def connect(
-            requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+            requests: AsyncIterator[bytes],
+            context: grpc.aio.ServicerContext[bytes, pb.CoordinatorMessage],
         ) -> AsyncIterator[pb.CoordinatorMessage]:
             async def decoded() -> AsyncIterator[pb.AgentMessage | handlers.RoundMessageError]:
                 async for data in requests:
@@ -124,13 +128,12 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
                 yield message
 
         async def download(
-            data: bytes, context: grpc.aio.ServicerContext
+            data: bytes, context: grpc.aio.ServicerContext[bytes, pb.DownloadChunk]
         ) -> AsyncIterator[pb.DownloadChunk]:
             try:
                 request = _decode(pb.DownloadRequest, data)
             except handlers.MalformedMessage as exc:
                 await context.abort(*grpc_status(exc))
-                return
             async for chunk in self.Download(request, context):
                 yield chunk
 
@@ -149,7 +152,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             },
         )
 
-    def _check_revoked(self, context: grpc.aio.ServicerContext) -> int | None:
+    def _check_revoked(self, context: grpc.aio.ServicerContext[_Request, _Response]) -> int | None:
         """The peer certificate's serial. Raises: InvalidCredential when it is revoked."""
         serial = _peer_serial(context)
         if self.revocations is not None:
@@ -157,7 +160,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         return serial
 
     async def Enroll(  # noqa: N802 (the proto's method name)
-        self, request: pb.EnrollRequest, context: grpc.aio.ServicerContext
+        self,
+        request: pb.EnrollRequest,
+        context: grpc.aio.ServicerContext[_Request, pb.EnrollResponse],
     ) -> pb.EnrollResponse:
         try:
             self._check_revoked(context)
@@ -171,25 +176,23 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             )
         except Exception as exc:
             await context.abort(*grpc_status(exc))
-            raise  # pragma: no cover - abort raises
 
     def Connect(  # noqa: N802
         self,
         request_iterator: AsyncIterator[pb.AgentMessage],
-        context: grpc.aio.ServicerContext,
+        context: grpc.aio.ServicerContext[_Request, pb.CoordinatorMessage],
     ) -> AsyncIterator[pb.CoordinatorMessage]:
         return self._connect(request_iterator, context)
 
     async def _connect(
         self,
-        request_iterator: AsyncIterator[Any],
-        context: grpc.aio.ServicerContext,
+        request_iterator: AsyncIterator[pb.AgentMessage | handlers.RoundMessageError],
+        context: grpc.aio.ServicerContext[_Request, pb.CoordinatorMessage],
     ) -> AsyncIterator[pb.CoordinatorMessage]:
         try:
             serial = self._check_revoked(context)
         except ServerError as exc:
             await context.abort(*grpc_status(exc))
-            return
         stream = serve_stream(
             store=self.store,
             registry=self.registry,
@@ -207,7 +210,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             await stream.aclose()
 
     async def Download(  # noqa: N802
-        self, request: pb.DownloadRequest, context: grpc.aio.ServicerContext
+        self,
+        request: pb.DownloadRequest,
+        context: grpc.aio.ServicerContext[_Request, pb.DownloadChunk],
     ) -> AsyncIterator[pb.DownloadChunk]:
         try:
             self._check_revoked(context)
@@ -225,6 +230,5 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             chunks = await asyncio.to_thread(serve)
         except Exception as exc:
             await context.abort(*grpc_status(exc))
-            return
         for chunk in chunks:
             yield chunk

@@ -23,7 +23,7 @@ from dpfl.server.handlers import (
 __all__ = ["KIND_STAGE", "RoundChannel"]
 
 #: The stage each kind of agent message belongs to.
-KIND_STAGE = {
+KIND_STAGE: dict[str, pb.Stage] = {
     "invitation_response": pb.STAGE_INVITATION,
     "advertise_keys": pb.STAGE_ADVERTISE_KEYS,
     "share_keys": pb.STAGE_SHARE_KEYS,
@@ -53,14 +53,14 @@ class RoundChannel:
         self.errors: dict[str, str] = {}
         self.inbox: asyncio.Queue[Inbound] = asyncio.Queue()
 
-    def open_stage(self, stage: int, *, session_id: bytes | None = None) -> None:
+    def open_stage(self, stage: pb.Stage, *, session_id: bytes | None = None) -> None:
         """From now on, only messages of ``stage`` are accepted (messages of the previous
         stage still queued are dropped by the engine's collector)."""
         self.stage = stage
         if session_id is not None:
             self.session_id = session_id
 
-    def header(self, stage: int) -> pb.RoundHeader:
+    def header(self, stage: pb.Stage) -> pb.RoundHeader:
         return pb.RoundHeader(
             job_id=self.job_id, round=self.number, stage=stage, session_id=self.session_id
         )

@@ -40,7 +40,7 @@ import asyncio
 import json
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +60,7 @@ from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.secagg import EncodingConfig, RoundParameters, ThreatModel, decode, encode
 from dpfl.secagg import server as secagg_server
 from dpfl.secagg.errors import SecAggError
+from dpfl.secagg.messages import ClientMessage
 from dpfl.secagg.primitives import compute_session_id
 from dpfl.secagg.randomness import SystemRandomSource
 from dpfl.secagg.server_states import (
@@ -319,14 +320,16 @@ class _RoundRun:
     def refuse(self, agent_id: str, exc: Exception, header: pb.RoundHeader) -> None:
         if isinstance(exc, SecAggError):
             reply = pb.CoordinatorMessage(
-                error=pb.Error(header=header, code=int(exc.code), message=str(exc))
+                error=pb.Error(
+                    header=header, code=wire.error_code_to_pb(exc.code), message=str(exc)
+                )
             )
         else:
             reply = error_message(exc, header=header)
         self.registry.send(agent_id, reply)
 
     async def record(
-        self, stage: str, survivors: Sequence[str], dropped: Sequence[str], started: float
+        self, stage: str, survivors: Collection[str], dropped: Collection[str], started: float
     ) -> None:
         seconds = max(0.0, time.monotonic() - started)
         self.rnd = await asyncio.to_thread(
@@ -565,7 +568,7 @@ class _RoundRun:
                             vector_length=params.vector_length, ring_bits=params.ring_bits
                         ),
                     )
-                    response = assembler.add(message.masked_input)
+                    response: ClientMessage | None = assembler.add(message.masked_input)
                     if response is None:
                         return
                     del assemblers[sender]
@@ -673,9 +676,9 @@ class _RoundRun:
         charged = frozenset(a1)
         started = time.monotonic()
         self.channel.open_stage(pb.STAGE_MASKED_INPUT)
-        request = pb.MaskedInputRequest(header=self.channel.header(pb.STAGE_MASKED_INPUT))
+        ask = pb.MaskedInputRequest(header=self.channel.header(pb.STAGE_MASKED_INPUT))
         for agent_id in a1:
-            self.send(agent_id, pb.CoordinatorMessage(masked_input=request))
+            self.send(agent_id, pb.CoordinatorMessage(masked_input=ask))
         total = np.zeros(vector_length, dtype=np.uint64)
         assemblers: dict[str, wire.MaskedInputAssembler] = {}
         received: set[str] = set()

@@ -8,15 +8,16 @@ works too with ``-x url=...``.
 from __future__ import annotations
 
 from alembic import context
+from sqlalchemy.engine import Connection
 
 from dpfl.server.store.models import Base
 
 target_metadata = Base.metadata
 
 
-def _run(connection: object) -> None:
+def _run(connection: Connection) -> None:
     context.configure(
-        connection=connection,  # type: ignore[arg-type]
+        connection=connection,
         target_metadata=target_metadata,
         render_as_batch=True,  # SQLite needs table rebuilds for most ALTERs
         compare_type=True,
