@@ -12,8 +12,9 @@ socket, HTTP/2 framing and gRPC's message-size limit (which the link enforces it
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from collections.abc import AsyncGenerator, AsyncIterator
+
+from google.protobuf.message import Message
 
 from dpfl.client.transport import InProcessConnector
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
@@ -35,7 +36,7 @@ class InProcessCoordinator:
         self.coordinator = coordinator
         self.max_bytes = coordinator.settings.max_message_bytes
 
-    def _check_size(self, message: Any) -> None:
+    def _check_size(self, message: Message) -> None:
         size = message.ByteSize()
         if size > self.max_bytes:
             raise handlers.MessageTooLarge(
@@ -53,8 +54,8 @@ class InProcessCoordinator:
         return pb.EnrollResponse.FromString(response.SerializeToString())
 
     def connect_handler(
-        self, metadata: Iterable[tuple[str, Any]], inbound: AsyncIterator[pb.AgentMessage]
-    ) -> AsyncIterator[pb.CoordinatorMessage]:
+        self, metadata: handlers.Metadata, inbound: AsyncIterator[pb.AgentMessage]
+    ) -> AsyncGenerator[pb.CoordinatorMessage, None]:
         c = self.coordinator
         if c.registry is None:
             raise RuntimeError("the coordinator is not started")
@@ -69,7 +70,7 @@ class InProcessCoordinator:
         )
 
     async def download_handler(
-        self, metadata: Iterable[tuple[str, Any]], request: pb.DownloadRequest
+        self, metadata: handlers.Metadata, request: pb.DownloadRequest
     ) -> list[pb.DownloadChunk]:
         c = self.coordinator
         pairs = list(metadata)

@@ -20,7 +20,7 @@ import contextlib
 import random
 import time
 
-from dpfl.client.errors import EnrollmentError
+from dpfl.client.errors import EnrollmentError, TransportError
 from dpfl.client.progress import AgentEvent, EventKind, Observer, null_observer
 from dpfl.client.state import Credentials, StateDir, now_utc
 from dpfl.client.task import TaskLoop
@@ -29,7 +29,6 @@ from dpfl.client.transport import (
     Connector,
     CredentialRejectedError,
     GrpcTransport,
-    TransportError,
 )
 
 __all__ = ["ConnectionRunner", "ensure_enrolled"]

@@ -214,7 +214,7 @@ class _LinkSession:
                 return False
         return True
 
-    async def error(self, header: pb.RoundHeader | None, code: int, text: str) -> None:
+    async def error(self, header: pb.RoundHeader | None, code: pb.ErrorCode, text: str) -> None:
         error = pb.Error(code=code, message=text)
         if header is not None:
             error.header.CopyFrom(header)

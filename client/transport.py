@@ -27,7 +27,15 @@ import asyncio
 import contextlib
 import hashlib
 import random
-from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Sequence,
+)
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
@@ -364,7 +372,12 @@ class GrpcConnector:
 class GrpcLink:
     """One ``Connect`` stream (see :class:`CoordinatorLink`)."""
 
-    def __init__(self, call: Any, transport: GrpcTransport, metadata: Metadata) -> None:
+    def __init__(
+        self,
+        call: grpc.aio.StreamStreamCall[pb.AgentMessage, pb.CoordinatorMessage],
+        transport: GrpcTransport,
+        metadata: Metadata,
+    ) -> None:
         self._call = call
         self._transport = transport
         self._metadata = metadata
@@ -411,10 +424,10 @@ class GrpcLink:
         except Exception as exc:
             self._reason = await self._final_status(exc)
             return None
-        if message is grpc.aio.EOF:
+        if not isinstance(message, pb.CoordinatorMessage):  # grpc.aio.EOF: the stream ended
             self._reason = await self._final_status(EOFError())
             return None
-        return message  # type: ignore[no-any-return]
+        return message
 
     async def download(self, request: pb.DownloadRequest) -> Blob:
         stub = self._transport._stub
@@ -438,13 +451,20 @@ class GrpcLink:
 
 # -- in-process ------------------------------------------------------------------------------------
 
-#: The coordinator's ``Connect`` handler: (metadata, inbound agent messages) -> outbound messages.
+#: The coordinator's ``Connect`` handler: (metadata, inbound agent messages) -> outbound messages
+#: (an async generator, closed when the link ends).
 ConnectHandler = Callable[
-    [Metadata, AsyncIterator[pb.AgentMessage]], AsyncIterator[pb.CoordinatorMessage]
+    [Metadata, AsyncIterator[pb.AgentMessage]], AsyncGenerator[pb.CoordinatorMessage, None]
 ]
-#: The coordinator's ``Download`` handler: (metadata, request) -> chunks (sync or async
-#: iterable, or an awaitable of either).
-DownloadHandler = Callable[[Metadata, pb.DownloadRequest], Any]
+#: Chunks as a ``Download`` handler returns them: a sync or async iterable, or an awaitable of
+#: either.
+DownloadChunks = (
+    Iterable[pb.DownloadChunk]
+    | AsyncIterable[pb.DownloadChunk]
+    | Awaitable[Iterable[pb.DownloadChunk] | AsyncIterable[pb.DownloadChunk]]
+)
+#: The coordinator's ``Download`` handler: (metadata, request) -> chunks.
+DownloadHandler = Callable[[Metadata, pb.DownloadRequest], DownloadChunks]
 
 
 def _copy(message: M) -> M:
@@ -491,7 +511,11 @@ class InProcessConnector:
         return link
 
 
-_END = object()
+class _End:
+    """The end-of-stream marker in an :class:`InProcessLink` queue."""
+
+
+_END = _End()
 
 
 class InProcessLink:
@@ -499,8 +523,8 @@ class InProcessLink:
 
     def __init__(self, connector: InProcessConnector) -> None:
         self._connector = connector
-        self._to_coordinator: asyncio.Queue[Any] = asyncio.Queue()
-        self._to_agent: asyncio.Queue[Any] = asyncio.Queue()
+        self._to_coordinator: asyncio.Queue[pb.AgentMessage | _End] = asyncio.Queue()
+        self._to_agent: asyncio.Queue[pb.CoordinatorMessage | _End] = asyncio.Queue()
         self._pump: asyncio.Task[None] | None = None
         self._reason = ""
         self._failure: BaseException | None = None
@@ -513,11 +537,11 @@ class InProcessLink:
         """The agent's messages as the coordinator's handler reads them."""
         while True:
             item = await self._to_coordinator.get()
-            if item is _END:
+            if isinstance(item, _End):
                 return
             yield item
 
-    def start(self, outbound: AsyncIterator[pb.CoordinatorMessage]) -> None:
+    def start(self, outbound: AsyncGenerator[pb.CoordinatorMessage, None]) -> None:
         async def pump() -> None:
             try:
                 async for message in outbound:
@@ -528,7 +552,7 @@ class InProcessLink:
                 self._failure = exc
             finally:
                 with contextlib.suppress(Exception):
-                    await outbound.aclose()  # type: ignore[attr-defined]
+                    await outbound.aclose()
                 self._to_agent.put_nowait(_END)
 
         self._pump = asyncio.get_running_loop().create_task(pump(), name="dpfl-inproc-link")
@@ -542,7 +566,7 @@ class InProcessLink:
         if self._reason and self._to_agent.empty():
             return None
         item = await self._to_agent.get()
-        if item is _END:
+        if isinstance(item, _End):
             self._to_agent.put_nowait(_END)  # later calls see the end too
             failure = self._failure
             if not self._reason:
@@ -555,7 +579,7 @@ class InProcessLink:
                 self._failure = None
                 raise CredentialRejectedError(f"the coordinator refused the credential: {failure}")
             return None
-        return item  # type: ignore[no-any-return]
+        return item
 
     async def download(self, request: pb.DownloadRequest) -> Blob:
         connector = self._connector

@@ -82,19 +82,24 @@ def _wrap(model: nn.Module, mode: GradSampleMode, clip: float) -> nn.Module:
     if mode in ("hooks", "functorch"):
         from opacus import GradSampleModule
 
-        return GradSampleModule(
+        hooked: nn.Module = GradSampleModule(
             model, batch_first=True, loss_reduction="sum", force_functorch=mode == "functorch"
         )
+        return hooked
     if mode == "ew":
         from opacus.grad_sample.gsm_exp_weights import GradSampleModuleExpandedWeights
 
-        return GradSampleModuleExpandedWeights(model, batch_first=True, loss_reduction="sum")
+        expanded: nn.Module = GradSampleModuleExpandedWeights(
+            model, batch_first=True, loss_reduction="sum"
+        )
+        return expanded
     if mode == "ghost":
         from opacus.grad_sample import GradSampleModuleFastGradientClipping
 
-        return GradSampleModuleFastGradientClipping(
+        ghost: nn.Module = GradSampleModuleFastGradientClipping(
             model, batch_first=True, loss_reduction="sum", max_grad_norm=clip
         )
+        return ghost
     raise TrainingError(f"unknown grad_sample_mode {mode!r} (expected one of {GRAD_SAMPLE_MODES})")
 
 
@@ -177,18 +182,19 @@ class DpSgdTrainer:
             wrapped: Any = self._wrapped
             wrapped.enable_hooks()
             losses = cross_entropy(wrapped(xb), yb, reduction="none")
-            losses.sum().backward(retain_graph=True)
+            # torch.autograd.backward: Tensor.backward itself is unannotated
+            torch.autograd.backward(losses.sum(), retain_graph=True)
             factors = wrapped.get_clipping_coef()
             for p in self._params:
                 p.grad = None
             wrapped.disable_hooks()
-            (factors.detach() * losses).sum().backward()
+            torch.autograd.backward((factors.detach() * losses).sum())
             sums = [
                 p.grad.detach() if p.grad is not None else torch.zeros_like(p) for p in self._params
             ]
             return sums, float(losses.detach().sum()), int((factors < 1).sum())
         loss = cross_entropy(self._wrapped(xb), yb, reduction="sum")
-        loss.backward()
+        torch.autograd.backward(loss)
         samples = []
         for p in self._params:
             gs = getattr(p, "grad_sample", None)

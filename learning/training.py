@@ -165,7 +165,7 @@ class SgdTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         logits = _forward(self.model, xb.to(self.device, non_blocking=True))
         loss = cross_entropy(logits, yb.to(self.device, non_blocking=True))
-        loss.backward()
+        torch.autograd.backward(loss)  # Tensor.backward itself is unannotated
         self.optimizer.step()
         return float(loss.detach())
 
@@ -335,7 +335,7 @@ def predict_labels(
 ) -> NDArray[np.int64]:
     """Arg-max class per record (e.g. PATE one-hot votes)."""
     probs = predict_probabilities(model, x, batch_size=batch_size, device=device)
-    return probs.argmax(axis=1).astype(np.int64)
+    return np.asarray(probs.argmax(axis=1), dtype=np.int64)
 
 
 @torch.no_grad()

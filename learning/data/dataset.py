@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -19,7 +20,10 @@ from dpfl.learning.errors import DatasetError
 __all__ = ["Dataset"]
 
 
-def _frozen(array: NDArray[np.generic], dtype: type[np.generic], copy: bool) -> NDArray[np.generic]:
+_Scalar = TypeVar("_Scalar", bound=np.generic)
+
+
+def _frozen(array: NDArray[np.generic], dtype: type[_Scalar], copy: bool) -> NDArray[_Scalar]:
     out = np.array(array, dtype=dtype, order="C", copy=True if copy else None)
     out.flags.writeable = False
     return out
