@@ -123,7 +123,8 @@ def _check_rate(name: str, value: float, *, allow_zero: bool = False) -> float:
 
 def _forward(model: nn.Module, xb: torch.Tensor) -> torch.Tensor:
     try:
-        return model(xb)  # type: ignore[no-any-return]
+        logits: torch.Tensor = model(xb)  # nn.Module.__call__ is typed as returning Any
+        return logits
     except RuntimeError as exc:
         raise TrainingError(
             f"model cannot take inputs of shape {tuple(xb.shape[1:])}: {exc}"
