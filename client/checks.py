@@ -54,7 +54,7 @@ class InvitationDeclined(AgentError):  # noqa: N818 (reads as the answer it beco
 class SetupRefused(AgentError):  # noqa: N818 (reads as the answer it becomes)
     """The setup is refused; ``code`` is the ``ErrorCode`` the agent answers with."""
 
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: pb.ErrorCode, message: str) -> None:
         super().__init__(message)
         self.code = code
 

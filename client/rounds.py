@@ -104,7 +104,7 @@ class Outbox(Protocol):
         """Send several messages back to back (the pieces of one masked input)."""
         ...
 
-    async def error(self, header: pb.RoundHeader | None, code: int, text: str) -> None:
+    async def error(self, header: pb.RoundHeader | None, code: pb.ErrorCode, text: str) -> None:
         """Send an ``Error`` (with ``header`` when it concerns a round) and report it."""
         ...
 
@@ -112,7 +112,7 @@ class Outbox(Protocol):
 class _Refusal(Exception):  # noqa: N818 (control flow, never escapes this module)
     """Answer the current message with an ``Error``; ``leave`` also drops the round."""
 
-    def __init__(self, code: int, message: str, *, leave: bool = False) -> None:
+    def __init__(self, code: pb.ErrorCode, message: str, *, leave: bool = False) -> None:
         super().__init__(message)
         self.code = code
         self.leave = leave
@@ -178,9 +178,12 @@ class RoundAttempt:
             return self.secagg.stage
         return sm.Stage.ADVERTISE_KEYS
 
-    def header(self, stage: int) -> pb.RoundHeader:
+    def header(self, stage: sm.Stage) -> pb.RoundHeader:
         return pb.RoundHeader(
-            job_id=self.review.job_id, round=self.number, stage=stage, session_id=self.session_id
+            job_id=self.review.job_id,
+            round=self.number,
+            stage=secagg_wire.stage_to_pb(stage),
+            session_id=self.session_id,
         )
 
     def cancel(self) -> None:
@@ -386,7 +389,7 @@ class JobWorker:
         error = failure.error
         code = pb.ERROR_INVALID_ARGUMENT if isinstance(error, TASK_ERRORS) else pb.ERROR_INTERNAL
         text = f"local computation failed: {type(error).__name__}: {error}"
-        await self.outbox.error(attempt.header(int(attempt.stage)), code, text)
+        await self.outbox.error(attempt.header(attempt.stage), code, text)
         self._leave(text)
 
     # -- secure aggregation ------------------------------------------------------------------
@@ -431,17 +434,21 @@ class JobWorker:
             try:
                 check_request(attempt.plain, request)
             except (StaleMessage, DuplicateMessage, WrongStage) as exc:
-                raise _Refusal(int(exc.code), str(exc)) from None
+                raise _Refusal(secagg_wire.error_code_to_pb(exc.code), str(exc)) from None
             except SecAggError as exc:
                 raise _Refusal(
                     pb.ERROR_PROTOCOL_ABORT, f"plain round aborted: {exc}", leave=True
                 ) from None
+            if not isinstance(request, sm.MaskedInputRequest):  # check_request allows no other
+                raise _Refusal(pb.ERROR_WRONG_STAGE, "a plain round has only the masked input")
             await self._masked_input(attempt, request)
         elif isinstance(request, sm.MaskedInputRequest) and isinstance(
             attempt.secagg, ClientSharesSent
         ):
             await self._masked_input(attempt, request)
         else:
+            if attempt.secagg is None:
+                raise _Refusal(pb.ERROR_WRONG_STAGE, f"{kind} before the secure-aggregation setup")
             state, reply = self._step(attempt.secagg, request)
             attempt.secagg = state
             if reply is not None:
@@ -451,11 +458,11 @@ class JobWorker:
 
     def _step(
         self, state: ClientState, request: sm.ServerMessage
-    ) -> tuple[ClientState, sm.ClientMessage | None]:
+    ) -> tuple[ClientState, sm.ClientMessage]:
         try:
             new, reply = secagg_client.step(state, request)
         except (StaleMessage, DuplicateMessage, WrongStage) as exc:
-            raise _Refusal(int(exc.code), str(exc)) from None
+            raise _Refusal(secagg_wire.error_code_to_pb(exc.code), str(exc)) from None
         if isinstance(new, ClientAborted) or reply is None:
             reason = new.reason if isinstance(new, ClientAborted) else "no reply"
             raise _Refusal(
@@ -637,7 +644,7 @@ class JobWorker:
         reason = f"the coordinator reported {text}"
         self._leave(reason)
         await self.outbox.error(
-            attempt.header(int(attempt.stage)),
+            attempt.header(attempt.stage),
             pb.ERROR_PROTOCOL_ABORT,
             f"this agent left round {attempt.number}: {reason}",
         )
