@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from dpfl.client.errors import DownloadError
 from dpfl.client.transport import CoordinatorLink
-from dpfl.learning.algorithms.base import AgentData, Algorithm
+from dpfl.learning.algorithms.base import AgentData, Algorithm, TaskParams
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.secagg import EncodingConfig
 from dpfl.secagg.errors import SecAggError
@@ -95,7 +95,7 @@ def parse_public(data: bytes, *, input_shape: tuple[int, ...]) -> npt.NDArray[np
 
 def contribution(
     algorithm: Algorithm,
-    params: Mapping[str, Any],
+    task: TaskParams,
     data: AgentData,
     *,
     fetched: Fetched,
@@ -114,7 +114,7 @@ def contribution(
     model, public_x = fetched
     encoded = np.asarray(
         algorithm.agent_contribution(
-            params,
+            task,
             data,
             model=model,
             public_x=public_x,

@@ -297,7 +297,7 @@ class JobWorker:
             functools.partial(
                 contribution,
                 attempt.algorithm,
-                attempt.review.params,
+                attempt.review.task,
                 self.loop.data,
                 fetched=fetched,
                 device=self.loop.device,

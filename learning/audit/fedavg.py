@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dpfl.learning.algorithms.base import Algorithm, JobPlan
 from dpfl.learning.audit.canaries import ADD_REMOVE, REPLACE_ONE, CanaryDesign, charged_amplitude
-from dpfl.learning.jobs import DpFedLsJob, JobSpec
+from dpfl.learning.algorithms.dp_fed_ls import DpFedLsJob
+from dpfl.learning.jobs import JobSpec
 
 __all__ = ["design"]
 

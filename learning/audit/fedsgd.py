@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dpfl.learning.algorithms.base import Algorithm, AlgorithmError, JobPlan
 from dpfl.learning.audit.canaries import ADD_REMOVE, CanaryDesign, charged_amplitude
-from dpfl.learning.jobs import DpFedSgdJob, JobSpec
+from dpfl.learning.algorithms.dp_fedsgd import DpFedSgdJob
+from dpfl.learning.jobs import JobSpec
 
 __all__ = ["design"]
 

@@ -134,7 +134,7 @@ def federation(job: JobSpec, agents: int) -> tuple[CoordinatorData, dict[str, Ag
 
 
 def _model_vector(job: JobSpec, state: Any, data: CoordinatorData) -> npt.NDArray[np.float64]:
-    from dpfl.learning.algorithms.model_state import load_model
+    from dpfl.learning.algorithms.model_update import load_model
     from dpfl.learning.params import flatten_parameters
 
     return np.asarray(
@@ -263,7 +263,7 @@ def run_audit(
                 encoding,
                 num_clients=len(real_invited),
                 min_survivors=probe.min_survivors,
-                honest_fraction=float(task.params["honest_fraction"]),
+                honest_fraction=task.params.honest_fraction,
             )
             contribution = alg.agent_contribution(
                 task.params,

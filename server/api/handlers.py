@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dpfl.learning.algorithms.base import get_algorithm
+
 from dpfl.server.api.schemas import (
     BudgetPublic,
     BudgetReport,
@@ -226,17 +228,14 @@ def job_detail(store: Store, job_id: str) -> JobDetail:
 
 
 def _plan_claim(store: Store, job_id: str) -> tuple[float | None, str | None]:
-    """``details["claimed_epsilon"]`` and ``details["claim"]`` of the job's plan (kept with every
-    round record), or ``(None, None)``."""
-    for rnd in reversed(store.list_rounds(job_id)):
-        plan = rnd.noise.get("plan")
-        details = plan.get("details") if isinstance(plan, dict) else None
-        if isinstance(details, dict):
-            claimed, claim = details.get("claimed_epsilon"), details.get("claim")
-            if isinstance(claimed, int | float) and isinstance(claim, str):
-                return float(claimed), claim
-            return None, None
-    return None, None
+    """The labelled figure of the job's plan that is not a bound (``PlanDetails.shown_claim``,
+    from the latest round record), or ``(None, None)``."""
+    rounds = store.list_rounds(job_id)
+    if not rounds:
+        return None, None
+    algorithm = get_algorithm(store.get_job(job_id).spec["algorithm"])
+    shown = algorithm.details(algorithm.parse_plan(rounds[-1].noise["plan"])).shown_claim()
+    return (None, None) if shown is None else shown
 
 
 def round_public(rnd: Round) -> RoundPublic:

@@ -29,7 +29,7 @@ def _review() -> InvitationReview:
     task = ALGORITHM.round_task(
         JOB, PLAN, ALGORITHM.initial_state(JOB, PLAN, _data()), round_number=ROUND
     )
-    params = {**task.params, "job_id": JOB_ID}
+    params = {**task.params.to_json(), "job_id": JOB_ID}
     claimed = ALGORITHM.invitation_events(JOB, PLAN, round_number=ROUND, population=["a"] * 10)
     return InvitationReview(
         job_id=JOB_ID,

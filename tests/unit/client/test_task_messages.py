@@ -71,7 +71,7 @@ def invitation(coordinator: ScriptedCoordinator, setup: Setup, round_number: int
         round=round_number,
         algorithm="dp-fedavg",
         job_name=setup.job.name,
-        params=dict(task.params),
+        params=task.params.to_json(),
         events=events,
     ).invitation
 
