@@ -19,6 +19,7 @@ their refusals into a declined invitation or an ``Error`` on the wire.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 from dpfl.accounting import AccountingError, DpEvent, event_from_json

@@ -15,8 +15,7 @@ loop's executor) and must come back as m uint64 values below 2^r, or the round i
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping, MutableMapping
-from typing import Any
+from collections.abc import MutableMapping
 
 import numpy as np
 import numpy.typing as npt

@@ -1,9 +1,10 @@
 """Job specifications: one pydantic model per algorithm, parsed from YAML or JSON.
 
 A job document names its ``algorithm``; that tag selects the variant (a discriminated union of
-the registered algorithms' variants, :mod:`dpfl.learning.algorithms.registry`), and each variant,
-defined in its algorithm's module, fixes the shape of ``params``. Every model refuses unknown fields, so a typo is an
-error rather than a silently ignored setting, and every field has a default that runs.
+the registered algorithms' variants, :mod:`dpfl.learning.algorithms.registry`), and each
+variant, defined in its algorithm's module, fixes the shape of ``params``. Every model refuses
+unknown fields, so a typo is an error rather than a silently ignored setting, and every field has
+a default that runs.
 
 Invariants:
 
@@ -48,6 +49,7 @@ __all__ = [
     "Strict",
     "VotingJob",
     "VotingParams",
+    "describe_error",
     "job_spec_union",
     "job_to_dict",
     "load_job",
@@ -273,7 +275,9 @@ class JobSpec(Strict):
     @model_validator(mode="after")
     def _accounting_applies(self) -> JobSpec:
         if self.privacy.accounting not in self.ACCOUNTINGS:
-            offering = [t.tag() for t in _registered_types() if self.privacy.accounting in t.ACCOUNTINGS]
+            offering = [
+                t.tag() for t in _registered_types() if self.privacy.accounting in t.ACCOUNTINGS
+            ]
             raise ValueError(
                 f"privacy.accounting: {self.privacy.accounting!r} applies to "
                 f"{', '.join(offering) or 'no algorithm'} only; {self.algorithm} has one "
@@ -323,8 +327,6 @@ class VotingJob(JobSpec):
         return self
 
 
-
-
 def job_spec_union() -> Any:
     """The discriminated union of the registered algorithms' job variants (its JSON schema is
     the job document's)."""
@@ -360,7 +362,8 @@ def _discriminator(error: Mapping[str, Any]) -> str:
     return str((error.get("ctx") or {}).get("discriminator", "algorithm")).strip("'")
 
 
-def _describe(error: Mapping[str, Any]) -> str:
+def describe_error(error: Mapping[str, Any]) -> str:
+    """One pydantic error as ``what is wrong`` (the job's and the contracts' messages)."""
     kind = error["type"]
     ctx = error.get("ctx") or {}
     got = error.get("input")
@@ -379,6 +382,10 @@ def _describe(error: Mapping[str, Any]) -> str:
         return f"must be a finite number{shown}"
     if kind == "extra_forbidden":
         return "unknown field"
+    if kind == "json_invalid":
+        return f"not valid JSON ({ctx['error']})"
+    if kind == "model_type":
+        return "must be a JSON object"
     if kind == "missing":
         return "required field is missing"
     if kind == "literal_error":
@@ -408,7 +415,7 @@ def _problems(exc: ValidationError) -> list[str]:
         path = _path(tuple(error["loc"]))
         if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
             path = f"{path}.{_discriminator(error)}" if path else _discriminator(error)
-        message = _describe(error)
+        message = describe_error(error)
         if not path and _PATHED.match(message):  # a cross-field check that names its own path
             out.append(message)
         else:

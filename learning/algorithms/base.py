@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import abc
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Generic, Literal
@@ -52,7 +53,7 @@ from typing_extensions import TypeVar
 
 from dpfl.accounting import DpEvent
 from dpfl.learning.errors import LearningError
-from dpfl.learning.jobs import JobSpec
+from dpfl.learning.jobs import JobSpec, describe_error
 from dpfl.secagg.encoding import EncodingConfig, encode
 from dpfl.secagg.randomness import RandomStream
 
@@ -89,25 +90,45 @@ class Contract(BaseModel):
 
 ContractT = TypeVar("ContractT", bound=Contract)
 
+_PATHED = re.compile(r"^[a-z_]+(\.[a-z_]+)*: ")
+#: Why an agent refuses a task field it does not know: ignoring it could change what the
+#: claimed privacy means (docs/agent.md, "Tasks with fields the agent does not know").
+_UNKNOWN_TASK_FIELD = (
+    "(this agent does not know it and refuses the task rather than ignore it: the agent may be "
+    "older than the coordinator)"
+)
 
-def parse_contract(kind: type[ContractT], data: object, *, where: str) -> ContractT:
-    """``data`` (a JSON object, or its text) validated as ``kind``, once, at the boundary.
+
+def parse_contract(
+    kind: type[ContractT], data: object, *, where: str, unknown: str = ""
+) -> ContractT:
+    """``data`` (a JSON object, its text, or a contract re-validated) as ``kind``, validated once,
+    at the boundary.
 
     Raises:
-        AlgorithmError: one ``where.field: problem`` entry per mistake.
+        AlgorithmError: one ``where.field: problem`` entry per mistake; an unknown field's entry
+            ends with ``unknown`` (why the reader refuses what it does not understand).
     """
     try:
-        text = data if isinstance(data, str | bytes) else json.dumps(data, allow_nan=False)
+        if isinstance(data, BaseModel):
+            text: str | bytes = data.model_dump_json()
+        elif isinstance(data, str | bytes):
+            text = data
+        else:
+            text = json.dumps(data, allow_nan=False)
         return kind.model_validate_json(text)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            path = ".".join((where, *(str(p) for p in error["loc"])))
+            message = describe_error(error)
+            if not error["loc"] and _PATHED.match(message):  # a cross-field check names its field
+                path, message = f"{where}.{message}".split(": ", 1)
+            extra = f" {unknown}" if error["type"] == "extra_forbidden" and unknown else ""
+            problems.append(f"{path}: {message}{extra}")
+        raise AlgorithmError("; ".join(problems)) from None
     except (TypeError, ValueError) as exc:
-        if not isinstance(exc, ValidationError):
-            raise AlgorithmError(f"{where}: not a JSON object ({exc})") from None
-        problems = "; ".join(
-            f"{where}.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" if e["loc"] else
-            f"{where}: {e['msg']}"
-            for e in exc.errors()
-        )
-        raise AlgorithmError(problems) from None
+        raise AlgorithmError(f"{where}: not a JSON object ({exc})") from None
 
 
 class PlanDetails(Contract):
@@ -377,7 +398,7 @@ class Algorithm(abc.ABC, Generic[SpecT, PlanT, TaskT]):
         Raises:
             AlgorithmError: naming ``params.<field>`` and the problem.
         """
-        return parse_contract(self.task_type, data, where="params")
+        return parse_contract(self.task_type, data, where="params", unknown=_UNKNOWN_TASK_FIELD)
 
     def parse_plan(self, data: Mapping[str, Any]) -> JobPlan:
         """A plan stored in a round record (:meth:`JobPlan.to_json`), validated once.

@@ -62,12 +62,12 @@ from dpfl.secagg.randomness import RandomStream
 __all__ = [
     "NOISE_KINDS",
     "build_model",
-    "checked_aggregate",
-    "claimed_total",
     "calibrate_or_check",
     "check_noise",
-    "check_sensitivity",
+    "check_sensitivities",
+    "checked_aggregate",
     "choose_scale_bits",
+    "claimed_total",
     "data_shape",
     "evaluate_on_test",
     "model_dimension",
@@ -323,7 +323,7 @@ def claimed_total(
 ) -> float:
     """The summed noise a claimed release was computed with (μ, or σ for Gaussian noise), after
     checking that it is the task's kind over ``dimension`` coordinates with the sensitivities
-    the agent recomputed from ``source`` (:func:`check_sensitivity`).
+    the agent recomputed from ``source`` (:func:`check_sensitivities`).
 
     Raises:
         AlgorithmError: another kind of release, dimension or sensitivity.
@@ -335,12 +335,14 @@ def claimed_total(
             raise AlgorithmError(
                 f"the event has dimension {release.dimension}, the task {dimension}"
             )
-        check_sensitivity("L2", release.l2_sensitivity, l2, source=source)
-        check_sensitivity("L1", release.l1_sensitivity, l1, source=source)
+        check_sensitivities(
+            {"L1": (release.l1_sensitivity, l1), "L2": (release.l2_sensitivity, l2)},
+            source=source,
+        )
         return release.mu
     if not isinstance(release, GaussianEvent):
         raise AlgorithmError(f"Gaussian noise but a {type(release).__name__} is claimed")
-    check_sensitivity("L2", release.sensitivity, l2, source=source)
+    check_sensitivities({"L2": (release.sensitivity, l2)}, source=source)
     return release.sigma
 
 
@@ -387,18 +389,21 @@ def one_claimed_event(
     return events[0]
 
 
-def check_sensitivity(name: str, claimed: float, actual: float, *, source: str) -> None:
-    """Refuse a claimed sensitivity that is not the one the agent recomputed from ``source``
-    (relative tolerance 1e-12: both sides evaluate the same float formulas).
+def check_sensitivities(pairs: Mapping[str, tuple[float, float]], *, source: str) -> None:
+    """Refuse claimed sensitivities (``name: (claimed, recomputed)``) that are not the ones the
+    agent recomputed from ``source`` (relative tolerance 1e-12: both sides evaluate the same
+    float formulas).
 
     Raises:
-        AlgorithmError: naming both values.
+        AlgorithmError: naming every mismatch with both values.
     """
-    if not math.isclose(claimed, actual, rel_tol=1e-12):
-        raise AlgorithmError(
-            f"the event's {name} sensitivity {claimed:.10g} differs from the {actual:.10g} of "
-            f"{source}"
-        )
+    wrong = [
+        f"the event's {name} sensitivity {claimed:.10g} differs from the {actual:.10g} of {source}"
+        for name, (claimed, actual) in pairs.items()
+        if not math.isclose(claimed, actual, rel_tol=1e-12)
+    ]
+    if wrong:
+        raise AlgorithmError("; ".join(wrong))
 
 
 def choose_scale_bits(*, clip: float, dimension: int, inflation: float = SCALE_INFLATION) -> int:

@@ -55,7 +55,6 @@ The task is :class:`DpFedSgdTask`, the plan :class:`DpFedSgdPlan`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
@@ -81,6 +80,7 @@ from dpfl.learning.algorithms.base import (
     RoundOutcome,
     TaskParams,
 )
+from dpfl.learning.algorithms.dp_fedavg import noise_total
 from dpfl.learning.algorithms.federation import mean_local_size
 from dpfl.learning.algorithms.fedsgd_accounting import (
     CENTRAL,
@@ -100,7 +100,6 @@ from dpfl.learning.algorithms.model_update import (
     load_model,
     stepped_model,
 )
-from dpfl.learning.algorithms.dp_fedavg import noise_total
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpec, ModelUpdateJob, Strict
 from dpfl.secagg.encoding import EncodingConfig, to_ring
@@ -527,7 +526,9 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
             honest_fraction=honest_fraction,
         )
         if not isinstance(event, SelfComposedEvent) or event.count != t.local_steps:
-            raise AlgorithmError(f"expected {t.local_steps} compositions of one step, got {event!r}")
+            raise AlgorithmError(
+                f"expected {t.local_steps} compositions of one step, got {event!r}"
+            )
         step = event.event
         if isinstance(step, PoissonSampledEvent):
             if step.sampling_rate != t.batch_sampling_rate:

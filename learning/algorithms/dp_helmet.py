@@ -258,7 +258,9 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
         self.spec(job)
         d = self.details(plan)
         if data.num_classes != d.num_classes:
-            raise AlgorithmError(f"the data has {data.num_classes} classes, the plan {d.num_classes}")
+            raise AlgorithmError(
+                f"the data has {data.num_classes} classes, the plan {d.num_classes}"
+            )
         return CoordinatorState(model=None, model_version=0, details={"round": 0})
 
     def _clip(self, spec: DpHelmetJob, details: DpHelmetPlan) -> float:
@@ -349,6 +351,7 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
             num_clients=num_clients,
             min_survivors=min_survivors,
             honest_fraction=honest_fraction,
+            clip_from=f" of {classes} models of radius {t.radius:g}",
         )
         if not isinstance(event, SelfComposedEvent) or event.count != classes:
             raise AlgorithmError(f"expected {classes} class releases, got {event!r}")

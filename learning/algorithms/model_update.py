@@ -107,7 +107,9 @@ class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
         """Whether the charged event rests on the other agents' noise (then ``t`` is recorded)."""
         return details.secure_aggregation
 
-    def _charged(self, details: PlanT, population: Sequence[str], participants: Sequence[str]) -> list[str]:
+    def _charged(
+        self, details: PlanT, population: Sequence[str], participants: Sequence[str]
+    ) -> list[str]:
         """Who pays a committed round (default: its participants)."""
         del details, population
         return list(participants)
@@ -123,7 +125,9 @@ class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
             plan = make(bits)
             survivors = max(1, math.ceil(population * (1.0 - spec.secagg.dropout_fraction)))
             try:
-                self._encoding(spec, self.details(plan), participants=population, min_survivors=survivors)
+                self._encoding(
+                    spec, self.details(plan), participants=population, min_survivors=survivors
+                )
                 return plan
             except AlgorithmError:
                 if spec.secagg.scale_bits is not None or bits == 0:
@@ -234,9 +238,11 @@ class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
         num_clients: int,
         min_survivors: int,
         honest_fraction: float,
+        clip_from: str = "",
     ) -> DpEvent:
         """The checks every model-update agent makes first (honest fraction, survivors, one
-        event, the encoding's clip and scale are the task's); returns the claimed event."""
+        event, the encoding's clip and scale are the task's: ``clip``, derived as
+        ``clip_from`` says); returns the claimed event."""
         event = common.one_claimed_event(
             events,
             algorithm=self.name,
@@ -248,7 +254,7 @@ class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
         if encoding.clip != clip or encoding.scale_bits != task.scale_bits:
             raise AlgorithmError(
                 f"the encoding (clip {encoding.clip:g}, scale 2^{encoding.scale_bits}) differs "
-                f"from the task (clip {clip:g}, scale 2^{task.scale_bits})"
+                f"from the task (clip {clip:g}{clip_from}, scale 2^{task.scale_bits})"
             )
         return event
 

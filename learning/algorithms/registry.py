@@ -44,7 +44,9 @@ def _builtin_modules() -> tuple[str, ...]:
 
 
 def _plugin_modules() -> tuple[str, ...]:
-    return tuple(sorted({ep.value.partition(":")[0] for ep in entry_points(group=ENTRY_POINT_GROUP)}))
+    return tuple(
+        sorted({ep.value.partition(":")[0] for ep in entry_points(group=ENTRY_POINT_GROUP)})
+    )
 
 
 def _algorithm_of(module: ModuleType) -> AnyAlgorithm | None:

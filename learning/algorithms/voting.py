@@ -194,7 +194,9 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
         if data.public_x is None or len(data.public_x) == 0:
             raise AlgorithmError(f"{self.name} needs the public split (data.public_fraction > 0)")
         if data.num_classes != d.num_classes:
-            raise AlgorithmError(f"the data has {data.num_classes} classes, the plan {d.num_classes}")
+            raise AlgorithmError(
+                f"the data has {data.num_classes} classes, the plan {d.num_classes}"
+            )
         size = len(data.public_x)
         if spec.params.queries > size:
             raise AlgorithmError(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from dpfl.learning.algorithms.base import get_algorithm
-
+from dpfl.learning.errors import LearningError
 from dpfl.server.api.schemas import (
     BudgetPublic,
     BudgetReport,
@@ -229,13 +229,19 @@ def job_detail(store: Store, job_id: str) -> JobDetail:
 
 def _plan_claim(store: Store, job_id: str) -> tuple[float | None, str | None]:
     """The labelled figure of the job's plan that is not a bound (``PlanDetails.shown_claim``,
-    from the latest round record), or ``(None, None)``."""
-    rounds = store.list_rounds(job_id)
-    if not rounds:
-        return None, None
-    algorithm = get_algorithm(store.get_job(job_id).spec["algorithm"])
-    shown = algorithm.details(algorithm.parse_plan(rounds[-1].noise["plan"])).shown_claim()
-    return (None, None) if shown is None else shown
+    from the latest round record holding a plan), or ``(None, None)``: also for a plan this
+    coordinator cannot read (the figure is only shown, never charged)."""
+    for rnd in reversed(store.list_rounds(job_id)):
+        stored = rnd.noise.get("plan")
+        if not isinstance(stored, dict):
+            continue
+        try:
+            algorithm = get_algorithm(store.get_job(job_id).spec["algorithm"])
+            shown = algorithm.details(algorithm.parse_plan(stored)).shown_claim()
+        except LearningError:
+            return None, None
+        return (None, None) if shown is None else shown
+    return None, None
 
 
 def round_public(rnd: Round) -> RoundPublic:

@@ -129,7 +129,7 @@ async def invite(
                 round=round_number,
                 algorithm="dp-fedavg",
                 job_name=setup.job.name,
-                params=dict(task.params),
+                params=task.params.to_json(),
                 events=events,
                 model_version=task.model_version or 0,
             ),
@@ -162,7 +162,7 @@ def test_a_plain_round_acknowledges_charges_first_and_sends_the_fully_noised_vec
     setup = make_setup(plain_job(), population=3, algorithm=known)
     n, m = 3, setup.task.vector_length
     encoding = plain_encoding(setup, n)
-    mu = float(setup.plan.details["noise_total"])
+    mu = float(setup.plan.details.noise_total)
     assert encoding.noise.kind is NoiseKind.SKELLAM
     assert encoding.noise.parameter >= mu  # the whole noise per agent, not a share
 
@@ -216,7 +216,7 @@ def test_a_plain_round_acknowledges_charges_first_and_sends_the_fully_noised_vec
                 setup.job, setup.plan, round_number=1, population=ids
             )
             assert isinstance(claimed[0], SkellamEvent)  # no amplification without secagg
-            bits = int(setup.plan.details["scale_bits"])
+            bits = int(setup.plan.details.scale_bits)
             for agent in agents:
                 (entry,) = agent.ledger.entries()
                 assert [event_to_json(e) for e in entry.events] == [

@@ -108,7 +108,7 @@ class ExactSum(DpFedAvg):
     ) -> EncodingConfig:
         return EncodingConfig.for_summands(
             clip=job.params.clip,  # type: ignore[union-attr]
-            scale_bits=int(plan.details["scale_bits"]),
+            scale_bits=int(plan.details.scale_bits),
             summands=participants,
             noise=NoiseSpec.none(),
         )

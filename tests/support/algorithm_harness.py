@@ -168,7 +168,7 @@ def run_job(
     coordinator_data, agents = federation_for(job, num_agents)
     population = tuple(agents)
     plan = alg.plan(job, population=num_agents, data=coordinator_data)
-    plan = JobPlan.from_json(_wire(plan.to_json()))
+    plan = alg.parse_plan(_wire(plan.to_json()))
     _wire(job_to_dict(job))
     state = alg.initial_state(job, plan, coordinator_data)
     result = HarnessResult(job=job, plan=plan, state=state, rounds=[], population=population)
