@@ -1,11 +1,16 @@
 """The one registry of algorithms: job tags, job-spec variants and implementations.
 
-An algorithm is a module exposing ``ALGORITHM``, an :class:`~dpfl.learning.algorithms.base.Algorithm`
-instance whose ``spec_type`` is its job variant. The registry finds them in two places, by the
-same rule: every module of the ``dpfl.learning.algorithms`` package, and every module named by
-an entry point of the group ``dpfl.algorithms`` (a plugin distribution). The job-spec union
+An algorithm is a module exposing ``ALGORITHM``, an
+:class:`~dpfl.learning.algorithms.base.Algorithm` instance whose ``spec_type`` is its job
+variant. The registry finds them in two places, by the same rule: every module of the
+``dpfl.learning.algorithms`` package, and every module named by an entry point of the group
+``dpfl.algorithms`` (a plugin distribution). The job-spec union
 (:func:`dpfl.learning.jobs.parse_job`), the agent's default policy, the CLI and
 :func:`get_algorithm` all read it, so a new module is the whole registration.
+
+The modules are found once per process (reading every distribution's entry points takes
+milliseconds, and ``parse_job`` and every invitation ask); :func:`refresh` forgets them, for a
+plugin installed into the running process.
 
 Invariant: tags are unique; a module whose ``ALGORITHM`` disagrees with its job variant's
 ``algorithm`` tag is refused.
@@ -27,7 +32,14 @@ if TYPE_CHECKING:
     from dpfl.learning.algorithms.base import AnyAlgorithm
     from dpfl.learning.jobs import JobSpec
 
-__all__ = ["ENTRY_POINT_GROUP", "algorithm_names", "algorithms", "get_algorithm", "job_types"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "algorithm_names",
+    "algorithms",
+    "get_algorithm",
+    "job_types",
+    "refresh",
+]
 
 #: Plugin distributions register algorithm modules under this entry-point group.
 ENTRY_POINT_GROUP = "dpfl.algorithms"
@@ -67,9 +79,14 @@ def _algorithm_of(module: ModuleType) -> AnyAlgorithm | None:
 
 
 @cache
-def _load(modules: tuple[str, ...]) -> Mapping[str, AnyAlgorithm]:
+def algorithms() -> Mapping[str, AnyAlgorithm]:
+    """Every registered algorithm by its job tag (sorted by tag).
+
+    Raises:
+        LearningError: two modules claim one tag, or a malformed ``ALGORITHM``.
+    """
     found: dict[str, AnyAlgorithm] = {}
-    for name in modules:
+    for name in _builtin_modules() + _plugin_modules():
         algorithm = _algorithm_of(importlib.import_module(name))
         if algorithm is None:
             continue
@@ -79,13 +96,10 @@ def _load(modules: tuple[str, ...]) -> Mapping[str, AnyAlgorithm]:
     return dict(sorted(found.items()))
 
 
-def algorithms() -> Mapping[str, AnyAlgorithm]:
-    """Every registered algorithm by its job tag (sorted by tag).
-
-    Raises:
-        LearningError: two modules claim one tag, or a malformed ``ALGORITHM``.
-    """
-    return _load(_builtin_modules() + _plugin_modules())
+def refresh() -> None:
+    """Find the algorithms again on the next lookup (after installing a plugin)."""
+    importlib.invalidate_caches()
+    algorithms.cache_clear()
 
 
 def algorithm_names() -> tuple[str, ...]:

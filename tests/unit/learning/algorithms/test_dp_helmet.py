@@ -4,7 +4,6 @@ local size, charges, agent checks and a whole one-shot job."""
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 

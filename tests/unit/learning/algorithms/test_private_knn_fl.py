@@ -3,7 +3,6 @@ sensitivity (also after the encoder's rounding), calibration, charges, agent che
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
