@@ -355,6 +355,9 @@ class Algorithm(abc.ABC, Generic[SpecT, PlanT, TaskT]):
 
     #: The job's ``algorithm`` tag, e.g. "dp-fedavg".
     name: ClassVar[str]
+    #: The sign with which the released model moves along each decoded sum (black-box audits
+    #: score canaries by it); None when the model is not a running sum of the aggregates.
+    model_direction: ClassVar[float | None] = None
     spec_type: type[SpecT]
     plan_type: type[PlanT]
     task_type: type[TaskT]

@@ -188,6 +188,7 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
     """DP-FedAvg and its variants; see the module docstring."""
 
     unit = "agent"
+    model_direction = 1.0  # the mean update is added
 
     # -- coordinator side --------------------------------------------------------------------
 

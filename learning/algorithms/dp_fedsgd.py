@@ -238,6 +238,7 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
     plan_type = DpFedSgdPlan
     task_type = DpFedSgdTask
     unit = "record"
+    model_direction = -1.0  # the model steps against the summed gradients
 
     @staticmethod
     def _mode(job: DpFedSgdJob) -> str:

@@ -17,7 +17,7 @@ from dpfl.learning.algorithms import registry
 from dpfl.learning.algorithms.base import AlgorithmError, get_algorithm
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpecError, job_spec_union, parse_job
-from tests.support.algorithm_harness import run_job
+from support.algorithm_harness import run_job
 
 TOY = "toy-halved-fedavg"
 TOY_MODULE = '''
@@ -103,7 +103,8 @@ def test_a_plugin_algorithm_is_registered_everywhere_through_its_entry_point(
     # the whole job runs through the shared coordinator and agent code, both ledgers agree
     result = run_job(job, num_agents=8)
     assert [r.round for r in result.rounds] == [1, 2]
-    assert result.ledger and result.agent_ledgers
+    assert result.ledger
+    assert result.agent_ledgers
     task = algorithm.round_task(job, result.plan, result.state, round_number=1)
     assert algorithm.parse_task(task.params.to_json()) == task.params
     with pytest.raises(AlgorithmError, match=r"params\.algorithm"):
