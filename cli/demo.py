@@ -16,10 +16,13 @@ its URL and the admin token.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpfl.cli.base import stop_on_signals
-from dpfl.learning.jobs import JobSpec, parse_job
+from dpfl.learning.jobs import parse_job
+
+if TYPE_CHECKING:
+    from dpfl.learning.algorithms.dp_fedavg import DpFedAvgJob
 
 __all__ = ["DEMO_JOB", "demo_job", "register"]
 
@@ -47,8 +50,11 @@ DEMO_JOB: dict[str, Any] = {
 DEMO_AGENTS = 100
 
 
-def demo_job() -> JobSpec:
-    return parse_job(DEMO_JOB)
+def demo_job() -> DpFedAvgJob:
+    """The demo's DP-FedAvg job, validated as that variant."""
+    from dpfl.learning.algorithms.dp_fedavg import ALGORITHM
+
+    return ALGORITHM.spec(parse_job(DEMO_JOB))
 
 
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:

@@ -329,14 +329,15 @@ class VotingJob(JobSpec):
 
 def job_spec_union() -> Any:
     """The discriminated union of the registered algorithms' job variants (its JSON schema is
-    the job document's)."""
-    return Annotated[Union[_registered_types()], Field(discriminator="algorithm")]  # noqa: UP007
+    the job document's); built at run time, so it has no static type."""
+    variants: Any = Union[_registered_types()]  # noqa: UP007
+    return Annotated[variants, Field(discriminator="algorithm")]
 
 
 @cache
 def _adapter(types: tuple[type[JobSpec], ...]) -> TypeAdapter[JobSpec]:
-    union = Annotated[Union[types], Field(discriminator="algorithm")]  # noqa: UP007
-    adapter: TypeAdapter[JobSpec] = TypeAdapter(union)
+    del types  # the cache key: the registered variants
+    adapter: TypeAdapter[JobSpec] = TypeAdapter(job_spec_union())
     return adapter
 
 

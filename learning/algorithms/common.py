@@ -36,7 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -81,6 +81,8 @@ __all__ = [
     "strip_client_sampling",
 ]
 
+T = TypeVar("T")
+
 #: The job's ``privacy.noise`` values and the integer noise each adds in the ring.
 NOISE_KINDS: Mapping[str, NoiseKind] = {
     "skellam": NoiseKind.SKELLAM,
@@ -94,7 +96,7 @@ MAX_AUTO_SCALE_BITS = 48
 # -- client sampling ---------------------------------------------------------------------------
 
 
-def poisson_sample(population: Sequence[str], rate: float, stream: RandomStream) -> list[str]:
+def poisson_sample(population: Sequence[T], rate: float, stream: RandomStream) -> list[T]:
     """Each member independently with probability exactly ``rate`` (the float's exact value).
 
     ``rate = a/2^k`` exactly (a float); member i is in iff ``U_i < a`` for ``U_i`` uniform on

@@ -73,6 +73,7 @@ from dpfl.learning.algorithms.base import (
     CoordinatorState,
     JobPlan,
     RoundOutcome,
+    RoundTask,
     TaskParams,
 )
 from dpfl.learning.algorithms.model_update import (
@@ -179,9 +180,9 @@ def _sensitivities(clip: float, scale_bits: int, dimension: int) -> tuple[float,
     return config.rounded_l1_bound(dimension), config.rounded_l2_bound(dimension)
 
 
-FS = TypeVar("FS", bound=FedAvgJobBase, covariant=True, default=FedAvgJobBase)
-FP = TypeVar("FP", bound=FedAvgPlanBase, covariant=True, default=FedAvgPlanBase)
-FT = TypeVar("FT", bound=FedAvgTaskBase, covariant=True, default=FedAvgTaskBase)
+FS = TypeVar("FS", bound=FedAvgJobBase, default=FedAvgJobBase)
+FP = TypeVar("FP", bound=FedAvgPlanBase, default=FedAvgPlanBase)
+FT = TypeVar("FT", bound=FedAvgTaskBase, default=FedAvgTaskBase)
 
 
 class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
@@ -290,7 +291,7 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
         self.spec(job)
         return self.details(plan).secure_aggregation
 
-    def noise_alone_encoding(self, job: JobSpec, plan: JobPlan, task: Any) -> EncodingConfig:
+    def noise_alone_encoding(self, job: JobSpec, plan: JobPlan, task: RoundTask) -> EncodingConfig:
         """One agent's encoding of a one-agent round: its noise, ``total/(t·(1−δ))``
         (:func:`~dpfl.learning.algorithms.common.per_agent_noise` with N = m_s = 1), is the law
         of the N shares' sum in every round without dropouts, whatever N is."""

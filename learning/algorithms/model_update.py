@@ -36,7 +36,7 @@ from dpfl.learning.algorithms.base import (
     TaskParams,
 )
 from dpfl.learning.errors import LearningError
-from dpfl.learning.jobs import ModelUpdateJob
+from dpfl.learning.jobs import JobSpec, ModelUpdateJob
 from dpfl.secagg.encoding import EncodingConfig
 from dpfl.secagg.randomness import RandomSource, SystemRandomSource
 
@@ -65,9 +65,9 @@ class ModelUpdateTask(TaskParams):
     dimension: int = Field(ge=1)
 
 
-SpecT = TypeVar("SpecT", bound=ModelUpdateJob, covariant=True, default=ModelUpdateJob)
-PlanT = TypeVar("PlanT", bound=ModelUpdatePlan, covariant=True, default=ModelUpdatePlan)
-TaskT = TypeVar("TaskT", bound=ModelUpdateTask, covariant=True, default=ModelUpdateTask)
+SpecT = TypeVar("SpecT", bound=ModelUpdateJob, default=ModelUpdateJob)
+PlanT = TypeVar("PlanT", bound=ModelUpdatePlan, default=ModelUpdatePlan)
+TaskT = TypeVar("TaskT", bound=ModelUpdateTask, default=ModelUpdateTask)
 
 
 class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
@@ -135,14 +135,14 @@ class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
                 bits -= 1
 
     def select(
-        self, job: Any, plan: JobPlan, *, round_number: int, population: Sequence[str]
+        self, job: JobSpec, plan: JobPlan, *, round_number: int, population: Sequence[str]
     ) -> list[str]:
         spec = self.spec(job)
         stream = self._random.stream(f"{self.name}/select/{spec.name}/{round_number}")
         return common.poisson_sample(population, self._sampling_rate(spec), stream)
 
     def round_task(
-        self, job: Any, plan: JobPlan, state: CoordinatorState, *, round_number: int
+        self, job: JobSpec, plan: JobPlan, state: CoordinatorState, *, round_number: int
     ) -> RoundTask:
         spec, d = self.spec(job), self.details(plan)
         fields: dict[str, Any] = {
@@ -183,7 +183,7 @@ class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
 
     def encoding(
         self,
-        job: Any,
+        job: JobSpec,
         plan: JobPlan,
         task: RoundTask,
         *,
@@ -200,7 +200,7 @@ class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
         return self._encoding(spec, d, participants=participants, min_survivors=min_survivors)
 
     def invitation_events(
-        self, job: Any, plan: JobPlan, *, round_number: int, population: Sequence[str]
+        self, job: JobSpec, plan: JobPlan, *, round_number: int, population: Sequence[str]
     ) -> tuple[DpEvent, ...]:
         """``(round_event,)``: what :meth:`charges` charges any participant of any round."""
         self.spec(job)
@@ -208,7 +208,7 @@ class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
 
     def charges(
         self,
-        job: Any,
+        job: JobSpec,
         plan: JobPlan,
         *,
         round_number: int,
@@ -263,7 +263,7 @@ class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
 
 
 def initial_model_state(
-    spec: ModelUpdateJob, data: CoordinatorData, *, algorithm: str, dimension: int
+    spec: JobSpec, data: CoordinatorData, *, algorithm: str, dimension: int
 ) -> CoordinatorState:
     """Version 0: the job's model initialised from its seed.
 
@@ -285,7 +285,7 @@ def initial_model_state(
     )
 
 
-def load_model(spec: ModelUpdateJob, state: CoordinatorState, data: CoordinatorData) -> Any:
+def load_model(spec: JobSpec, state: CoordinatorState, data: CoordinatorData) -> Any:
     """The state's model as a module of the job's architecture.
 
     Raises:
@@ -304,7 +304,7 @@ def load_model(spec: ModelUpdateJob, state: CoordinatorState, data: CoordinatorD
 
 
 def stepped_model(
-    spec: ModelUpdateJob,
+    spec: JobSpec,
     net: Any,
     step: npt.NDArray[np.float64],
     data: CoordinatorData,

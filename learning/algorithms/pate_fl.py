@@ -76,6 +76,7 @@ from dpfl.learning.algorithms import common, teachers
 from dpfl.learning.algorithms.base import AgentData, AlgorithmError, Contract, TaskParams
 from dpfl.learning.algorithms.voting import (
     SOURCE,
+    Counts,
     VotingAlgorithm,
     VotingPlan,
     VotingTask,
@@ -257,11 +258,9 @@ class PateFl(VotingAlgorithm[PateFlJob, PateFlPlan, PateFlTask]):
         vote kind, with this encoding's scale, and the per-agent noise (over
         ``t·min_survivors`` honest agents, or alone without secure aggregation) carries it."""
         t = self.task(task)
-        counts = {
-            "num_clients": num_clients,
-            "min_survivors": min_survivors,
-            "honest_fraction": honest_fraction,
-        }
+        counts = Counts(
+            num_clients=num_clients, min_survivors=min_survivors, honest_fraction=honest_fraction
+        )
         event = self._claimed(t, events, encoding, **counts)
         count = len(t.queries)
         l1, l2 = vote_sensitivities(

@@ -47,7 +47,13 @@ from dpfl.accounting import DpEvent, GaussianEvent, SelfComposedEvent, SkellamEv
 from dpfl.learning.algorithms import common
 from dpfl.learning.algorithms.base import AgentData, AlgorithmError, TaskParams
 from dpfl.learning.algorithms.extractors import build_extractor, feature_spec
-from dpfl.learning.algorithms.voting import SOURCE, VotingAlgorithm, VotingPlan, VotingTask
+from dpfl.learning.algorithms.voting import (
+    SOURCE,
+    Counts,
+    VotingAlgorithm,
+    VotingPlan,
+    VotingTask,
+)
 from dpfl.learning.jobs import VotingJob, VotingParams
 from dpfl.secagg.encoding import EncodingConfig
 
@@ -237,11 +243,9 @@ class PrivateKnnFl(VotingAlgorithm[PrivateKnnFlJob, PrivateKnnFlPlan, PrivateKnn
         the agent recomputes from the task's level, k and this encoding's scale, and the
         per-agent noise (over ``t·min_survivors`` honest agents, or alone) carries it."""
         t = self.task(task)
-        counts = {
-            "num_clients": num_clients,
-            "min_survivors": min_survivors,
-            "honest_fraction": honest_fraction,
-        }
+        counts = Counts(
+            num_clients=num_clients, min_survivors=min_survivors, honest_fraction=honest_fraction
+        )
         query = self._per_query(t, self._claimed(t, events, encoding, **counts))
         l1, l2 = knn_sensitivities(
             level=t.level, k=t.k, scale_bits=t.scale_bits, num_classes=t.num_classes

@@ -34,7 +34,7 @@ from __future__ import annotations
 import abc
 import math
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -59,9 +59,17 @@ from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpec, VotingJob
 from dpfl.secagg.encoding import EncodingConfig
 
-__all__ = ["VotingAlgorithm", "VotingPlan", "VotingTask", "batch_sizes", "vote_clip"]
+__all__ = ["Counts", "VotingAlgorithm", "VotingPlan", "VotingTask", "batch_sizes", "vote_clip"]
 
 _CLIP_SLACK = 1.0 + 1e-9  # the block norm √Q_r must never trigger the encoding's clip
+
+
+class Counts(TypedDict):
+    """What a setup says of its participants; every voting check reads it."""
+
+    num_clients: int
+    min_survivors: int
+    honest_fraction: float
 
 
 def batch_sizes(queries: int, rounds: int) -> list[int]:
@@ -110,9 +118,9 @@ class VotingTask(TaskParams):
         return self.job_id or self.job
 
 
-SpecT = TypeVar("SpecT", bound=VotingJob, covariant=True, default=VotingJob)
-PlanT = TypeVar("PlanT", bound=VotingPlan, covariant=True, default=VotingPlan)
-TaskT = TypeVar("TaskT", bound=VotingTask, covariant=True, default=VotingTask)
+SpecT = TypeVar("SpecT", bound=VotingJob, default=VotingJob)
+PlanT = TypeVar("PlanT", bound=VotingPlan, default=VotingPlan)
+TaskT = TypeVar("TaskT", bound=VotingTask, default=VotingTask)
 
 
 class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):

@@ -214,7 +214,8 @@ def run_audit(
         if agent_canaries
         else probe_plan
     )
-    if mode == BLACK_BOX and alg.model_direction is None:
+    direction = alg.model_direction
+    if mode == BLACK_BOX and direction is None:
         raise AlgorithmError(
             f"black-box audits need a model that moves along the aggregates; {job.algorithm} "
             "releases votes or a one-round model: use the white-box mode"
@@ -342,9 +343,9 @@ def run_audit(
             break
     if completed == 0:
         raise AlgorithmError("no round ran: too few agents were sampled")
-    if mode == BLACK_BOX:
+    if mode == BLACK_BOX and direction is not None:
         moved = _model_vector(job, state, coordinator_data) - initial
-        scores = alg.model_direction * cset.signs * moved[cset.coordinates]
+        scores = direction * cset.signs * moved[cset.coordinates]
     if agent_canaries:
         units = [ledger.get(canary_ids[j], []) for j in range(canaries) if exists[j]]
     else:

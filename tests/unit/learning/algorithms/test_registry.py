@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 from pydantic import TypeAdapter
+from support.algorithm_harness import run_job
 
 from dpfl.client.policy import Policy
 from dpfl.learning.algorithms import registry
 from dpfl.learning.algorithms.base import AlgorithmError, get_algorithm
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpecError, job_spec_union, parse_job
-from support.algorithm_harness import run_job
 
 TOY = "toy-halved-fedavg"
 TOY_MODULE = '''
