@@ -1,7 +1,7 @@
 """The contract between an algorithm and the two shells that run it (coordinator and agent).
 
 An algorithm module (``learning/algorithms/<name>.py``) subclasses :class:`Algorithm` and keeps its
-three sides together (ALGORITHMS.md):
+three sides together (docs/algorithms.md, docs/adding-an-algorithm.md):
 
 - **coordinator side**: calibrate the noise once per job (:meth:`Algorithm.plan`), build the
   initial state (:meth:`Algorithm.initial_state`), pick the round's invitees
@@ -28,10 +28,9 @@ algorithm-specific lives in ``server/`` or ``client/``. Invariants every impleme
 
 1. :meth:`Algorithm.charges` is an upper bound on what the released SUM costs each client, for any
    set of survivors of at least ``min_survivors`` whose honest fraction is at least the job's
-   ``privacy.honest_fraction`` (SECAGG.md §4: per-agent noise is split over ``t·N·(1−δ)`` of
-   the N accepted participants and never below what the ``t·min_survivors`` guaranteed honest
-   survivors need, so dropouts cannot thin the noise below what is charged, and without dropouts
-   the summed noise does not depend on N: ``common.per_agent_noise``).
+   ``privacy.honest_fraction``: the per-agent noise is split over ``t·N·(1−δ)`` of the N
+   accepted participants and never below what the ``t·min_survivors`` guaranteed honest
+   survivors need (``common.per_agent_noise``; docs/accounting.md, "Noise shares").
 2. Every random choice that privacy depends on (sampling of clients, noise) comes from a CSPRNG.
 3. Plans, tasks and states are JSON-serialisable (states through bytes), so that a restarted
    coordinator resumes with the same noise and the same model.
@@ -52,6 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from typing_extensions import TypeVar
 
 from dpfl.accounting import DpEvent
+from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpec, describe_error
 from dpfl.secagg.encoding import EncodingConfig, encode
@@ -550,7 +550,7 @@ class Algorithm(abc.ABC, Generic[SpecT, PlanT, TaskT]):
     def agent_charge(self, task: TaskParams, events: Sequence[DpEvent]) -> tuple[DpEvent, ...]:
         """What the AGENT records in its own local ledger for ``events`` (default: them as is).
 
-        The agent does not trust the coordinator (DESIGN.md, ledger rule 3): an algorithm whose
+        The agent does not trust the coordinator (docs/accounting.md): an algorithm whose
         claimed events rest on something only the coordinator does (e.g. amplification by client
         sampling, which the agent cannot verify and which does not hold against the coordinator
         that knows the sample) returns here the conservative event the agent can stand behind.
@@ -650,15 +650,3 @@ class Algorithm(abc.ABC, Generic[SpecT, PlanT, TaskT]):
 
 #: What the shells hold: any algorithm, seen through the erased types.
 AnyAlgorithm = Algorithm[JobSpec, PlanDetails, TaskParams]
-
-
-def get_algorithm(name: str) -> AnyAlgorithm:
-    """The registered algorithm whose job tag is ``name``
-    (:func:`dpfl.learning.algorithms.registry.get_algorithm`).
-
-    Raises:
-        AlgorithmError: no such algorithm is registered.
-    """
-    from dpfl.learning.algorithms.registry import get_algorithm as lookup
-
-    return lookup(name)

@@ -11,9 +11,8 @@ Invariants:
   Shamir threshold), c = N(1−δ) in every round the coordinator runs, so without dropouts the N
   shares add up to ``Sk(μ_total/(t(1−δ)))`` WHATEVER N IS (up to the few ulps the share is
   rounded up): one agent's participation does not change the noise law of the sum, which the
-  Skellam bound under add/remove with Poisson sampling assumes (docs/accounting.md). The older
-  split ``μ_total/(t·m_s)`` made the summed noise ``N·μ_total/(t·⌈N(1−δ)⌉)``, which moves with N
-  through the ceiling. Any summed set still has ≥ m_s members of which ≥ t·m_s are honest, and
+  Skellam bound under add/remove with Poisson sampling assumes (docs/accounting.md). Any summed
+  set still has ≥ m_s members of which ≥ t·m_s are honest, and
   the share is at least ``μ_total/(t·m_s)``, so the honest noise alone is ≥ ``Sk(μ_total)``
   (variance ≥ ``σ_total²``): dropouts can never thin the noise below what is charged (base.py
   invariant 1). The per-agent value is rounded UP in floating point until

@@ -1,51 +1,9 @@
-"""DP-FedAvg (ALGORITHMS.md §1): client-level DP, Poisson client sampling, clipped model deltas,
-distributed integer noise summed by secure aggregation.
+"""DP-FedAvg: client-level DP, Poisson client sampling, clipped model deltas, distributed
+integer noise summed by secure aggregation.
 
-Round r, global model θ, population n, sampling rate q, expected participants m = q·n, clip S:
-
-- **select**: every client independently with probability q, from a CSPRNG
-  (:func:`~dpfl.learning.algorithms.common.poisson_sample`);
-- **agent**: ``local_steps`` steps of plain SGD from θ, then ``Δ_i = clip_S(θ_i − θ)``; the shell
-  encodes Δ_i with the round's :class:`~dpfl.secagg.EncodingConfig`: scale by 2^b, conditional
-  stochastic rounding, plus the agent's integer noise share, into Z_{2^r};
-- **coordinator**: with the decoded sum ``A = Σ Δ_i + noise``, ``u = A/m`` (the EXPECTED count,
-  never the realised one, so one agent moves u by at most S/m), ``v ← β·v + u``,
-  ``θ ← θ + η_s·v`` (server learning rate η_s and momentum β are post-processing).
-
-**Privacy, with secure aggregation** (protected unit: one agent's whole data set, add/remove).
-In scaled integer units one agent's rounded vector has L2 norm ≤ Δ₂ and L1 norm ≤ Δ₁
-(:meth:`EncodingConfig.rounded_l2_bound`, ``rounded_l1_bound``; Kairouz, Liu & Steinke 2021,
-Thm. 1), so the released sum is the Skellam mechanism ``Sk(μ)`` with those sensitivities (Agarwal,
-Kairouz & Liu 2021, Thm. 3.5/Cor. 3.6) on a Poisson sample: each round charges
-``PoissonSampledEvent(q, SkellamEvent(μ, Δ₁, Δ₂, d))`` to EVERY client of the population, sampled
-or not (amplification by sampling is a population-level guarantee), and T rounds compose. μ is
-calibrated directly on that event for ``privacy.target_epsilon`` (``z = √(2μ)/Δ₂`` is the
-reported noise multiplier); it is not a Gaussian z converted afterwards. With
-``privacy.noise: gaussian`` the agents add discrete Gaussian noise of summed std ``σ = z·Δ₂``
-instead and the charge is ``PoissonSampledEvent(q, GaussianEvent(σ, Δ₂))`` marked approximate: a
-sum of independent discrete Gaussians is only close to a discrete Gaussian. The event bounds the
-release of ``M(S)`` for EVERY sample S, so the coordinator releases every sample
-(:meth:`DpFedAvg.releases_every_sample`): one agent alone carries the whole summed noise, and an
-empty sample is the noise alone (:meth:`DpFedAvg.noise_alone_encoding`; docs/accounting.md,
-"Client sampling: every sample is released").
-
-**Scale bits** (``secagg.scale_bits`` unset): the smallest b whose rounding inflates Δ₂ by at most
-0.1 % (:func:`~dpfl.learning.algorithms.common.choose_scale_bits`), lowered while the sum of the
-whole population (every client sampled, each adding its noise share) would not fit a 64-bit ring.
-
-**Without secure aggregation** (``secagg.enabled: false``) the coordinator sees every agent's
-vector and who sent it, so neither the other agents' noise nor the sampling protects anyone: each
-agent adds the FULL noise ``Sk(μ)`` itself, and only the participants are charged, with the
-non-amplified local-DP event ``SkellamEvent(μ, Δ₁, Δ₂, d)`` (``secure_aggregation=False``); μ is
-then calibrated so that T such events (an agent sampled in every round) meet the target. The
-neighbouring relation stays add/remove of the agent's data (its contribution against the zero
-contribution of an agent without data); replacing the data set costs at most twice that in L2 by
-group privacy.
-
-**The agent's own ledger** (:meth:`DpFedAvg.agent_charge`) records the round's event WITHOUT the
-client-sampling wrapper: see that method.
-
-The task is :class:`DpFedAvgTask`, the plan :class:`DpFedAvgPlan`.
+The round, the charged events with and without secure aggregation, the scale rule and what the
+agent records are derived in docs/algorithms.md ("DP-FedAvg"), the subsampled Skellam bound in
+docs/accounting.md. The task is :class:`DpFedAvgTask`, the plan :class:`DpFedAvgPlan`.
 """
 
 from __future__ import annotations
@@ -236,9 +194,6 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
                 given=privacy.noise_multiplier,
                 target_epsilon=privacy.target_epsilon,
                 delta=privacy.delta,
-            )
-            record["scale_bits_rule"] = (
-                "given" if spec.secagg.scale_bits is not None else "inflation<=0.1%"
             )
             details = self.plan_type(**fields, noise_total=noise_total(privacy.noise, z, l2))
             return JobPlan(z, record, population, details)

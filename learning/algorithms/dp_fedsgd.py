@@ -1,56 +1,13 @@
-"""DP-FedSGD with many local steps (ALGORITHMS.md §2): record-level DP, distributed integer noise.
+"""DP-FedSGD with many local steps: record-level DP, distributed integer noise.
 
-Round r, global model θ; every participant uses the SAME S (``local_steps``), C (``clip``),
-p (``batch_sampling_rate``), σ and normaliser B (``expected_batch_size``), set by the
-coordinator in the task and checked by :meth:`DpFedSgd.agent_check`:
-
-- **select**: every client (or each with probability ``client_sampling_rate``, from a CSPRNG; no
-  amplification is credited for it, only participants are charged);
-- **agent** (:meth:`DpFedSgd.agent_contribution`): S DP-SGD steps in the ring
-  (:mod:`~dpfl.learning.algorithms.integer_dpsgd`): Poisson batch at rate p, per-record
-  gradients clipped to C, scaled by 2^b and conditionally rounded PER RECORD, summed exactly,
-  plus the agent's integer noise share, and a local step ``θ ← θ − γ·(I_s + n_s)/(B·2^b)``; it
-  sends ``Z_i = Σ_s (I_s + n_s)``, exactly, as its ring vector (the noise is added inside the
-  training, so the shell's encoder is not used);
-- **coordinator**: with the decoded ``A = Σ_i Z_i / 2^b`` (gradient units), ``θ ← θ − γ·A/(B·N)``
-  — the average of the agents' local deltas ``Δ_i = −γ·Z_i/(B·2^b)``, N the summed agents.
-
-**Privacy** (protected unit: one record of any agent; add/remove). In scaled integer units one
-record's rounded gradient has L2 norm ≤ Δ₂ and L1 norm ≤ Δ₁ (the encoder's bounds for clip C at
-scale b). Each round charges EACH PARTICIPANT
-``SelfComposedEvent(PoissonSampledEvent(p, SkellamEvent(μ, Δ₁, Δ₂, d)), S)`` (bare step when
-p = 1); μ is calibrated directly on T rounds of it for ``privacy.target_epsilon`` (z = √(2μ)/Δ₂
-is reported). WHOSE noise μ is depends on the round's accounting mode
-(:mod:`~dpfl.learning.algorithms.fedsgd_accounting`, which says why):
-
-- S = 1 under secure aggregation (**central**, exact): the t·N(1−δ) honest shares add up to
-  ≥ ``Sk(μ)`` (``common.per_agent_noise``), the one step from the public global model is one
-  Poisson-subsampled Skellam mechanism on the union of the data;
-- S > 1 under secure aggregation, by default (**local**, ``privacy.accounting: provable``):
-  EVERY agent adds the whole μ at every step, so its own S-step run is the charged event on its
-  own (a proven bound); ``secure_aggregation=True`` is still recorded (masking was applied), the
-  honest fraction is 1 (no other agent's noise is credited);
-- S > 1 with ``privacy.accounting: sum-dominating`` (operator opt-in): ALGORITHMS.md §2's
-  split shares, calibrated on the summed noise. That figure is NOT a bound for S > 1 (a record
-  can move all of its agent's later gradients); it is kept only as a labelled claim
-  (``calibration["claim"]``, ``details["claimed_epsilon"]``). Every ledger charges the
-  guaranteed event: each agent's own share's local-DP event (:meth:`guaranteed_round_event`);
-- no secure aggregation (**local**): every agent adds the whole μ; ``secure_aggregation=False``.
-
-The Poisson sampling of records is the agent's own, so its local ledger keeps the amplification.
-``privacy.noise: gaussian`` adds discrete Gaussian noise of std z·Δ₂ (summed or per agent, as
-above) instead; the charge ``...GaussianEvent(z·Δ₂, Δ₂)...`` is marked approximate in every mode,
-as for every algorithm's Gaussian option (a sum of discrete Gaussians is only close to one).
-
-**Ring.** No clipping follows training, so the ring is sized for the worst case: per coordinate
-``|Z_i| ≤ S·M_max·⌈C·2^b⌉`` plus κ = 10 standard deviations of the S steps' summed noise, with
-M_max = ``max_local_size``. An agent with more records does not refuse (that would make the
-guarantee depend on its size): each step's integer sum is clamped per coordinate to
-``M_max·⌈C·2^b⌉``, which leaves the step's sensitivities as they are
-(:mod:`~dpfl.learning.algorithms.integer_dpsgd`). b is the smallest scale whose
-rounding inflates Δ₂ by ≤ 0.1 %, lowered while the population's worst case would not fit 64 bits.
-
-The task is :class:`DpFedSgdTask`, the plan :class:`DpFedSgdPlan`.
+Every participant runs the same S integer DP-SGD steps (clip C, record rate p, noise σ,
+normaliser B) from the global model, adding its noise share inside every step
+(:meth:`DpFedSgd.agent_contribution`), and sends the exact sum of its noisy steps; the
+coordinator averages the agents' local deltas. Whose noise the charged event rests on depends on
+the accounting mode (:mod:`~dpfl.learning.algorithms.fedsgd_accounting`); the derivation, the
+sum-dominating opt-in (a labelled claim, never charged) and the ring's sizing are in
+docs/algorithms.md ("DP-FedSGD") and docs/accounting.md. The task is :class:`DpFedSgdTask`, the
+plan :class:`DpFedSgdPlan`.
 """
 
 from __future__ import annotations
@@ -288,9 +245,6 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
                 delta=privacy.delta,
             )
             total = noise_total(privacy.noise, z, l2)
-            record["scale_bits_rule"] = (
-                "given" if spec.secagg.scale_bits is not None else "inflation<=0.1%"
-            )
             record["expected_batch_size_rule"] = (
                 "given"
                 if p.expected_batch_size is not None

@@ -1,43 +1,12 @@
-"""DP-Helmet (ALGORITHMS.md §4): one-shot secure averaging of locally trained private linear models.
+"""DP-Helmet: one-shot secure averaging of locally trained private linear models.
 
-One round. Every agent of the population maps its records through the job's fixed,
-data-independent feature extractor φ (``identity``, or ``random-projection?dim=p&seed=s``:
-:mod:`dpfl.learning.features`), trains K one-vs-rest linear models ``f_k ∈ R^{p+1}`` by projected
-SGD (:mod:`~dpfl.learning.algorithms.helmet_training`: Huber-smoothed hinge or logistic loss, the
-exact step size and projection radius of §4), and sends the flattened ``K×(p+1)`` block through
-ONE secure summation with its share of the noise. The coordinator divides the decoded sum by the
-number of summed agents: that average is the model (``done`` after round 1).
-
-**Sensitivity** per class model (replace one record, or the whole data set):
-``s = 2c/(MΛ)`` (``privacy.unit: record``; docs/accounting.md proves it) or ``s = 2R``
-(``agent``). M is the job's ``params.min_local_size`` (default: the smallest share of the job's
-simulated federation, which the coordinator derives from the data spec): every agent with at
-least M records has sensitivity ≤ s (it decreases in M), and an agent with fewer refuses the
-task before sending anything — the refusal depends on its size only, which replacing a record
-does not change, so both data sets of a record-level pair refuse or both take part. At agent
-level (any data set for any other, sizes may differ) nothing depends on the size: no minimum,
-and an empty data set sends the zero models (in the R-ball) instead of refusing. The coordinator
-never learns the agents' sizes, and the noise is not a function of private data.
-
-**Encoding and exact accounting.** The agent's block has L2 norm ≤ R·√K (each row is in the
-R-ball), so the encoding clips at R·√K (never binding) and scales by 2^b. Stochastic rounding
-moves every coordinate to its floor or ceiling, so two rounded blocks whose real blocks differ by
-δ differ per coordinate by less than |δ_j| + 2: per class, in ring units, the L2 sensitivity is
-``Δ₂ = 2^b·s + 2√(p+1)`` and the L1 one ``Δ₁ = √(p+1)·2^b·s + 2(p+1)`` (whatever the rounding
-draws, conditional re-draws included). b is the smallest scale with ``2√(p+1) ≤ 0.1 %·2^b·s``.
-The summed noise is Skellam ``Sk(μ)``, ``μ = (σ·2^b·s)²/2`` per coordinate (noise multiplier σ
-relative to s), split over ``t·N·(1−δ)`` of the N participants, never below what the
-``t·min_survivors`` honest survivors need (ALGORITHMS.md's "scaled for |U| agents and honest
-fraction t"; :func:`~dpfl.learning.algorithms.common.per_agent_noise`): the round charges
-every participant the RDP composition of the K class releases,
-``SelfComposedEvent(SkellamEvent(μ, Δ₁, Δ₂, p+1), K)`` — exact. With ``privacy.noise: gaussian``
-it is ``SelfComposedEvent(GaussianEvent(σ·2^b·s, Δ₂), K)``, marked
-approximate. Without secure aggregation each agent adds the whole noise itself and the same
-event is charged with ``secure_aggregation=False`` (its own block alone is the same mechanism).
-The plan reports the paper's simple bound ``ε = √(2 ln(1.25·K/δ))·K/σ`` beside the accountant's
-ε (``calibration["simple_bound"]``); the ledger uses the accountant's.
-
-The task is :class:`DpHelmetTask`, the plan :class:`DpHelmetPlan`.
+One round: every agent trains K one-vs-rest linear models on the job's fixed feature map by
+projected SGD (:mod:`~dpfl.learning.algorithms.helmet_training`) and sends the flattened block
+through one secure summation with its noise share; the average is the model. The per-class
+sensitivity (``2c/(MΛ)`` per record, ``2R`` per agent), why an agent with fewer than M records
+refuses at record level only, the rounding-inflated ring sensitivities and the charged
+composition of the K class releases are derived in docs/algorithms.md ("DP-Helmet") and
+docs/accounting.md. The task is :class:`DpHelmetTask`, the plan :class:`DpHelmetPlan`.
 """
 
 from __future__ import annotations
@@ -220,9 +189,6 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
             )
             std = sigma * math.ldexp(s, bits)
             l1, l2 = class_sensitivities(s=s, scale_bits=bits, width=width)
-            record["scale_bits_rule"] = (
-                "given" if spec.secagg.scale_bits is not None else "inflation<=0.1%"
-            )
             record["simple_bound"] = {
                 "epsilon": simple_gaussian_epsilon(
                     noise_multiplier=sigma, compositions=classes, delta=privacy.delta

@@ -15,6 +15,7 @@ from __future__ import annotations
 import abc
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, Literal
 
 import numpy as np
@@ -120,7 +121,9 @@ class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
         self, spec: SpecT, population: int, bits: int, make: Callable[[int], JobPlan]
     ) -> JobPlan:
         """``make(b)`` for the largest ``b ≤ bits`` whose sum of the whole population (each
-        agent with its noise share) fits the ring; ``bits`` itself when the job gives it."""
+        agent with its noise share) fits the ring; ``bits`` itself when the job gives it. The
+        calibration record says which rule chose b."""
+        given = spec.secagg.scale_bits is not None
         while True:
             plan = make(bits)
             survivors = max(1, math.ceil(population * (1.0 - spec.secagg.dropout_fraction)))
@@ -128,9 +131,10 @@ class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
                 self._encoding(
                     spec, self.details(plan), participants=population, min_survivors=survivors
                 )
-                return plan
+                rule = {"scale_bits_rule": "given" if given else "inflation<=0.1%"}
+                return replace(plan, calibration={**plan.calibration, **rule})
             except AlgorithmError:
-                if spec.secagg.scale_bits is not None or bits == 0:
+                if given or bits == 0:
                     raise
                 bits -= 1
 

@@ -1,58 +1,11 @@
-"""PATE-FL (ALGORITHMS.md §5): noisy votes of locally trained teachers label public queries.
+"""PATE-FL: noisy votes of locally trained teachers label public queries.
 
 The coordinator side (query batches, argmax, student, charges) is the voting algorithms' shared
-one (:mod:`~dpfl.learning.algorithms.voting`); this module is how a teacher votes and what one
-agent's vote can change.
-
-- **agent**: trains its teacher ONCE per job on its own data without DP (cached in the agent
-  process, :mod:`~dpfl.learning.algorithms.teachers`); each round it votes on the round's batch of
-  public queries (one-hot, or soft probability vectors) and sends the flattened Q_r×C block;
-- **coordinator**: the ``queries`` public examples (a seeded permutation of the public split) are
-  answered in ``rounds`` even batches; the pseudo-label of a query is the argmax of the decoded
-  noisy vote sum; after the last round it trains the student (``job.model``) on the pseudo-labelled
-  examples and reports test accuracy, plus pseudo-label accuracy when the evaluation labels of the
-  public split are known (simulations; ``CoordinatorData.public_y``, never trained on).
-
-**Privacy.** Every query's vote sum carries noise of std σ (vote units). Protected unit ``agent``
-(level agent, add/remove one agent's whole vote block) or ``record`` (level instance: one record
-may change the agent's teacher and so EVERY one of its votes, each by a swap of one-hot vectors).
-Per query, one agent's change is, in ring units u = 2^b:
-
-- one-hot, agent: L1 = L2 = u; one-hot, instance: L1 = 2u, L2 = √2·u;
-- soft, agent: L1 ≤ u + C, L2 ≤ u + √C (rounding moves each coordinate by < 1);
-- soft, instance: L1 ≤ 2u + 2C, L2 ≤ √2·u + 2√C.
-
-With Skellam noise (default) each query is the Skellam mechanism ``SkellamEvent(μ, L1, L2, C)``
-(Agarwal, Kairouz & Liu 2021, Cor. 3.6), μ = (σ·u)²/2, and the Q_r queries of a round, whose
-noises are independent, compose: ``SelfComposedEvent(SkellamEvent(...), Q_r)``. That is exactly
-the bound of the whole Q_r×C block with L1 = Q_r·L1_q and L2 = √Q_r·L2_q (both sides are linear in
-Q_r), stated per query so that per-query noise levels can be compared. One-hot votes are exact
-integers at any scale: with Skellam noise they are scaled by 2^10 by default (the Skellam bound's
-correction terms shrink as 1/u², so it is then within a fraction of a percent of the Gaussian
-one), with discrete Gaussian noise b = 0; ``secagg.scale_bits`` overrides both. Soft votes take
-the smallest b whose rounding inflates L2 by ≤ 0.1 %. With ``privacy.noise: gaussian`` (discrete
-Gaussian in the ring) one-hot rounds charge ``VotingEvent(Q_r, σ, level)`` (ALGORITHMS.md §5)
-and soft rounds ``SelfComposedEvent(GaussianEvent(σ·u, L2), Q_r)``, marked approximate. σ (or
-μ) is calibrated so that all ``queries`` meet ``privacy.target_epsilon``, unless ``params.sigma``
-(or ``privacy.noise_multiplier``, read as σ) is given.
-
-**Charges**: exactly the round's answered queries, at the configured level, to every participant
-whose votes were summed; clients that did not vote are not charged (their data was not used;
-there is no client sampling to amplify). Without secure aggregation each agent adds the whole
-noise itself, so its own vote block alone is the same mechanism: the same event, charged with
-``secure_aggregation=False``.
-
-**Why no data-dependent charge.** The data-dependent bound of ALGORITHMS.md §5 (margins between
-the top two votes) bounds the cost of releasing the noisy ARGMAX only. Secure aggregation hands
-the coordinator the whole noisy vote histogram, whose cost is exactly the data-independent one,
-and the bound needs the margins of the TRUE votes, which nobody can compute without seeing them.
-So :meth:`PateFl.charges` never sets ``data_dependent_event`` (the charge is also committed before
-unmasking, when no margin is known); :meth:`PateFl.informational_data_dependent_event` offers the
-bound computed from the NOISY margins, as an informational figure about the released
-pseudo-labels only, never an upper bound on what the coordinator learned.
-
-The task is :class:`PateFlTask` (``job_id``, or ``job``, keys the agent's teacher cache), the
-plan :class:`PateFlPlan`.
+one (:mod:`~dpfl.learning.algorithms.voting`); this module is how a teacher votes (trained once
+per job, without DP, on the agent's own data) and what one agent's vote can change. The
+per-query sensitivities, the charged events and why no data-dependent figure is ever charged
+are derived in docs/algorithms.md ("PATE-FL"). The task is :class:`PateFlTask` (``job_id``, or
+``job``, keys the agent's teacher cache), the plan :class:`PateFlPlan`.
 """
 
 from __future__ import annotations

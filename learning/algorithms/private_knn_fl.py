@@ -1,36 +1,12 @@
-"""Private-kNN-FL (ALGORITHMS.md §6): each agent votes with the labels of its k nearest records.
+"""Private-kNN-FL: each agent votes with the labels of its k nearest records.
 
 The coordinator side (query batches, argmax, student, charges) is the voting algorithms' shared
-one (:mod:`~dpfl.learning.algorithms.voting`). Per public query x, agent i maps x and its own
-records through the job's fixed public extractor φ (``identity`` or a seeded random projection,
-:mod:`~dpfl.learning.algorithms.extractors`), takes its ``n_i = min(k_i, M_i)`` records nearest
-to φ(x) in Euclidean distance — ties broken by record index, a strict total order that
-replacing one record does not change for the others — and votes ``(1/k_i)·Σ one-hot labels``.
-A vote sums to ``n_i/k_i`` (1 when the agent holds at least k_i records) and has L2 norm ≤ 1.
-
-**k.** ``params.k`` is the floor every participant respects: agent i uses
-``k_i = max(k, ⌊k_fraction·M_i⌋)`` (``params.k_fraction``, e.g. a fixed share of its data) or k.
-Replacing one record (M_i unchanged, so k_i unchanged) changes the set of the n_i nearest by at
-most one swap, which moves one count from one class to another: the vote moves by at most √2/k_i
-≤ √2/k in L2 (2/k in L1). So the instance-level charge uses k — the smallest k_i any participant
-can have — without the coordinator ever learning the agents' sizes. Protecting an agent's whole
-data set (add/remove), the vote itself is the change: L2 ≤ 1, L1 ≤ 1.
-
-**Exact accounting.** Votes are fractions: the encoding scales them by u = 2^b and rounds
-stochastically (each coordinate to its floor or ceiling), which adds less than 1 per coordinate
-to each of the two votes compared. Per query, in ring units:
-
-- agent level: L1 ≤ u + C, L2 ≤ u + √C;
-- instance level: L1 ≤ 2u/k + 2C, L2 ≤ √2·u/k + 2√C;
-
-b is the smallest scale whose rounding term is ≤ 0.1 % of the data term. With Skellam noise
-(default) each query is ``SkellamEvent((σu)²/2, L1, L2, C)`` (Agarwal, Kairouz & Liu 2021) and
-the Q_r queries of a round compose; with ``privacy.noise: gaussian`` each is
-``GaussianEvent(σu, L2)``, marked approximate. These charge the exact sensitivity √2/k; the
-closed form Q·α/(k·σ²) that ALGORITHMS.md §6 states (and ``VotingEvent`` with k implements) is a
-factor k more conservative at instance level and is not used.
-
-The task is :class:`PrivateKnnFlTask`, the plan :class:`PrivateKnnFlPlan`.
+one (:mod:`~dpfl.learning.algorithms.voting`). Per public query, an agent votes
+``(1/k_i)·Σ one-hot labels`` of its ``min(k_i, M_i)`` records nearest in the job's public
+feature space (ties by record index). Why ``params.k`` bounds the instance-level change by
+√2/k whatever the agents' sizes, and the rounding-inflated sensitivities charged per query, are
+derived in docs/algorithms.md ("Private-kNN-FL"). The task is :class:`PrivateKnnFlTask`, the
+plan :class:`PrivateKnnFlPlan`.
 """
 
 from __future__ import annotations

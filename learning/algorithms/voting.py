@@ -1,30 +1,11 @@
 """What PATE-FL and Private-kNN-FL share: noisy vote histograms on public queries, pseudo-labels,
-a student (ALGORITHMS.md §5, §6). Each subclass supplies how an agent votes and what one
-agent's vote can change (the per-query sensitivities and event); this module is the rest.
-
-- **queries**: the job's ``params.queries`` public examples (a seeded permutation of the public
-  split; the public split is public, so choosing from it costs no privacy) are answered in
-  ``rounds`` even batches (:func:`batch_sizes`); every agent of the population votes in every
-  round (no client sampling, no amplification);
-- **coordinator**: the pseudo-label of a query is the argmax of the decoded noisy vote sum; after
-  the last round it trains the student (``job.model``) on the pseudo-labelled examples and reports
-  test accuracy, plus pseudo-label accuracy when the evaluation labels of the public split are
-  known (simulations; ``CoordinatorData.public_y``, never trained on);
-- **noise**: the summed votes of every query carry noise of std σ in vote units (σ·2^b in ring
-  units), Skellam by default (``μ = (σ·2^b)²/2``), split over ``t·N·(1−δ)`` of the N voters
-  and never below what the ``t·min_survivors`` honest survivors need
-  (:func:`~dpfl.learning.algorithms.common.per_agent_noise`);
-  σ is ``params.sigma`` (or ``privacy.noise_multiplier``), else calibrated so that all the job's
-  queries meet ``privacy.target_epsilon`` (``common.calibrate_or_check``);
-- **charges**: exactly the round's answered queries, at the configured level, to every
-  participant whose votes were summed; clients that did not vote are not charged. Without secure
-  aggregation each agent adds the whole noise itself, so its own vote block alone is the same
-  mechanism: the same event, charged with ``secure_aggregation=False``.
-
-**No data-dependent charge** (PATE-FL's docstring says why): :meth:`VotingAlgorithm.charges`
-never sets ``data_dependent_event``; :meth:`VotingAlgorithm.informational_data_dependent_event`
-computes the bound from the NOISY margins as an informational figure about the released
-pseudo-labels only.
+a student. Each subclass supplies how an agent votes and what one agent's vote can change (the
+per-query sensitivities and event); this module is the rest: the queries (a seeded permutation
+of the public split, answered in ``rounds`` even batches, every agent voting in every round),
+the argmax and the student, the noise split (``common.per_agent_noise``) and the charges
+(exactly the round's queries, to every participant whose votes were summed). No
+data-dependent figure is ever charged: :meth:`VotingAlgorithm.informational_data_dependent_event`
+is computed from the NOISY margins and is informational only (docs/algorithms.md, "PATE-FL").
 
 Every voting task is a :class:`VotingTask`, every plan a :class:`VotingPlan`.
 """
