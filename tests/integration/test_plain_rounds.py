@@ -19,7 +19,7 @@ import asyncio
 import dataclasses
 import os
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from dpfl.cli.simulate import Simulation
 from dpfl.client.local_ledger import LocalLedger
 from dpfl.client.policy import Policy
 from dpfl.client.progress import EventKind
-from dpfl.learning.algorithms.base import AgentData, get_algorithm
+from dpfl.learning.algorithms.base import AgentData, TaskParams, get_algorithm
 from dpfl.learning.algorithms.dp_fedavg import DpFedAvg
 from dpfl.learning.jobs import JobSpec, job_to_dict, parse_job
 from dpfl.protos import secagg_wire
@@ -72,9 +72,9 @@ class KnownVector(DpFedAvg):
     noise in one agent's encoded vector can be measured; encoding and checks stay DP-FedAvg's."""
 
     def agent_compute(
-        self, params: Mapping[str, Any], data: AgentData, **_: Any
+        self, params: TaskParams, data: AgentData, **_: Any
     ) -> npt.NDArray[np.float64]:
-        dimension, bits = int(params["dimension"]), int(params["scale_bits"])
+        dimension, bits = self.task(params).dimension, params.scale_bits
         return ExactSum.vector_for(data, dimension=dimension, scale_bits=bits)
 
 
