@@ -43,6 +43,7 @@ from dpfl.learning.algorithms.fedsgd_accounting import (
     CENTRAL,
     CLAIM_LABEL,
     SUM_DOMINATING,
+    AccountingMode,
     accounting_mode,
     agent_event,
     agent_noise_floor,
@@ -198,7 +199,7 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
     model_direction = -1.0  # the model steps against the summed gradients
 
     @staticmethod
-    def _mode(job: DpFedSgdJob) -> str:
+    def _mode(job: DpFedSgdJob) -> AccountingMode:
         """The job's accounting mode (:mod:`~dpfl.learning.algorithms.fedsgd_accounting`)."""
         return accounting_mode(
             accounting=job.privacy.accounting,
