@@ -16,10 +16,13 @@ its URL and the admin token.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpfl.cmdline import Subparsers, stop_on_signals
-from dpfl.learning.jobs import DpFedAvgJob, parse_job
+from dpfl.learning.jobs import parse_job
+
+if TYPE_CHECKING:
+    from dpfl.learning.algorithms.dp_fedavg import DpFedAvgJob
 
 __all__ = ["DEMO_JOB", "demo_job", "register"]
 
@@ -48,10 +51,10 @@ DEMO_AGENTS = 100
 
 
 def demo_job() -> DpFedAvgJob:
-    job = parse_job(DEMO_JOB)
-    if not isinstance(job, DpFedAvgJob):
-        raise TypeError(f"the demo job must be dp-fedavg, not {job.algorithm}")
-    return job
+    """The demo's DP-FedAvg job, validated as that variant."""
+    from dpfl.learning.algorithms.dp_fedavg import ALGORITHM
+
+    return ALGORITHM.spec(parse_job(DEMO_JOB))
 
 
 def register(subparsers: Subparsers) -> None:

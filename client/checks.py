@@ -21,7 +21,6 @@ into a declined invitation or an ``Error`` on the wire.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable
 
 from dpfl.accounting import AccountingError, DpEvent, event_from_json
@@ -72,11 +71,9 @@ def parse_invitation(
     except LearningError as exc:
         raise InvitationDeclined(f"unsupported algorithm {invitation.algorithm!r}: {exc}") from None
     try:
-        params = json.loads(invitation.params_json)
-    except ValueError as exc:
-        raise InvitationDeclined(f"params_json is not valid JSON: {exc}") from None
-    if not isinstance(params, dict):
-        raise InvitationDeclined("params_json must be a JSON object")
+        task = algorithm.parse_task(invitation.params_json)
+    except LearningError as exc:
+        raise InvitationDeclined(f"the task does not fit {invitation.algorithm}: {exc}") from None
     try:
         raw_events = json.loads(invitation.privacy_events_json)
         if isinstance(raw_events, dict):
@@ -89,7 +86,7 @@ def parse_invitation(
     if not claimed:
         raise InvitationDeclined("the invitation claims no privacy events")
     try:
-        charge = tuple(algorithm.agent_charge(params, claimed))
+        charge = tuple(algorithm.agent_charge(task, claimed))
     except TASK_ERRORS as exc:
         raise InvitationDeclined(f"the task does not fit {invitation.algorithm}: {exc}") from None
     review = InvitationReview(
@@ -97,7 +94,7 @@ def parse_invitation(
         job_name=invitation.job_name,
         round=invitation.header.round,
         algorithm=invitation.algorithm,
-        params=params,
+        task=task,
         claimed=claimed,
         charge=charge,
     )
@@ -127,8 +124,8 @@ def check_setup(
             not back the claim, ``INVALID_ARGUMENT`` for a malformed setup or task.
     """
     plain = is_plain_setup(request.setup)
-    alone = plain and request.setup.num_clients == 1 and review.params.get("secure_aggregation")
-    if alone is True:
+    alone = plain and request.setup.num_clients == 1 and review.task.secure_aggregation
+    if alone:
         if not alone_unmasked:
             raise SetupRefused(
                 pb.ERROR_POLICY_DECLINED,
@@ -137,7 +134,7 @@ def check_setup(
             )
     else:
         try:
-            check_mode(review.params, plain=plain)
+            check_mode(review.task, plain=plain)
         except ModeMismatchError as exc:
             raise SetupRefused(pb.ERROR_POLICY_DECLINED, f"setup refused: {exc}") from None
     params: RoundParameters | PlainParameters
@@ -153,26 +150,16 @@ def check_setup(
             pb.ERROR_INVALID_ARGUMENT,
             "setup refused: no encoding_json (the agent sums encoded real vectors)",
         )
-    honest = review.params.get("honest_fraction", 1.0)
-    if (
-        isinstance(honest, bool)
-        or not isinstance(honest, int | float)
-        or not 0 < honest <= 1
-        or not math.isfinite(honest)
-    ):
-        raise SetupRefused(
-            pb.ERROR_INVALID_ARGUMENT, f"params.honest_fraction must lie in (0, 1], got {honest!r}"
-        )
     try:
         # without secure aggregation the task's flag makes the algorithm demand the whole noise
         # from this agent alone and refuse any client-sampling amplification
         algorithm.agent_check(
-            review.params,
+            review.task,
             review.claimed,
             params.encoding,
             num_clients=params.num_clients,
             min_survivors=params.min_survivors,
-            honest_fraction=float(honest),
+            honest_fraction=review.task.honest_fraction,
         )
     except TASK_ERRORS as exc:
         raise SetupRefused(

@@ -22,14 +22,15 @@ lets only those same bytes out again.
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from dpfl.accounting import DpEvent
 from dpfl.client.errors import AgentError
 from dpfl.client.local_ledger import LocalBudgetExceeded, LocalLedger
 from dpfl.client.policy import Policy
+from dpfl.learning.algorithms.base import TaskParams
 
 __all__ = ["ChargeRefusedError", "Decision", "Gate", "InvitationReview", "LocalGate"]
 
@@ -45,24 +46,23 @@ class InvitationReview:
     Attributes:
         job_id, job_name, round: which round.
         algorithm: the algorithm tag (``dp-fedavg``...).
-        params: the task parameters (the invitation's ``params_json``).
+        task: the task (the invitation's ``params_json``, parsed by ``Algorithm.parse_task``).
         claimed: the events the coordinator says the round charges this agent.
-        charge: the events the agent records (``Algorithm.agent_charge(params, claimed)``).
+        charge: the events the agent records (``Algorithm.agent_charge(task, claimed)``).
     """
 
     job_id: str
     job_name: str
     round: int
     algorithm: str
-    params: Mapping[str, Any]
+    task: TaskParams
     claimed: tuple[DpEvent, ...]
     charge: tuple[DpEvent, ...]
 
     @property
-    def delta(self) -> float | None:
-        """The job's δ as the task states it (``params.delta``), if any."""
-        value = self.params.get("delta")
-        return float(value) if isinstance(value, int | float) else None
+    def delta(self) -> float:
+        """The job's δ as the task states it."""
+        return self.task.delta
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,19 +148,7 @@ class LocalGate:
         return not self.policy.require_secure_aggregation
 
     def _decide(self, review: InvitationReview) -> Decision:
-        params = review.params
-        secure = params.get("secure_aggregation", True)
-        honest = params.get("honest_fraction", 1.0)
-        if not isinstance(secure, bool):
-            return Decision.declined("params.secure_aggregation must be true or false")
-        if isinstance(honest, bool) or not isinstance(honest, int | float):
-            return Decision.declined("params.honest_fraction must be a number")
-        if not 0.0 < float(honest) <= 1.0:  # NaN included
-            return Decision.declined(f"params.honest_fraction {honest!r} is not in (0, 1]")
-        if params.get("noise", "skellam") not in ("skellam", "gaussian"):
-            return Decision.declined("params.noise must be 'skellam' or 'gaussian'")
-        if params.get("accounting", "provable") not in ("provable", "sum-dominating"):
-            return Decision.declined("params.accounting must be 'provable' or 'sum-dominating'")
+        task = review.task
         decision = self.policy.decide(
             algorithm=review.algorithm,
             job_id=review.job_id,
@@ -168,9 +156,9 @@ class LocalGate:
             events=review.charge,
             ledger=self.ledger,
             coordinator=self.coordinator_id,
-            secure_aggregation=secure,
-            honest_fraction=float(honest),
-            approximate=params.get("noise") == "gaussian",
+            secure_aggregation=task.secure_aggregation,
+            honest_fraction=task.honest_fraction,
+            approximate=task.approximate,
         )
         return Decision(decision.accept, decision.reason)
 

@@ -15,15 +15,14 @@ loop's executor) and must come back as m uint64 values below 2^r, or the round i
 from __future__ import annotations
 
 import io
-from collections.abc import Mapping, MutableMapping
-from typing import Any
+from collections.abc import MutableMapping
 
 import numpy as np
 import numpy.typing as npt
 
 from dpfl.client.errors import DownloadError
 from dpfl.client.transport import CoordinatorLink
-from dpfl.learning.algorithms.base import AgentData, Algorithm
+from dpfl.learning.algorithms.base import AgentData, Algorithm, TaskParams
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.secagg import EncodingConfig
 from dpfl.secagg.errors import SecAggError
@@ -95,7 +94,7 @@ def parse_public(data: bytes, *, input_shape: tuple[int, ...]) -> npt.NDArray[np
 
 def contribution(
     algorithm: Algorithm,
-    params: Mapping[str, Any],
+    task: TaskParams,
     data: AgentData,
     *,
     fetched: Fetched,
@@ -114,7 +113,7 @@ def contribution(
     model, public_x = fetched
     encoded = np.asarray(
         algorithm.agent_contribution(
-            params,
+            task,
             data,
             model=model,
             public_x=public_x,

@@ -29,14 +29,13 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from dpfl.client.errors import AgentError
+from dpfl.learning.algorithms.base import TaskParams
 from dpfl.secagg import EncodingConfig
 from dpfl.secagg import messages as sm
 from dpfl.secagg.errors import (
@@ -73,22 +72,21 @@ def is_plain_setup(setup: sm.SecAggSetup) -> bool:
     return setup.degree == 0 and setup.threshold == 0
 
 
-def check_mode(params: Mapping[str, Any], *, plain: bool) -> None:
+def check_mode(task: TaskParams, *, plain: bool) -> None:
     """Refuse a setup whose mode contradicts the task's ``secure_aggregation`` flag.
 
     Raises:
         ModeMismatchError: a plain setup for a task that did not say ``secure_aggregation:
             false``, or a masked setup for one that did.
     """
-    flag = params.get("secure_aggregation")
-    if plain and flag is not False:
-        said = "does not say" if flag is None else f"says secure_aggregation = {flag!r}"
+    flag = task.secure_aggregation
+    if plain and flag:
         raise ModeMismatchError(
             "a setup without secure aggregation (degree = threshold = 0), but the accepted "
-            f"task {said}: this agent accepted a masked round and never sends its vector "
-            "in the clear"
+            "task says secure_aggregation = True: this agent accepted a masked round and never "
+            "sends its vector in the clear"
         )
-    if not plain and flag is False:
+    if not plain and not flag:
         raise ModeMismatchError(
             "a setup with secure aggregation (masked), but the accepted task says "
             "secure_aggregation = false: the claimed privacy and the local policy were checked "

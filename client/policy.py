@@ -3,7 +3,7 @@
 Loaded from YAML (``dpfl-agent run --policy FILE``); without a file the defaults below apply.
 Every field is optional and unknown fields are errors (a typo must not silently widen a policy)::
 
-    allowed_algorithms: [dp-fedavg, pate-fl]   # default: all six
+    allowed_algorithms: [dp-fedavg, pate-fl]   # default: every registered one
     max_epsilon_per_job: 10.0                  # ε of one job at `delta`, after the round
     max_epsilon_total: 30.0                    # ε over all jobs at `delta` (RDP curves add)
     delta: 1.0e-5                              # the δ both budgets are measured at
@@ -57,7 +57,7 @@ from dpfl.accounting import (
 )
 from dpfl.client.errors import AgentError
 from dpfl.client.local_ledger import LocalLedger, LocalLedgerError
-from dpfl.learning.jobs import ALGORITHMS
+from dpfl.learning.algorithms.registry import algorithm_names
 
 __all__ = ["Decision", "Policy", "PolicyError", "noise_multiplier"]
 
@@ -122,7 +122,7 @@ class Policy(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
-    allowed_algorithms: tuple[str, ...] = ALGORITHMS
+    allowed_algorithms: tuple[str, ...] = Field(default_factory=algorithm_names)
     max_epsilon_per_job: float = Field(default=10.0, gt=0)
     max_epsilon_total: float = Field(default=30.0, gt=0)
     delta: float = Field(default=1e-5, gt=0, lt=1)
@@ -136,9 +136,10 @@ class Policy(BaseModel):
     @field_validator("allowed_algorithms")
     @classmethod
     def _known(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = [a for a in value if a not in ALGORITHMS]
+        known = algorithm_names()
+        unknown = [a for a in value if a not in known]
         if unknown:
-            raise ValueError(f"unknown algorithm(s) {unknown} (known: {', '.join(ALGORITHMS)})")
+            raise ValueError(f"unknown algorithm(s) {unknown} (known: {', '.join(known)})")
         return value
 
     @model_validator(mode="after")

@@ -360,7 +360,7 @@ class JobWorker:
             functools.partial(
                 contribution,
                 attempt.algorithm,
-                attempt.review.params,
+                attempt.review.task,
                 self.agent.data,
                 fetched=fetched,
                 device=self.agent.device,

@@ -1,12 +1,14 @@
 """Job specifications: one pydantic model per algorithm, parsed from YAML or JSON.
 
-A job document names its ``algorithm``; that tag selects the variant (a discriminated union), and
-each variant fixes the shape of ``params``. Every model refuses unknown fields, so a typo is an
-error rather than a silently ignored setting, and every field has a default that runs.
+A job document names its ``algorithm``; that tag selects the variant (a discriminated union of
+the registered algorithms' variants, :mod:`dpfl.learning.algorithms.registry`), and each
+variant, defined in its algorithm's module, fixes the shape of ``params``. Every model refuses
+unknown fields, so a typo is an error rather than a silently ignored setting, and every field has
+a default that runs.
 
 Invariants:
 
-- a parsed :data:`JobSpec` is frozen and fully validated: positive clip norms, rates in (0, 1],
+- a parsed :class:`JobSpec` is frozen and fully validated: positive clip norms, rates in (0, 1],
   δ in (0, 1), ε > 0, an honest fraction in (0, 1], a protected unit that the algorithm supports,
   a public split for the voting algorithms, exactly one round for DP-Helmet;
 - noise is either given (``privacy.noise_multiplier``, or ``params.sigma`` for voting) or derived
@@ -19,8 +21,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Union
 
 import yaml
 from pydantic import (
@@ -37,30 +40,22 @@ from pydantic import (
 from dpfl.learning.errors import LearningError
 
 __all__ = [
-    "ALGORITHMS",
     "DataSpec",
-    "DpFedAvgJob",
-    "DpFedAvgParams",
-    "DpFedLsJob",
-    "DpFedLsParams",
-    "DpFedSgdJob",
-    "DpFedSgdParams",
-    "DpHelmetJob",
-    "DpHelmetParams",
     "JobSpec",
     "JobSpecError",
-    "PateFlJob",
-    "PateFlParams",
+    "ModelUpdateJob",
     "PrivacySpec",
-    "PrivateKnnFlJob",
-    "PrivateKnnFlParams",
     "SecAggSpec",
+    "Strict",
+    "VotingJob",
+    "VotingParams",
+    "describe_error",
+    "job_spec_union",
     "job_to_dict",
     "load_job",
     "parse_job",
 ]
 
-ALGORITHMS = ("dp-fedavg", "dp-fedsgd", "dp-fed-ls", "dp-helmet", "pate-fl", "private-knn-fl")
 _SCHEMES = ("iid", "shards", "dirichlet")
 _BUILTIN_DATASETS = ("digits", "mnist", "fashion-mnist", "usps")
 
@@ -73,7 +68,7 @@ class JobSpecError(LearningError, ValueError):
         super().__init__("invalid job specification: " + "; ".join(self.problems))
 
 
-class _Strict(BaseModel):
+class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
@@ -81,20 +76,20 @@ class _Strict(BaseModel):
 # data
 
 
-class IidPartition(_Strict):
+class IidPartition(Strict):
     """Records dealt uniformly at random to the agents."""
 
     scheme: Literal["iid"] = "iid"
 
 
-class ShardsPartition(_Strict):
+class ShardsPartition(Strict):
     """Each agent holds records of only ``classes_per_agent`` classes (non-IID)."""
 
     scheme: Literal["shards"]
     classes_per_agent: int = Field(default=2, ge=1)
 
 
-class DirichletPartition(_Strict):
+class DirichletPartition(Strict):
     """Class proportions per agent drawn from Dirichlet(alpha); small alpha is very skewed."""
 
     scheme: Literal["dirichlet"]
@@ -112,7 +107,7 @@ Partition = Annotated[
 ]
 
 
-class DataSpec(_Strict):
+class DataSpec(Strict):
     """Which data set, how it is split over agents, and the public and test splits."""
 
     dataset: str = "digits"
@@ -147,7 +142,7 @@ class DataSpec(_Strict):
 # privacy and secure aggregation
 
 
-class PrivacySpec(_Strict):
+class PrivacySpec(Strict):
     """What is protected and how strongly.
 
     ``unit`` is the neighbouring relation: ``record`` (one example of any agent) or ``agent`` (an
@@ -174,7 +169,7 @@ class PrivacySpec(_Strict):
     accounting: Literal["provable", "sum-dominating"] = "provable"
 
 
-class SecAggSpec(_Strict):
+class SecAggSpec(Strict):
     """Secure aggregation (Bell et al. 2020) and the adversary it is sized for.
 
     ``threat_model`` (docs/secagg.md#threat-models): ``semi-honest`` (the server follows the
@@ -207,105 +202,16 @@ class SecAggSpec(_Strict):
 
 
 # ---------------------------------------------------------------------------------------------
-# params, one model per algorithm
+# the shared params of the voting algorithms
 
 
-class DpFedAvgParams(_Strict):
-    """DP-FedAvg (docs/algorithms.md#dp-fedavg): plain local SGD, updates clipped to ``clip``."""
-
-    clip: float = Field(default=1.0, gt=0)
-    sampling_rate: float = Field(default=1.0, gt=0, le=1)
-    local_steps: int = Field(default=5, ge=1)
-    learning_rate: float = Field(default=0.1, gt=0)
-    batch_size: int = Field(default=32, ge=1)
-    server_learning_rate: float = Field(default=1.0, gt=0)
-    # FedAvgM: momentum averages the noise of successive rounds (post-processing); 0.8 lifts
-    # DP-FedAvg on digits (100 agents, q = 0.3, 10 rounds, ε = 4) from ~0.67 to ~0.70 mean accuracy
-    server_momentum: float = Field(default=0.8, ge=0, lt=1)
-
-
-class DpFedSgdParams(_Strict):
-    """DP-FedSGD (docs/algorithms.md#dp-fedsgd): ``local_steps`` DP-SGD steps, record clip ``clip``.
-
-    ``batch_sampling_rate`` p is each local record's inclusion probability per step (Poisson).
-    ``expected_batch_size`` B normalises every agent's noisy gradient sum
-    (θ ← θ − γ·(g + noise)/B); it is one number for all agents so that the secure sum is the sum
-    of their steps (None: p × the mean local data size the coordinator derives from the job's
-    data set). ``client_sampling_rate`` samples agents per round (no amplification is credited
-    for it: only participants are charged). ``max_local_size`` sizes the ring: each local
-    step's integer gradient sum is clamped per coordinate to what ``max_local_size`` records can
-    reach, which never acts below that size and keeps the sensitivity whatever the size (a
-    refusal would make the guarantee depend on the data set's size).
-    """
-
-    clip: float = Field(default=1.0, gt=0)
-    local_steps: int = Field(default=5, ge=1)
-    batch_sampling_rate: float = Field(default=0.05, gt=0, le=1)
-    learning_rate: float = Field(default=0.1, gt=0)
-    expected_batch_size: float | None = Field(default=None, gt=0)
-    client_sampling_rate: float = Field(default=1.0, gt=0, le=1)
-    max_local_size: int = Field(default=100_000, ge=1)
-
-
-class DpFedLsParams(DpFedAvgParams):
-    """DP-Fed-LS (docs/algorithms.md#dp-fed-ls): DP-FedAvg plus Laplacian smoothing."""
-
-    sigma_ls: float = Field(default=1.0, ge=0)
-    client_sampling: Literal["poisson", "uniform"] = "poisson"
-    smoothing_scope: Literal["tensor", "vector"] = "tensor"
-
-
-class DpHelmetParams(_Strict):
-    """DP-Helmet (docs/algorithms.md#dp-helmet): projected SGD on one-vs-rest linear models."""
-
-    # chosen on a validation split of digits (50 agents, record level, ε = 4;
-    # benchmarks/helmet_defaults.py): 0.76 there, against 0.19 for the former (0.01, 5)
-    regularization: float = Field(default=0.7, gt=0)
-    radius: float = Field(default=1.0, gt=0)
-    huber_h: float = Field(default=0.1, gt=0)
-    input_clip: float = Field(default=1.0, gt=0)
-    epochs: int = Field(default=10, ge=1)
-    loss: Literal["huber", "logistic"] = "huber"
-    features: Literal["identity", "random-projection"] = "identity"
-    projection_dim: int = Field(default=256, ge=1)
-    projection_seed: int = Field(default=0, ge=0)
-    # record level: the sensitivity 2c/(MΛ) is computed for this M; agents with fewer
-    # records refuse (None: the smallest share of the job's simulated federation)
-    min_local_size: int | None = Field(default=None, ge=1)
-
-
-class PateFlParams(_Strict):
-    """PATE-FL (docs/algorithms.md#pate-fl): ``queries`` public examples labelled by noisy votes.
-
-    ``queries`` is the total over the job, answered in ``rounds`` batches; ``sigma`` is the noise
-    std of the summed votes (None: calibrated from ``privacy.target_epsilon``).
-    """
+class VotingParams(Strict):
+    """What every voting job states: ``queries`` public examples, answered in ``rounds``
+    batches, and ``sigma``, the noise std of the summed votes (None: calibrated from
+    ``privacy.target_epsilon``)."""
 
     queries: int = Field(default=200, ge=1)
     sigma: float | None = Field(default=None, gt=0)
-    teacher_epochs: int = Field(default=20, ge=1)
-    student_epochs: int = Field(default=30, ge=1)
-    vote: Literal["one-hot", "soft"] = "one-hot"
-    teacher_learning_rate: float = Field(default=0.1, gt=0)
-    student_learning_rate: float = Field(default=0.1, gt=0)
-    batch_size: int = Field(default=32, ge=1)
-
-
-class PrivateKnnFlParams(_Strict):
-    """Private-kNN-FL (docs/algorithms.md#private-knn-fl): votes of the ``k`` nearest records."""
-
-    queries: int = Field(default=200, ge=1)
-    k: int = Field(default=10, ge=1)
-    sigma: float | None = Field(default=None, gt=0)
-    student_epochs: int = Field(default=30, ge=1)
-    features: Literal["identity", "random-projection"] = "identity"
-    projection_dim: int = Field(default=256, ge=1)
-    projection_seed: int = Field(default=0, ge=0)
-    # an agent uses k_i = max(k, floor(k_fraction·M_i)) neighbours; k is the floor every
-    # participant respects, which the instance-level charge uses (None: every agent uses k)
-    k_fraction: float | None = Field(default=None, gt=0, le=1)
-    student_learning_rate: float = Field(default=0.1, gt=0)
-    batch_size: int = Field(default=32, ge=1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -314,7 +220,11 @@ class PrivateKnnFlParams(_Strict):
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
-class _JobBase(_Strict):
+class JobSpec(Strict):
+    """What every job states; each algorithm's variant (in its module) adds its tag and
+    ``params``."""
+
+    algorithm: str
     name: str
     description: str = ""
     data: DataSpec = DataSpec()
@@ -324,8 +234,12 @@ class _JobBase(_Strict):
     secagg: SecAggSpec = SecAggSpec()
     seed: int = 0
 
+    params: Strict
+
     #: The protected units this algorithm supports (checked against ``privacy.unit``).
     UNITS: ClassVar[tuple[str, ...]] = ("record", "agent")
+    #: The ``privacy.accounting`` values this algorithm offers.
+    ACCOUNTINGS: ClassVar[tuple[str, ...]] = ("provable",)
 
     @model_validator(mode="before")
     @classmethod
@@ -351,37 +265,31 @@ class _JobBase(_Strict):
         return value
 
     @model_validator(mode="after")
-    def _supported_unit(self) -> _JobBase:
+    def _supported_unit(self) -> JobSpec:
         if self.privacy.unit not in self.UNITS:
-            algorithm = getattr(self, "algorithm", "?")
             raise ValueError(
-                f"privacy.unit: {algorithm} protects {' or '.join(self.UNITS)}, "
+                f"privacy.unit: {self.algorithm} protects {' or '.join(self.UNITS)}, "
                 f"not {self.privacy.unit!r}"
             )
         return self
 
     @model_validator(mode="after")
-    def _accounting_applies(self) -> _JobBase:
-        # only DP-FedSGD with S > 1 under secure aggregation has two accountings to choose from
-        if self.privacy.accounting != "provable":
-            algorithm = getattr(self, "algorithm", "?")
-            if algorithm != "dp-fedsgd":
-                raise ValueError(
-                    f"privacy.accounting: {self.privacy.accounting!r} applies to dp-fedsgd only; "
-                    f"{algorithm} has one accounting (leave it at 'provable')"
-                )
-            if not self.secagg.enabled:
-                raise ValueError(
-                    f"privacy.accounting: {self.privacy.accounting!r} needs secure aggregation "
-                    "(without it each agent's own noise is the only guarantee: 'provable')"
-                )
-            if self.params.local_steps == 1:  # type: ignore[attr-defined]
-                raise ValueError(
-                    f"privacy.accounting: {self.privacy.accounting!r} means nothing with "
-                    "params.local_steps = 1 (one step from the global model is charged exactly "
-                    "on the summed noise already): use 'provable'"
-                )
+    def _accounting_applies(self) -> JobSpec:
+        if self.privacy.accounting not in self.ACCOUNTINGS:
+            offering = [
+                t.tag() for t in _registered_types() if self.privacy.accounting in t.ACCOUNTINGS
+            ]
+            raise ValueError(
+                f"privacy.accounting: {self.privacy.accounting!r} applies to "
+                f"{', '.join(offering) or 'no algorithm'} only; {self.algorithm} has one "
+                "accounting (leave it at 'provable')"
+            )
         return self
+
+    @classmethod
+    def tag(cls) -> str:
+        """The variant's ``algorithm`` tag."""
+        return str(getattr(cls.model_fields["algorithm"].annotation, "__args__", ("?",))[0])
 
     def _require_noise(self, sigma: float | None = None, sigma_name: str = "") -> None:
         given = (self.privacy.target_epsilon, self.privacy.noise_multiplier, sigma)
@@ -393,53 +301,23 @@ class _JobBase(_Strict):
             )
 
 
-class _ModelUpdateJob(_JobBase):
+class ModelUpdateJob(JobSpec):
     @model_validator(mode="after")
-    def _noise_given(self) -> _ModelUpdateJob:
+    def _noise_given(self) -> ModelUpdateJob:
         self._require_noise()
         return self
 
 
-class DpFedAvgJob(_ModelUpdateJob):
-    algorithm: Literal["dp-fedavg"]
-    params: DpFedAvgParams = DpFedAvgParams()
-    UNITS = ("agent",)
-
-
-class DpFedSgdJob(_ModelUpdateJob):
-    algorithm: Literal["dp-fedsgd"]
-    params: DpFedSgdParams = DpFedSgdParams()
-    UNITS = ("record",)
-
-
-class DpFedLsJob(_ModelUpdateJob):
-    algorithm: Literal["dp-fed-ls"]
-    params: DpFedLsParams = DpFedLsParams()
-    UNITS = ("agent",)
-
-
-class DpHelmetJob(_ModelUpdateJob):
-    algorithm: Literal["dp-helmet"]
+class VotingJob(JobSpec):
     rounds: int = 1
-    params: DpHelmetParams = DpHelmetParams()
-
-    @field_validator("rounds")
-    @classmethod
-    def _one_shot(cls, value: int) -> int:
-        if value != 1:
-            raise ValueError(f"dp-helmet is one-shot: must be 1 (got {value})")
-        return value
-
-
-class _VotingJob(_JobBase):
-    rounds: int = 1
+    params: VotingParams
 
     @model_validator(mode="after")
-    def _voting_needs(self) -> _VotingJob:
-        params: PateFlParams | PrivateKnnFlParams = self.params  # type: ignore[attr-defined]
+    def _voting_needs(self) -> VotingJob:
+        params = self.params
         if self.data.public_fraction <= 0:
             raise ValueError(
-                f"data.public_fraction: must be > 0 for {self.algorithm} "  # type: ignore[attr-defined]
+                f"data.public_fraction: must be > 0 for {self.algorithm} "
                 "(the public split holds the queries the agents vote on)"
             )
         if params.queries < self.rounds:
@@ -450,23 +328,28 @@ class _VotingJob(_JobBase):
         return self
 
 
-class PateFlJob(_VotingJob):
-    algorithm: Literal["pate-fl"]
-    params: PateFlParams = PateFlParams()
+def job_spec_union() -> Any:
+    """The discriminated union of the registered algorithms' job variants (its JSON schema is
+    the job document's); built at run time, so it has no static type."""
+    variants: Any = Union[_registered_types()]  # noqa: UP007
+    return Annotated[variants, Field(discriminator="algorithm")]
 
 
-class PrivateKnnFlJob(_VotingJob):
-    algorithm: Literal["private-knn-fl"]
-    params: PrivateKnnFlParams = PrivateKnnFlParams()
+@cache
+def _adapter(types: tuple[type[JobSpec], ...]) -> TypeAdapter[JobSpec]:
+    del types  # the cache key: the registered variants
+    adapter: TypeAdapter[JobSpec] = TypeAdapter(job_spec_union())
+    return adapter
 
 
-JobSpec = Annotated[
-    DpFedAvgJob | DpFedSgdJob | DpFedLsJob | DpHelmetJob | PateFlJob | PrivateKnnFlJob,
-    Field(discriminator="algorithm"),
-]
-"""A validated job of any algorithm; ``spec.algorithm`` tells which variant it is."""
+def _registered_types() -> tuple[type[JobSpec], ...]:
+    from dpfl.learning.algorithms.registry import job_types
 
-_ADAPTER: TypeAdapter[JobSpec] = TypeAdapter(JobSpec)
+    return job_types()
+
+
+def _algorithm_names() -> tuple[str, ...]:
+    return tuple(t.tag() for t in _registered_types())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -481,7 +364,8 @@ def _discriminator(error: Mapping[str, Any]) -> str:
     return str((error.get("ctx") or {}).get("discriminator", "algorithm")).strip("'")
 
 
-def _describe(error: Mapping[str, Any]) -> str:
+def describe_error(error: Mapping[str, Any]) -> str:
+    """One pydantic error as ``what is wrong`` (the job's and the contracts' messages)."""
     kind = error["type"]
     ctx = error.get("ctx") or {}
     got = error.get("input")
@@ -500,11 +384,15 @@ def _describe(error: Mapping[str, Any]) -> str:
         return f"must be a finite number{shown}"
     if kind == "extra_forbidden":
         return "unknown field"
+    if kind == "json_invalid":
+        return f"not valid JSON ({ctx['error']})"
+    if kind == "model_type":
+        return "must be a JSON object"
     if kind == "missing":
         return "required field is missing"
     if kind == "literal_error":
         return f"must be one of {ctx['expected']}{shown}"
-    choices = ", ".join(_SCHEMES if _discriminator(error) == "scheme" else ALGORITHMS)
+    choices = ", ".join(_SCHEMES if _discriminator(error) == "scheme" else _algorithm_names())
     if kind == "union_tag_invalid":
         return f"unknown {_discriminator(error)} {ctx['tag']!r} (expected one of {choices})"
     if kind == "union_tag_not_found":
@@ -516,7 +404,8 @@ def _describe(error: Mapping[str, Any]) -> str:
 def _path(loc: tuple[Any, ...]) -> str:
     # pydantic puts union tags into the location ('dp-fedavg', 'params', 'clip'); users wrote the
     # path without them
-    return ".".join(str(p) for p in loc if p not in ALGORITHMS and p not in _SCHEMES)
+    tags = _algorithm_names()
+    return ".".join(str(p) for p in loc if p not in tags and p not in _SCHEMES)
 
 
 _PATHED = re.compile(r"^[a-z_]+(\.[a-z_]+)*: ")
@@ -528,7 +417,7 @@ def _problems(exc: ValidationError) -> list[str]:
         path = _path(tuple(error["loc"]))
         if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
             path = f"{path}.{_discriminator(error)}" if path else _discriminator(error)
-        message = _describe(error)
+        message = describe_error(error)
         if not path and _PATHED.match(message):  # a cross-field check that names its own path
             out.append(message)
         else:
@@ -579,9 +468,9 @@ def parse_job(source: str | bytes | Mapping[str, Any]) -> JobSpec:
     if any(not isinstance(k, str) for k in data):
         raise JobSpecError(["field names must be strings"])
     if "algorithm" in data and not isinstance(data["algorithm"], str):
-        raise JobSpecError([f"algorithm: must be one of {', '.join(ALGORITHMS)}"])
+        raise JobSpecError([f"algorithm: must be one of {', '.join(_algorithm_names())}"])
     try:
-        return _ADAPTER.validate_python(dict(data))
+        return _adapter(_registered_types()).validate_python(dict(data))
     except ValidationError as exc:
         raise JobSpecError(_problems(exc)) from None
 

@@ -26,6 +26,7 @@ from dpfl.learning.algorithms.base import (
     JobPlan,
     RoundOutcome,
     RoundTask,
+    TaskParams,
     get_algorithm,
 )
 from dpfl.learning.jobs import JobSpec, parse_job
@@ -122,9 +123,9 @@ class RawVectorSum(Algorithm):
         return None
 
     def agent_compute(
-        self, params: Mapping[str, Any], data: AgentData, *, model: Any, public_x: Any, device: str
+        self, params: TaskParams, data: AgentData, *, model: Any, public_x: Any, device: str
     ) -> np.ndarray:
-        v = np.random.default_rng().standard_normal(int(params["dimension"]))
+        v = np.random.default_rng().standard_normal(self.task(params).dimension)
         return v / np.linalg.norm(v)
 
 

@@ -6,22 +6,28 @@ the agent side (the vector it contributes, and the check that the setup delivers
 privacy) and the privacy side (the charges a committed round makes, the events an invitation
 announces, and what the agent records itself). The shells own transport, secure aggregation, the
 ledger and the model store. The contract and its invariants:
-docs/algorithms.md#the-contract-in-one-paragraph.
+docs/algorithms.md#the-contract-in-one-paragraph; adding one:
+docs/adding-an-algorithm.md.
 """
 
 from __future__ import annotations
 
 import abc
+import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, Literal
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing_extensions import TypeVar
 
 from dpfl.accounting import DpEvent
+from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.errors import LearningError
-from dpfl.learning.jobs import JobSpec
+from dpfl.learning.jobs import JobSpec, describe_error
 from dpfl.secagg.encoding import EncodingConfig, encode
 from dpfl.secagg.randomness import RandomStream
 
@@ -29,18 +35,130 @@ __all__ = [
     "AgentData",
     "Algorithm",
     "AlgorithmError",
+    "AnyAlgorithm",
     "ClientCharge",
+    "Contract",
     "CoordinatorData",
     "CoordinatorState",
     "JobPlan",
+    "PlanDetails",
     "RoundOutcome",
     "RoundTask",
+    "TaskParams",
+    "get_algorithm",
 ]
 
 
 class AlgorithmError(LearningError, ValueError):
     """An algorithm refused its input: an inconsistent task, a wrong vector length, a plan that
     cannot meet its privacy target. The message names the problem."""
+
+
+class Contract(BaseModel):
+    """A typed message between the coordinator and its agents, or kept in a round record:
+    frozen, strict (no coercion of a string or a boolean into a number), finite numbers only,
+    unknown fields refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+ContractT = TypeVar("ContractT", bound=Contract)
+
+_PATHED = re.compile(r"^[a-z_]+(\.[a-z_]+)*: ")
+#: Why an agent refuses a task field it does not know: ignoring it could change what the
+#: claimed privacy means (docs/agent.md, "Tasks with fields the agent does not know").
+_UNKNOWN_TASK_FIELD = (
+    "(this agent does not know it and refuses the task rather than ignore it: the agent may be "
+    "older than the coordinator)"
+)
+
+
+def parse_contract(
+    kind: type[ContractT], data: object, *, where: str, unknown: str = ""
+) -> ContractT:
+    """``data`` (a JSON object, its text, or a contract re-validated) as ``kind``, validated once,
+    at the boundary.
+
+    Raises:
+        AlgorithmError: one ``where.field: problem`` entry per mistake; an unknown field's entry
+            ends with ``unknown`` (why the reader refuses what it does not understand).
+    """
+    try:
+        if isinstance(data, BaseModel):
+            text: str | bytes = data.model_dump_json()
+        elif isinstance(data, str | bytes):
+            text = data
+        else:
+            text = json.dumps(data, allow_nan=False)
+        return kind.model_validate_json(text)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            path = ".".join((where, *(str(p) for p in error["loc"])))
+            message = describe_error(error)
+            if not error["loc"] and _PATHED.match(message):  # a cross-field check names its field
+                path, message = f"{where}.{message}".split(": ", 1)
+            extra = f" {unknown}" if error["type"] == "extra_forbidden" and unknown else ""
+            problems.append(f"{path}: {message}{extra}")
+        raise AlgorithmError("; ".join(problems)) from None
+    except (TypeError, ValueError) as exc:
+        raise AlgorithmError(f"{where}: not a JSON object ({exc})") from None
+
+
+class PlanDetails(Contract):
+    """What every plan fixes for all its rounds (an algorithm's plan adds its own fields).
+
+    Attributes:
+        noise: the integer noise in the ring.
+        noise_total: μ_total (Skellam) or σ_total (discrete Gaussian) of the summed noise.
+        scale_bits: b, the encoding's scale 2^b.
+        secure_aggregation: the vectors are masked.
+        honest_fraction: t the noise split assumes.
+        corrupt_fraction: the secure aggregation's, for the record.
+    """
+
+    noise: Literal["skellam", "gaussian"]
+    noise_total: float = Field(gt=0)
+    scale_bits: int = Field(ge=0)
+    secure_aggregation: bool
+    honest_fraction: float = Field(gt=0, le=1)
+    corrupt_fraction: float = Field(ge=0, lt=1)
+
+    def shown_claim(self) -> tuple[float, str] | None:
+        """A labelled figure that is NOT a bound, shown beside the guaranteed ε (never charged),
+        or None."""
+        return None
+
+
+class TaskParams(Contract):
+    """What every task carries (``Invitation.params_json``); the agent's gate and policy read
+    these fields, an algorithm's task adds its own.
+
+    ``job_id`` is the store's stable id, added by the coordinator's shell.
+    """
+
+    algorithm: str
+    job: str
+    round: int = Field(ge=1)
+    job_id: str | None = None
+    noise: Literal["skellam", "gaussian"]
+    noise_total: float = Field(gt=0)
+    noise_multiplier: float = Field(gt=0)
+    scale_bits: int = Field(ge=0)
+    secure_aggregation: bool
+    honest_fraction: float = Field(gt=0, le=1)
+    unit: Literal["record", "agent"]
+    delta: float = Field(gt=0, lt=1)
+
+    @property
+    def approximate(self) -> bool:
+        """The events are approximate: Gaussian noise rounded by each agent."""
+        return self.noise == "gaussian"
+
+    def to_json(self) -> dict[str, Any]:
+        """The wire form (``Invitation.params_json``), without unset optional fields."""
+        data: dict[str, Any] = self.model_dump(mode="json", exclude_none=True)
+        return data
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,32 +170,39 @@ class JobPlan:
         calibration: how z was chosen, for the record: target ε and δ, the ε reached, the
             accountant's method, and closed-form alternatives where the papers give them.
         population: the number of clients the plan was calibrated for.
-        details: anything else the algorithm needs in every round (JSON values only).
+        details: the algorithm's typed plan (its ``plan_type``).
     """
 
     noise_multiplier: float
     calibration: Mapping[str, Any]
     population: int
-    details: Mapping[str, Any] = field(default_factory=dict)
+    details: PlanDetails
 
     def to_json(self) -> dict[str, Any]:
         return {
             "noise_multiplier": self.noise_multiplier,
             "calibration": dict(self.calibration),
             "population": self.population,
-            "details": dict(self.details),
+            "details": self.details.model_dump(mode="json"),
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> JobPlan:
+    def from_json(cls, data: Mapping[str, Any], details: type[PlanDetails]) -> JobPlan:
+        """A stored plan, its details validated as ``details``.
+
+        Raises:
+            AlgorithmError: a malformed plan, naming the field.
+        """
         try:
             return cls(
                 noise_multiplier=float(data["noise_multiplier"]),
                 calibration=dict(data["calibration"]),
                 population=int(data["population"]),
-                details=dict(data.get("details", {})),
+                details=parse_contract(details, data.get("details", {}), where="plan.details"),
             )
         except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, AlgorithmError):
+                raise
             raise AlgorithmError(f"malformed job plan: {exc!r}") from exc
 
 
@@ -140,13 +265,13 @@ class RoundTask:
     """What the invitees of one round are asked to compute.
 
     Attributes:
-        params: JSON object sent as ``Invitation.params_json``; the agent side parses it.
+        params: the typed task, sent as ``Invitation.params_json`` (``params.to_json()``).
         vector_length: m, the length of every agent's vector (and of the sum).
         model_version: the model version agents download first, or None.
         needs_public_data: agents must download the public data blob first.
     """
 
-    params: Mapping[str, Any]
+    params: TaskParams
     vector_length: int
     model_version: int | None = None
     needs_public_data: bool = False
@@ -187,11 +312,78 @@ class RoundOutcome:
     done: bool = False  # the job has nothing left to do (e.g. all queries answered)
 
 
-class Algorithm(abc.ABC):
-    """One of the six algorithms; see the module docstring for the contract."""
+SpecT = TypeVar("SpecT", bound=JobSpec, covariant=True, default=JobSpec)
+PlanT = TypeVar("PlanT", bound=PlanDetails, covariant=True, default=PlanDetails)
+TaskT = TypeVar("TaskT", bound=TaskParams, covariant=True, default=TaskParams)
+
+
+class Algorithm(abc.ABC, Generic[SpecT, PlanT, TaskT]):
+    """One algorithm; see the module docstring for the contract.
+
+    ``spec_type``, ``plan_type`` and ``task_type`` are its job variant, plan details and task:
+    the shells hand the methods the erased types (:data:`JobSpec`, :class:`JobPlan`,
+    :class:`TaskParams`), and :meth:`spec`, :meth:`details` and :meth:`task` narrow them to
+    the algorithm's own, refusing another algorithm's. :meth:`parse_task` and
+    :meth:`parse_plan` validate JSON once, at the boundary.
+    """
 
     #: The job's ``algorithm`` tag, e.g. "dp-fedavg".
     name: ClassVar[str]
+    #: The sign with which the released model moves along each decoded sum (black-box audits
+    #: score canaries by it); None when the model is not a running sum of the aggregates.
+    model_direction: ClassVar[float | None] = None
+    spec_type: type[SpecT]
+    plan_type: type[PlanT]
+    task_type: type[TaskT]
+
+    # -- typed views ---------------------------------------------------------------------------
+
+    def spec(self, job: JobSpec) -> SpecT:
+        """``job`` as this algorithm's variant.
+
+        Raises:
+            AlgorithmError: another algorithm's job.
+        """
+        if not isinstance(job, self.spec_type):
+            raise AlgorithmError(f"{self.name} cannot run a {type(job).__name__}")
+        return job
+
+    def details(self, plan: JobPlan) -> PlanT:
+        """``plan.details`` as this algorithm's plan.
+
+        Raises:
+            AlgorithmError: another algorithm's plan.
+        """
+        details = plan.details
+        if not isinstance(details, self.plan_type):
+            raise AlgorithmError(f"{self.name} cannot use a {type(details).__name__}")
+        return details
+
+    def task(self, params: TaskParams) -> TaskT:
+        """``params`` as this algorithm's task.
+
+        Raises:
+            AlgorithmError: another algorithm's task.
+        """
+        if not isinstance(params, self.task_type):
+            raise AlgorithmError(f"{self.name} cannot compute a {type(params).__name__}")
+        return params
+
+    def parse_task(self, data: object) -> TaskT:
+        """The task of an invitation (``params_json``, text or parsed), validated once.
+
+        Raises:
+            AlgorithmError: naming ``params.<field>`` and the problem.
+        """
+        return parse_contract(self.task_type, data, where="params", unknown=_UNKNOWN_TASK_FIELD)
+
+    def parse_plan(self, data: Mapping[str, Any]) -> JobPlan:
+        """A plan stored in a round record (:meth:`JobPlan.to_json`), validated once.
+
+        Raises:
+            AlgorithmError: naming ``plan.details.<field>`` and the problem.
+        """
+        return JobPlan.from_json(data, self.plan_type)
 
     # -- coordinator side --------------------------------------------------------------------
 
@@ -332,9 +524,7 @@ class Algorithm(abc.ABC):
 
     # -- agent side --------------------------------------------------------------------------
 
-    def agent_charge(
-        self, params: Mapping[str, Any], events: Sequence[DpEvent]
-    ) -> tuple[DpEvent, ...]:
+    def agent_charge(self, task: TaskParams, events: Sequence[DpEvent]) -> tuple[DpEvent, ...]:
         """What the AGENT records in its own local ledger for ``events`` (default: them as is).
 
         The agent does not trust the coordinator
@@ -348,13 +538,13 @@ class Algorithm(abc.ABC):
         Raises:
             AlgorithmError: events of a shape this algorithm never charges.
         """
-        del params
+        self.task(task)
         return tuple(events)
 
     @abc.abstractmethod
     def agent_check(
         self,
-        params: Mapping[str, Any],
+        task: TaskParams,
         events: Sequence[DpEvent],
         encoding: EncodingConfig,
         *,
@@ -374,7 +564,7 @@ class Algorithm(abc.ABC):
 
     def agent_compute(
         self,
-        params: Mapping[str, Any],
+        task: TaskParams,
         data: AgentData,
         *,
         model: bytes | None,
@@ -389,7 +579,7 @@ class Algorithm(abc.ABC):
         Raises:
             AlgorithmError: malformed params, or a model/public blob that does not fit.
         """
-        del params, data, model, public_x, device
+        del task, data, model, public_x, device
         raise AlgorithmError(
             f"{self.name} computes its contribution in agent_contribution (with the round's "
             "encoding), not as a real vector"
@@ -397,7 +587,7 @@ class Algorithm(abc.ABC):
 
     def agent_contribution(
         self,
-        params: Mapping[str, Any],
+        task: TaskParams,
         data: AgentData,
         *,
         model: bytes | None,
@@ -417,7 +607,7 @@ class Algorithm(abc.ABC):
         events claim, and the sum of ``num_clients`` such vectors must not wrap the ring.
 
         Args:
-            params: the task (``Invitation.params_json``).
+            task: the task (parsed by :meth:`parse_task`).
             data: the agent's private data.
             model: the downloaded model, or None.
             public_x: the job's public data, or None.
@@ -432,29 +622,9 @@ class Algorithm(abc.ABC):
         Raises:
             AlgorithmError: malformed params, data or blobs.
         """
-        vector = self.agent_compute(params, data, model=model, public_x=public_x, device=device)
+        vector = self.agent_compute(task, data, model=model, public_x=public_x, device=device)
         return encode(vector, config=encoding, stream=stream)
 
 
-def get_algorithm(name: str) -> Algorithm:
-    """The algorithm whose job tag is ``name`` (module ``learning/algorithms/<name>.py`` with
-    dashes as underscores, exposing ``ALGORITHM``, an :class:`Algorithm` instance).
-
-    Raises:
-        AlgorithmError: no such algorithm is implemented.
-    """
-    import importlib
-
-    module_name = name.replace("-", "_")
-    if not module_name.replace("_", "").isalnum():
-        raise AlgorithmError(f"unknown algorithm {name!r}")
-    try:
-        module = importlib.import_module(f"dpfl.learning.algorithms.{module_name}")
-    except ModuleNotFoundError as exc:
-        if exc.name != f"dpfl.learning.algorithms.{module_name}":
-            raise
-        raise AlgorithmError(f"unknown algorithm {name!r}") from None
-    algorithm = getattr(module, "ALGORITHM", None)
-    if not isinstance(algorithm, Algorithm) or algorithm.name != name:
-        raise AlgorithmError(f"module {module.__name__} does not define ALGORITHM for {name!r}")
-    return algorithm
+#: What the shells hold: any algorithm, seen through the erased types.
+AnyAlgorithm = Algorithm[JobSpec, PlanDetails, TaskParams]

@@ -14,19 +14,22 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 
 from dpfl.accounting import (
     AccountingError,
     DpEvent,
+    GaussianEvent,
     PoissonSampledEvent,
+    SkellamEvent,
     calibrate_noise_multiplier,
     compute_epsilon,
     event_to_json,
 )
-from dpfl.learning.algorithms.base import AlgorithmError, CoordinatorData
+from dpfl.learning.algorithms.base import AlgorithmError, CoordinatorData, PlanDetails
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpec
 from dpfl.secagg.encoding import EncodingConfig
@@ -36,12 +39,13 @@ from dpfl.secagg.randomness import RandomStream
 
 __all__ = [
     "NOISE_KINDS",
-    "TaskParams",
     "build_model",
     "calibrate_or_check",
     "check_noise",
-    "check_sensitivity",
+    "check_sensitivities",
+    "checked_aggregate",
     "choose_scale_bits",
+    "claimed_total",
     "data_shape",
     "evaluate_on_test",
     "model_dimension",
@@ -50,8 +54,12 @@ __all__ = [
     "one_claimed_event",
     "per_agent_noise",
     "poisson_sample",
+    "ring_encoding",
+    "split_noise",
     "strip_client_sampling",
 ]
+
+T = TypeVar("T")
 
 #: The job's ``privacy.noise`` values and the integer noise each adds in the ring.
 NOISE_KINDS: Mapping[str, NoiseKind] = {
@@ -63,86 +71,10 @@ SCALE_INFLATION = 1e-3
 MAX_AUTO_SCALE_BITS = 48
 
 
-class TaskParams:
-    """Typed, checked access to a task's ``params`` JSON object (the agent does not trust it)."""
-
-    def __init__(self, params: Mapping[str, Any], *, algorithm: str) -> None:
-        if not isinstance(params, Mapping):
-            raise AlgorithmError(f"{algorithm} params must be a JSON object, got {params!r}")
-        got = params.get("algorithm")
-        if got != algorithm:
-            raise AlgorithmError(f"params.algorithm: expected {algorithm!r}, got {got!r}")
-        self._params = params
-
-    def _raw(self, key: str) -> Any:
-        if key not in self._params:
-            raise AlgorithmError(f"params.{key}: missing")
-        return self._params[key]
-
-    def integer(self, key: str, *, minimum: int | None = None) -> int:
-        value = self._raw(key)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise AlgorithmError(f"params.{key}: must be an integer, got {value!r}")
-        if minimum is not None and value < minimum:
-            raise AlgorithmError(f"params.{key}: must be >= {minimum}, got {value}")
-        return value
-
-    def number(
-        self, key: str, *, low: float | None = None, high: float | None = None, strict: bool = True
-    ) -> float:
-        """A finite float; ``low < value`` (or ``<=`` when not ``strict``) and ``value <= high``."""
-        value = self._raw(key)
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise AlgorithmError(f"params.{key}: must be a number, got {value!r}")
-        out = float(value)
-        if not math.isfinite(out):
-            raise AlgorithmError(f"params.{key}: must be finite, got {value!r}")
-        if low is not None and (out < low or (strict and out == low)):
-            raise AlgorithmError(f"params.{key}: must be {'>' if strict else '>='} {low:g}")
-        if high is not None and out > high:
-            raise AlgorithmError(f"params.{key}: must be <= {high:g}, got {out:g}")
-        return out
-
-    def text(self, key: str, *, choices: Sequence[str] | None = None) -> str:
-        value = self._raw(key)
-        if not isinstance(value, str) or not value:
-            raise AlgorithmError(f"params.{key}: must be a non-empty string, got {value!r}")
-        if choices is not None and value not in choices:
-            raise AlgorithmError(f"params.{key}: must be one of {list(choices)}, got {value!r}")
-        return value
-
-    def flag(self, key: str) -> bool:
-        value = self._raw(key)
-        if not isinstance(value, bool):
-            raise AlgorithmError(f"params.{key}: must be true or false, got {value!r}")
-        return value
-
-    def integers(self, key: str, *, minimum: int = 0, below: int | None = None) -> list[int]:
-        value = self._raw(key)
-        if not isinstance(value, list) or not value:
-            raise AlgorithmError(f"params.{key}: must be a non-empty list of integers")
-        for v in value:
-            if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
-                raise AlgorithmError(f"params.{key}: {v!r} is not an integer >= {minimum}")
-            if below is not None and v >= below:
-                raise AlgorithmError(f"params.{key}: {v} is not below {below}")
-        if len(set(value)) != len(value):
-            raise AlgorithmError(f"params.{key}: contains duplicates")
-        return list(value)
-
-    def optional_text(self, key: str) -> str | None:
-        value = self._params.get(key)
-        if value is None:
-            return None
-        if not isinstance(value, str):
-            raise AlgorithmError(f"params.{key}: must be a string, got {value!r}")
-        return value
-
-
 # -- client sampling ---------------------------------------------------------------------------
 
 
-def poisson_sample(population: Sequence[str], rate: float, stream: RandomStream) -> list[str]:
+def poisson_sample(population: Sequence[T], rate: float, stream: RandomStream) -> list[T]:
     """Each member independently with probability exactly ``rate`` (the float's exact value).
 
     ``rate = a/2^k`` exactly (a float); member i is in iff ``U_i < a`` for ``U_i`` uniform on
@@ -321,6 +253,96 @@ def check_encoding(
         raise AlgorithmError(f"the ring would wrap: {exc}") from exc
 
 
+def split_noise(
+    details: PlanDetails,
+    *,
+    dropout_fraction: float,
+    participants: int,
+    min_survivors: int,
+    secure_aggregation: bool | None = None,
+) -> NoiseSpec:
+    """:func:`per_agent_noise` of a plan (its noise, total, masking and t); ``secure_aggregation``
+    overrides the plan's flag (DP-FedSGD's local accounting adds the whole noise per agent)."""
+    return per_agent_noise(
+        kind=NOISE_KINDS[details.noise],
+        total=details.noise_total,
+        secure_aggregation=(
+            details.secure_aggregation if secure_aggregation is None else secure_aggregation
+        ),
+        honest_fraction=details.honest_fraction,
+        min_survivors=min_survivors,
+        participants=participants,
+        dropout_fraction=dropout_fraction,
+    )
+
+
+def ring_encoding(
+    *, clip: float, scale_bits: int, participants: int, noise: NoiseSpec
+) -> EncodingConfig:
+    """The smallest ring holding the sum of ``participants`` encoded vectors with ``noise``.
+
+    Raises:
+        AlgorithmError: no ring of at most 64 bits holds it.
+    """
+    try:
+        return EncodingConfig.for_summands(
+            clip=clip, scale_bits=scale_bits, summands=participants, noise=noise
+        )
+    except ParameterError as exc:
+        raise AlgorithmError(f"no ring holds this round's sum: {exc}") from exc
+
+
+def claimed_total(
+    release: DpEvent,
+    *,
+    noise: str,
+    l1: float,
+    l2: float,
+    dimension: int,
+    source: str,
+) -> float:
+    """The summed noise a claimed release was computed with (μ, or σ for Gaussian noise), after
+    checking that it is the task's kind over ``dimension`` coordinates with the sensitivities
+    the agent recomputed from ``source`` (:func:`check_sensitivities`).
+
+    Raises:
+        AlgorithmError: another kind of release, dimension or sensitivity.
+    """
+    if noise == "skellam":
+        if not isinstance(release, SkellamEvent):
+            raise AlgorithmError(f"Skellam noise but a {type(release).__name__} is claimed")
+        if release.dimension != dimension:
+            raise AlgorithmError(
+                f"the event has dimension {release.dimension}, the task {dimension}"
+            )
+        check_sensitivities(
+            {"L1": (release.l1_sensitivity, l1), "L2": (release.l2_sensitivity, l2)},
+            source=source,
+        )
+        return release.mu
+    if not isinstance(release, GaussianEvent):
+        raise AlgorithmError(f"Gaussian noise but a {type(release).__name__} is claimed")
+    check_sensitivities({"L2": (release.sensitivity, l2)}, source=source)
+    return release.sigma
+
+
+def checked_aggregate(
+    aggregate: npt.NDArray[np.float64], *, length: int, survivors: int
+) -> npt.NDArray[np.float64]:
+    """The decoded sum as float64, refused when it is not ``length`` finite values or nobody
+    contributed.
+
+    Raises:
+        AlgorithmError: naming the problem.
+    """
+    total = np.asarray(aggregate, dtype=np.float64)
+    if total.shape != (length,):
+        raise AlgorithmError(f"aggregate of shape {total.shape}, expected ({length},)")
+    if not np.isfinite(total).all() or survivors < 1:
+        raise AlgorithmError("aggregate contains NaN or infinity, or nobody contributed")
+    return total
+
+
 def one_claimed_event(
     events: Sequence[DpEvent],
     *,
@@ -347,18 +369,21 @@ def one_claimed_event(
     return events[0]
 
 
-def check_sensitivity(name: str, claimed: float, actual: float, *, source: str) -> None:
-    """Refuse a claimed sensitivity that is not the one the agent recomputed from ``source``
-    (relative tolerance 1e-12: both sides evaluate the same float formulas).
+def check_sensitivities(pairs: Mapping[str, tuple[float, float]], *, source: str) -> None:
+    """Refuse claimed sensitivities (``name: (claimed, recomputed)``) that are not the ones the
+    agent recomputed from ``source`` (relative tolerance 1e-12: both sides evaluate the same
+    float formulas).
 
     Raises:
-        AlgorithmError: naming both values.
+        AlgorithmError: naming every mismatch with both values.
     """
-    if not math.isclose(claimed, actual, rel_tol=1e-12):
-        raise AlgorithmError(
-            f"the event's {name} sensitivity {claimed:.10g} differs from the {actual:.10g} of "
-            f"{source}"
-        )
+    wrong = [
+        f"the event's {name} sensitivity {claimed:.10g} differs from the {actual:.10g} of {source}"
+        for name, (claimed, actual) in pairs.items()
+        if not math.isclose(claimed, actual, rel_tol=1e-12)
+    ]
+    if wrong:
+        raise AlgorithmError("; ".join(wrong))
 
 
 def choose_scale_bits(*, clip: float, dimension: int, inflation: float = SCALE_INFLATION) -> int:

@@ -4,16 +4,19 @@ Smoothing (:mod:`~dpfl.learning.algorithms.smoothing`) is post-processing, so pr
 DP-FedAvg's; ``client_sampling: uniform`` draws a fixed-size sample and charges the replace-one
 ``SampledWithoutReplacementEvent`` instead. The paper's closed-form noise bound is reported beside
 the exact calibration, never charged. Details: docs/algorithms.md#dp-fed-ls.
+The task is :class:`DpFedLsTask` (DP-FedAvg's plus the sampling and smoothing), the plan
+:class:`DpFedLsPlan`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import Field
 
 from dpfl.accounting import (
     AccountingError,
@@ -24,20 +27,63 @@ from dpfl.accounting import (
     compute_epsilon,
     fedls_noise_multiplier,
 )
-from dpfl.learning.algorithms import common
-from dpfl.learning.algorithms.base import (
-    AlgorithmError,
-    CoordinatorData,
-    CoordinatorState,
-    JobPlan,
-    RoundTask,
+from dpfl.learning.algorithms.base import AlgorithmError, CoordinatorData, JobPlan, TaskParams
+from dpfl.learning.algorithms.dp_fedavg import (
+    DpFedAvgParams,
+    FedAvgFamily,
+    FedAvgJobBase,
+    FedAvgPlanBase,
+    FedAvgTaskBase,
+    mechanism_event,
+    noise_total,
 )
-from dpfl.learning.algorithms.dp_fedavg import DpFedAvg, mechanism_event
 from dpfl.learning.algorithms.smoothing import smooth_pieces
-from dpfl.learning.jobs import DpFedAvgJob, DpFedLsJob, JobSpec
+from dpfl.learning.jobs import JobSpec
 from dpfl.secagg.randomness import RandomStream
 
-__all__ = ["ALGORITHM", "DpFedLs", "sample_size", "uniform_sample"]
+__all__ = [
+    "ALGORITHM",
+    "DpFedLs",
+    "DpFedLsJob",
+    "DpFedLsParams",
+    "DpFedLsPlan",
+    "DpFedLsTask",
+    "sample_size",
+    "uniform_sample",
+]
+
+
+class DpFedLsParams(DpFedAvgParams):
+    """DP-Fed-LS: DP-FedAvg plus Laplacian smoothing with ``sigma_ls``."""
+
+    sigma_ls: float = Field(default=1.0, ge=0)
+    client_sampling: Literal["poisson", "uniform"] = "poisson"
+    smoothing_scope: Literal["tensor", "vector"] = "tensor"
+
+
+class DpFedLsJob(FedAvgJobBase):
+    algorithm: Literal["dp-fed-ls"]
+    params: DpFedLsParams = DpFedLsParams()
+
+
+class DpFedLsPlan(FedAvgPlanBase):
+    """DP-FedAvg's plan plus the sampling and the smoothing (``sample_size``: uniform only)."""
+
+    client_sampling: Literal["poisson", "uniform"]
+    sigma_ls: float = Field(ge=0)
+    smoothing_scope: Literal["tensor", "vector"]
+    sample_size: int | None = Field(default=None, ge=1)
+
+
+class DpFedLsTask(FedAvgTaskBase):
+    """DP-FedAvg's task plus the sampling and the smoothing (``sample_size``: uniform only)."""
+
+    algorithm: Literal["dp-fed-ls"]
+    client_sampling: Literal["poisson", "uniform"]
+    sigma_ls: float = Field(ge=0)
+    smoothing_scope: Literal["tensor", "vector"]
+    sample_size: int | None = Field(default=None, ge=1)
+
 
 #: The replace-one sensitivity of fixed-size sampling is twice the add/remove one.
 REPLACE_ONE = 2.0
@@ -64,66 +110,76 @@ def uniform_sample(population: Sequence[str], size: int, stream: RandomStream) -
     return members[:take]
 
 
-class DpFedLs(DpFedAvg):
+class DpFedLs(FedAvgFamily[DpFedLsJob, DpFedLsPlan, DpFedLsTask]):
     """DP-Fed-LS; see the module docstring."""
 
     name: ClassVar[str] = "dp-fed-ls"
-    job_type: ClassVar[type] = DpFedLsJob
+    spec_type = DpFedLsJob
+    plan_type = DpFedLsPlan
+    task_type = DpFedLsTask
 
     # -- hooks -------------------------------------------------------------------------------
 
-    def _expected_participants(self, job: DpFedAvgJob, population: int) -> float:
+    def _expected_participants(self, job: DpFedLsJob, population: int) -> float:
         p = job.params
-        if getattr(p, "client_sampling", "poisson") == "uniform":
+        if p.client_sampling == "uniform":
             return float(sample_size(p.sampling_rate, population))
         return super()._expected_participants(job, population)
 
-    def _plan_extras(self, job: DpFedAvgJob, population: int) -> dict[str, Any]:
-        p: Any = job.params
-        extras: dict[str, Any] = {
+    def _plan_extras(self, job: DpFedLsJob, population: int) -> dict[str, Any]:
+        p = job.params
+        uniform = p.client_sampling == "uniform"
+        return {
             "client_sampling": p.client_sampling,
             "sigma_ls": p.sigma_ls,
             "smoothing_scope": p.smoothing_scope,
+            "sample_size": sample_size(p.sampling_rate, population) if uniform else None,
         }
-        if p.client_sampling == "uniform":
-            extras["sample_size"] = sample_size(p.sampling_rate, population)
-        return extras
 
-    def _round_event_from(self, details: Mapping[str, Any], population: int) -> DpEvent:
-        if details.get("client_sampling") != "uniform":
+    def _task_extras(self, details: DpFedLsPlan) -> dict[str, Any]:
+        return {
+            "client_sampling": details.client_sampling,
+            "sigma_ls": details.sigma_ls,
+            "smoothing_scope": details.smoothing_scope,
+            "sample_size": details.sample_size,
+        }
+
+    def _round_event_from(self, details: DpFedLsPlan, population: int) -> DpEvent:
+        if details.client_sampling != "uniform" or details.sample_size is None:
             return super()._round_event_from(details, population)
         inner = mechanism_event(
-            noise=str(details["noise"]),
-            total=float(details["noise_total"]),
-            l1=REPLACE_ONE * float(details["l1_sensitivity"]),
-            l2=REPLACE_ONE * float(details["l2_sensitivity"]),
-            dimension=int(details["dimension"]),
+            noise=details.noise,
+            total=details.noise_total,
+            l1=REPLACE_ONE * details.l1_sensitivity,
+            l2=REPLACE_ONE * details.l2_sensitivity,
+            dimension=details.dimension,
         )
-        size = int(details["sample_size"])
-        if bool(details["secure_aggregation"]) and size < population:
-            return SampledWithoutReplacementEvent(population, size, inner)
+        if details.secure_aggregation and details.sample_size < population:
+            return SampledWithoutReplacementEvent(population, details.sample_size, inner)
         return inner
 
-    def _unwrap_claim(self, event: DpEvent, task: Mapping[str, Any]) -> tuple[DpEvent, float]:
-        if task["client_sampling"] != "uniform":
+    def _unwrap_claim(self, event: DpEvent, task: DpFedLsTask) -> tuple[DpEvent, float]:
+        if task.client_sampling != "uniform":
             return super()._unwrap_claim(event, task)
+        if task.sample_size is None:
+            raise AlgorithmError("params.sample_size: a uniform sample states its size")
         if isinstance(event, PoissonSampledEvent):
             raise AlgorithmError("the task samples a fixed number of clients, not Poisson")
         if isinstance(event, SampledWithoutReplacementEvent):
-            if not task["secure_aggregation"] or event.sample_size != task["sample_size"]:
+            if not task.secure_aggregation or event.sample_size != task.sample_size:
                 raise AlgorithmError(
                     f"the event claims {event.sample_size} of {event.population} clients "
-                    f"sampled; the task samples {task['sample_size']} "
-                    f"{'with' if task['secure_aggregation'] else 'without'} secure aggregation"
+                    f"sampled; the task samples {task.sample_size} "
+                    f"{'with' if task.secure_aggregation else 'without'} secure aggregation"
                 )
             return event.event, REPLACE_ONE
         # no amplification claimed: the bare release (replace-one) is never below the truth
         return event, REPLACE_ONE
 
     def _post_process(
-        self, job: DpFedAvgJob, net: Any, update: npt.NDArray[np.float64]
+        self, job: DpFedLsJob, net: Any, update: npt.NDArray[np.float64]
     ) -> npt.NDArray[np.float64]:
-        p: Any = job.params
+        p = job.params
         sizes = None
         if p.smoothing_scope == "tensor":
             from dpfl.learning.params import model_signature
@@ -139,21 +195,15 @@ class DpFedLs(DpFedAvg):
         """DP-FedAvg's exact plan, plus the seed's closed forms for both samplings (module
         docstring) in ``calibration["closed_form"]``."""
         plan = super().plan(job, population=population, data=data)
-        spec: Any = self._job(job)
         calibration = dict(plan.calibration)
-        calibration["closed_form"] = self._closed_forms(spec, plan, population)
-        return JobPlan(
-            noise_multiplier=plan.noise_multiplier,
-            calibration=calibration,
-            population=plan.population,
-            details=plan.details,
-        )
+        calibration["closed_form"] = self._closed_forms(self.spec(job), plan, population)
+        return JobPlan(plan.noise_multiplier, calibration, plan.population, plan.details)
 
-    def _closed_forms(self, job: Any, plan: JobPlan, population: int) -> dict[str, Any]:
+    def _closed_forms(self, job: DpFedLsJob, plan: JobPlan, population: int) -> dict[str, Any]:
         delta = job.privacy.delta
         epsilon = float(plan.calibration["epsilon"])
         target = job.privacy.target_epsilon if job.privacy.target_epsilon else epsilon
-        d = plan.details
+        d = self.details(plan)
         out: dict[str, Any] = {"target_epsilon": target}
         for sampling in ("uniform", "poisson"):
             size = sample_size(job.params.sampling_rate, population)
@@ -165,14 +215,17 @@ class DpFedLs(DpFedAvg):
                 delta=delta,
                 sampling=sampling,
             )
-            z = bound.noise_multiplier
-            l2 = float(d["l2_sensitivity"])
-            total = (z * l2) ** 2 / 2.0 if d["noise"] == "skellam" else z * l2
-            shape = {**d, "client_sampling": sampling, "sample_size": size, "noise_total": total}
+            shape = d.model_copy(
+                update={
+                    "client_sampling": sampling,
+                    "sample_size": size,
+                    "noise_total": noise_total(d.noise, bound.noise_multiplier, d.l2_sensitivity),
+                }
+            )
             event = self._round_event_from(shape, population)
             job_event = event if job.rounds == 1 else SelfComposedEvent(event, job.rounds)
             try:
-                at = compute_epsilon(job_event, delta=delta, tight=True).epsilon
+                at: float | None = compute_epsilon(job_event, delta=delta, tight=True).epsilon
             except AccountingError:
                 at = None
             out[sampling] = {
@@ -185,46 +238,19 @@ class DpFedLs(DpFedAvg):
     def select(
         self, job: JobSpec, plan: JobPlan, *, round_number: int, population: Sequence[str]
     ) -> list[str]:
-        spec: Any = self._job(job)
-        if spec.params.client_sampling != "uniform":
+        spec, d = self.spec(job), self.details(plan)
+        if d.client_sampling != "uniform" or d.sample_size is None:
             return super().select(job, plan, round_number=round_number, population=population)
         stream = self._random.stream(f"{self.name}/select/{spec.name}/{round_number}")
-        return uniform_sample(population, int(plan.details["sample_size"]), stream)
-
-    def round_task(
-        self, job: JobSpec, plan: JobPlan, state: CoordinatorState, *, round_number: int
-    ) -> RoundTask:
-        task = super().round_task(job, plan, state, round_number=round_number)
-        d = plan.details
-        params = {
-            **task.params,
-            "client_sampling": d["client_sampling"],
-            "sigma_ls": d["sigma_ls"],
-            "smoothing_scope": d["smoothing_scope"],
-        }
-        if d["client_sampling"] == "uniform":
-            params["sample_size"] = d["sample_size"]
-        return RoundTask(
-            params=params, vector_length=task.vector_length, model_version=task.model_version
-        )
+        return uniform_sample(population, d.sample_size, stream)
 
     # -- agent side --------------------------------------------------------------------------
 
-    def _parse(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        task = super()._parse(params)
-        p = common.TaskParams(params, algorithm=self.name)
-        task["client_sampling"] = p.text("client_sampling", choices=("poisson", "uniform"))
-        if task["client_sampling"] == "uniform":
-            task["sample_size"] = p.integer("sample_size", minimum=1)
-        return task
-
-    def agent_charge(
-        self, params: Mapping[str, Any], events: Sequence[DpEvent]
-    ) -> tuple[DpEvent, ...]:
+    def agent_charge(self, task: TaskParams, events: Sequence[DpEvent]) -> tuple[DpEvent, ...]:
         """The claimed events without client-sampling amplification, Poisson or fixed-size
         (see :meth:`DpFedAvg.agent_charge`); fixed-size rounds keep their replace-one
         sensitivity, which bounds the add/remove one too."""
-        self._parse(params)
+        self.task(task)
         return tuple(
             e.event if isinstance(e, PoissonSampledEvent | SampledWithoutReplacementEvent) else e
             for e in events

@@ -7,20 +7,23 @@ agents' local deltas. Whose noise the charge ``SelfComposedEvent(PoissonSampledE
 SkellamEvent(μ, Δ₁, Δ₂, d)), S)`` stands for is decided in
 :mod:`~dpfl.learning.algorithms.fedsgd_accounting`: central for S = 1, each agent's own run
 otherwise. Math, modes and ring sizing: docs/algorithms.md#dp-fedsgd.
+The task is :class:`DpFedSgdTask`, the
+plan :class:`DpFedSgdPlan`.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import Field, model_validator
 
 from dpfl.accounting import (
     AccountingError,
     DpEvent,
+    PoissonSampledEvent,
     SelfComposedEvent,
     compute_epsilon,
     event_to_json,
@@ -28,44 +31,161 @@ from dpfl.accounting import (
 from dpfl.learning.algorithms import common
 from dpfl.learning.algorithms.base import (
     AgentData,
-    Algorithm,
     AlgorithmError,
-    ClientCharge,
     CoordinatorData,
     CoordinatorState,
     JobPlan,
     RoundOutcome,
-    RoundTask,
+    TaskParams,
 )
+from dpfl.learning.algorithms.dp_fedavg import noise_total
 from dpfl.learning.algorithms.federation import mean_local_size
 from dpfl.learning.algorithms.fedsgd_accounting import (
     CENTRAL,
     CLAIM_LABEL,
     SUM_DOMINATING,
+    AccountingMode,
     accounting_mode,
     agent_event,
     agent_noise_floor,
     shares_noise,
 )
-from dpfl.learning.algorithms.fedsgd_agent import check_claim, parse_task
 from dpfl.learning.algorithms.integer_dpsgd import integer_dp_sgd, required_ring_bits, step_event
-from dpfl.learning.algorithms.model_state import initial_model_state, load_model, stepped_model
+from dpfl.learning.algorithms.model_update import (
+    ModelUpdateAlgorithm,
+    ModelUpdatePlan,
+    ModelUpdateTask,
+    initial_model_state,
+    load_model,
+    stepped_model,
+)
 from dpfl.learning.errors import LearningError
-from dpfl.learning.jobs import DpFedSgdJob, JobSpec
+from dpfl.learning.jobs import JobSpec, ModelUpdateJob, Strict
 from dpfl.secagg.encoding import EncodingConfig, to_ring
 from dpfl.secagg.noise import NoiseSpec
 from dpfl.secagg.prg import MAX_RING_BITS
-from dpfl.secagg.randomness import RandomSource, RandomStream, SystemRandomSource
+from dpfl.secagg.randomness import RandomStream
 
-__all__ = ["ALGORITHM", "DpFedSgd", "required_ring_bits", "step_event"]
+__all__ = [
+    "ALGORITHM",
+    "DpFedSgd",
+    "DpFedSgdJob",
+    "DpFedSgdParams",
+    "DpFedSgdPlan",
+    "DpFedSgdTask",
+    "required_ring_bits",
+    "step_event",
+]
+
+_SOURCE = "the encoding (clip C at scale 2^b, per record)"
 
 
-def _noise_total(noise: str, z: float, l2: float) -> float:
-    """μ with √(2μ) = z·Δ₂ (Skellam), or σ = z·Δ₂ (discrete Gaussian), per step."""
-    return (z * l2) ** 2 / 2.0 if noise == "skellam" else z * l2
+class DpFedSgdParams(Strict):
+    """DP-FedSGD: ``local_steps`` DP-SGD steps, per-sample clip ``clip``.
+
+    ``batch_sampling_rate`` p is each local record's inclusion probability per step (Poisson).
+    ``expected_batch_size`` B normalises every agent's noisy gradient sum
+    (θ ← θ − γ·(g + noise)/B); it is one number for all agents so that the secure sum is the sum
+    of their steps (None: p × the mean local data size the coordinator derives from the job's
+    data set). ``client_sampling_rate`` samples agents per round (no amplification is credited
+    for it: only participants are charged). ``max_local_size`` sizes the ring: each local
+    step's integer gradient sum is clamped per coordinate to what ``max_local_size`` records can
+    reach, which never acts below that size and keeps the sensitivity whatever the size (a
+    refusal would make the guarantee depend on the data set's size).
+    """
+
+    clip: float = Field(default=1.0, gt=0)
+    local_steps: int = Field(default=5, ge=1)
+    batch_sampling_rate: float = Field(default=0.05, gt=0, le=1)
+    learning_rate: float = Field(default=0.1, gt=0)
+    expected_batch_size: float | None = Field(default=None, gt=0)
+    client_sampling_rate: float = Field(default=1.0, gt=0, le=1)
+    max_local_size: int = Field(default=100_000, ge=1)
 
 
-class DpFedSgd(Algorithm):
+class DpFedSgdJob(ModelUpdateJob):
+    algorithm: Literal["dp-fedsgd"]
+    params: DpFedSgdParams = DpFedSgdParams()
+    UNITS = ("record",)
+    ACCOUNTINGS = ("provable", "sum-dominating")
+
+    @model_validator(mode="after")
+    def _sum_dominating_applies(self) -> DpFedSgdJob:
+        if self.privacy.accounting == "provable":
+            return self
+        if not self.secagg.enabled:
+            raise ValueError(
+                f"privacy.accounting: {self.privacy.accounting!r} needs secure aggregation "
+                "(without it each agent's own noise is the only guarantee: 'provable')"
+            )
+        if self.params.local_steps == 1:
+            raise ValueError(
+                f"privacy.accounting: {self.privacy.accounting!r} means nothing with "
+                "params.local_steps = 1 (one step from the global model is charged exactly "
+                "on the summed noise already): use 'provable'"
+            )
+        return self
+
+
+class DpFedSgdPlan(ModelUpdatePlan):
+    """The plan; ``agent_noise`` (sum-dominating only) is the smallest per-agent share, and
+    ``claimed_epsilon``/``claim`` the labelled figure that is not a bound."""
+
+    model: str
+    clip: float = Field(gt=0)
+    local_steps: int = Field(ge=1)
+    batch_sampling_rate: float = Field(gt=0, le=1)
+    learning_rate: float = Field(gt=0)
+    expected_batch_size: float = Field(gt=0)
+    client_sampling_rate: float = Field(gt=0, le=1)
+    max_local_size: int = Field(ge=1)
+    accounting: Literal["provable", "sum-dominating"]
+    accounting_mode: Literal["central", "local", "sum-dominating"]
+    agent_noise: float | None = Field(default=None, gt=0)
+    claimed_epsilon: float | None = None
+    claim: str | None = None
+
+    def shown_claim(self) -> tuple[float, str] | None:
+        if self.claimed_epsilon is None or self.claim is None:
+            return None
+        return self.claimed_epsilon, self.claim
+
+
+class DpFedSgdTask(ModelUpdateTask):
+    """What a DP-FedSGD agent runs; its accounting ``mode`` is derived, never sent."""
+
+    algorithm: Literal["dp-fedsgd"]
+    model: str = Field(min_length=1)
+    clip: float = Field(gt=0)
+    local_steps: int = Field(ge=1)
+    batch_sampling_rate: float = Field(gt=0, le=1)
+    learning_rate: float = Field(gt=0)
+    expected_batch_size: float = Field(gt=0)
+    max_local_size: int = Field(ge=1)
+    accounting: Literal["provable", "sum-dominating"]
+    agent_noise: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _mode_allowed(self) -> DpFedSgdTask:
+        try:
+            mode = self.mode
+        except AlgorithmError as exc:
+            raise ValueError(str(exc)) from None
+        if mode == SUM_DOMINATING and self.agent_noise is None:
+            raise ValueError("agent_noise: a sum-dominating task must state it")
+        return self
+
+    @property
+    def mode(self) -> str:
+        """The accounting mode (:mod:`~dpfl.learning.algorithms.fedsgd_accounting`)."""
+        return accounting_mode(
+            accounting=self.accounting,
+            local_steps=self.local_steps,
+            secure_aggregation=self.secure_aggregation,
+        )
+
+
+class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
     """DP-FedSGD; see the module docstring.
 
     Args:
@@ -73,17 +193,14 @@ class DpFedSgd(Algorithm):
     """
 
     name: ClassVar[str] = "dp-fedsgd"
-
-    def __init__(self, *, random_source: RandomSource | None = None) -> None:
-        self._random = random_source if random_source is not None else SystemRandomSource()
-
-    def _job(self, job: JobSpec) -> DpFedSgdJob:
-        if not isinstance(job, DpFedSgdJob):
-            raise AlgorithmError(f"{self.name} cannot run a {type(job).__name__}")
-        return job
+    spec_type = DpFedSgdJob
+    plan_type = DpFedSgdPlan
+    task_type = DpFedSgdTask
+    unit = "record"
+    model_direction = -1.0  # the model steps against the summed gradients
 
     @staticmethod
-    def _mode(job: DpFedSgdJob) -> str:
+    def _mode(job: DpFedSgdJob) -> AccountingMode:
         """The job's accounting mode (:mod:`~dpfl.learning.algorithms.fedsgd_accounting`)."""
         return accounting_mode(
             accounting=job.privacy.accounting,
@@ -96,7 +213,7 @@ class DpFedSgd(Algorithm):
     def plan(
         self, job: JobSpec, *, population: int, data: CoordinatorData | None = None
     ) -> JobPlan:
-        spec = self._job(job)
+        spec = self.spec(job)
         if isinstance(population, bool) or not isinstance(population, int) or population < 1:
             raise AlgorithmError(f"population must be an integer >= 1, got {population!r}")
         p, privacy = spec.params, spec.privacy
@@ -105,20 +222,16 @@ class DpFedSgd(Algorithm):
         normalizer = p.expected_batch_size
         if normalizer is None:
             normalizer = p.batch_sampling_rate * mean_local_size(spec, population)
-        given_bits = spec.secagg.scale_bits
-        bits = (
-            given_bits
-            if given_bits is not None
-            else common.choose_scale_bits(clip=p.clip, dimension=dimension)
-        )
-        while True:
+        mode = self._mode(spec)
+
+        def make(bits: int) -> JobPlan:
             probe = EncodingConfig(clip=p.clip, scale_bits=bits, ring_bits=64)
             l1, l2 = probe.rounded_l1_bound(dimension), probe.rounded_l2_bound(dimension)
 
-            def job_event(z: float, l1: float = l1, l2: float = l2) -> DpEvent:
+            def job_event(z: float) -> DpEvent:
                 step = step_event(
                     noise=privacy.noise,
-                    total=_noise_total(privacy.noise, z, l2),
+                    total=noise_total(privacy.noise, z, l2),
                     l1=l1,
                     l2=l2,
                     dimension=dimension,
@@ -133,65 +246,56 @@ class DpFedSgd(Algorithm):
                 target_epsilon=privacy.target_epsilon,
                 delta=privacy.delta,
             )
-            mode = self._mode(spec)
-            total = _noise_total(privacy.noise, z, l2)
-            details: dict[str, Any] = {
-                "model": spec.model,
-                "dimension": dimension,
-                "scale_bits": bits,
-                "l1_sensitivity": l1,
-                "l2_sensitivity": l2,
-                "noise": privacy.noise,
-                "noise_total": total,
-                "accounting": privacy.accounting,
-                "accounting_mode": mode,
-                "agent_noise": (
-                    agent_noise_floor(
-                        kind=common.NOISE_KINDS[privacy.noise],
-                        total=total,
-                        honest_fraction=privacy.honest_fraction,
-                        population=population,
-                        dropout_fraction=spec.secagg.dropout_fraction,
-                    )
-                    if mode == SUM_DOMINATING
-                    else None
-                ),
-                "clip": p.clip,
-                "local_steps": p.local_steps,
-                "batch_sampling_rate": p.batch_sampling_rate,
-                "learning_rate": p.learning_rate,
-                "expected_batch_size": normalizer,
-                "client_sampling_rate": p.client_sampling_rate,
-                "max_local_size": p.max_local_size,
-                "secure_aggregation": spec.secagg.enabled,
-                "honest_fraction": privacy.honest_fraction,
-                "corrupt_fraction": spec.secagg.corrupt_fraction,
-            }
-            plan = JobPlan(
-                noise_multiplier=z, calibration=record, population=population, details=details
+            total = noise_total(privacy.noise, z, l2)
+            record["expected_batch_size_rule"] = (
+                "given"
+                if p.expected_batch_size is not None
+                else "p x mean local size of the data spec"
             )
-            try:
-                survivors = max(1, math.ceil(population * (1.0 - spec.secagg.dropout_fraction)))
-                task = RoundTask(params={}, vector_length=dimension)
-                self.encoding(spec, plan, task, participants=population, min_survivors=survivors)
-                break
-            except AlgorithmError:
-                if given_bits is not None or bits == 0:
-                    raise
-                bits -= 1
-        record["scale_bits_rule"] = "given" if given_bits is not None else "inflation<=0.1%"
-        record["expected_batch_size_rule"] = (
-            "given" if p.expected_batch_size is not None else "p x mean local size of the data spec"
-        )
-        if mode == SUM_DOMINATING:
-            return self._with_claim_apart(spec, plan)
-        return plan
+            agent_noise = None
+            if mode == SUM_DOMINATING:
+                agent_noise = agent_noise_floor(
+                    kind=common.NOISE_KINDS[privacy.noise],
+                    total=total,
+                    honest_fraction=privacy.honest_fraction,
+                    population=population,
+                    dropout_fraction=spec.secagg.dropout_fraction,
+                )
+            details = DpFedSgdPlan(
+                model=spec.model,
+                dimension=dimension,
+                scale_bits=bits,
+                l1_sensitivity=l1,
+                l2_sensitivity=l2,
+                noise=privacy.noise,
+                noise_total=total,
+                accounting=privacy.accounting,
+                accounting_mode=mode,
+                agent_noise=agent_noise,
+                clip=p.clip,
+                local_steps=p.local_steps,
+                batch_sampling_rate=p.batch_sampling_rate,
+                learning_rate=p.learning_rate,
+                expected_batch_size=normalizer,
+                client_sampling_rate=p.client_sampling_rate,
+                max_local_size=p.max_local_size,
+                secure_aggregation=spec.secagg.enabled,
+                honest_fraction=privacy.honest_fraction,
+                corrupt_fraction=spec.secagg.corrupt_fraction,
+            )
+            return JobPlan(z, record, population, details)
+
+        bits = spec.secagg.scale_bits
+        if bits is None:
+            bits = common.choose_scale_bits(clip=p.clip, dimension=dimension)
+        plan = self._fit_scale(spec, population, bits, make)
+        return self._with_claim_apart(spec, plan) if mode == SUM_DOMINATING else plan
 
     def _with_claim_apart(self, job: DpFedSgdJob, plan: JobPlan) -> JobPlan:
         """The sum-dominating plan: the calibration record's ε, event and method become the
         guaranteed ones (each agent's own share, :meth:`guaranteed_round_event`, over all
         rounds), and the calibrated sum-dominating figure moves to ``calibration["claim"]`` and
-        ``details["claimed_epsilon"]`` under :data:`CLAIM_LABEL`: shown, never charged."""
+        the plan's ``claimed_epsilon`` under :data:`CLAIM_LABEL`: shown, never charged."""
         record = dict(plan.calibration)
         per_round = self.guaranteed_round_event(plan)
         whole = per_round if job.rounds == 1 else SelfComposedEvent(per_round, job.rounds)
@@ -213,71 +317,41 @@ class DpFedSgd(Algorithm):
             tight_epsilon=report.tight_epsilon,
             event=event_to_json(whole),
         )
-        details = {
-            **plan.details,
-            "claimed_epsilon": record["claim"]["epsilon"],
-            "claim": CLAIM_LABEL,
-        }
-        return JobPlan(
-            noise_multiplier=plan.noise_multiplier,
-            calibration=record,
-            population=plan.population,
-            details=details,
+        details = self.details(plan).model_copy(
+            update={"claimed_epsilon": float(record["claim"]["epsilon"]), "claim": CLAIM_LABEL}
         )
+        return JobPlan(plan.noise_multiplier, record, plan.population, details)
 
     def initial_state(self, job: JobSpec, plan: JobPlan, data: CoordinatorData) -> CoordinatorState:
-        spec = self._job(job)
-        dimension = int(plan.details["dimension"])
-        return initial_model_state(spec, data, algorithm=self.name, dimension=dimension)
+        spec, d = self.spec(job), self.details(plan)
+        return initial_model_state(spec, data, algorithm=self.name, dimension=d.dimension)
 
-    def select(
-        self, job: JobSpec, plan: JobPlan, *, round_number: int, population: Sequence[str]
-    ) -> list[str]:
-        spec = self._job(job)
-        stream = self._random.stream(f"{self.name}/select/{spec.name}/{round_number}")
-        return common.poisson_sample(population, spec.params.client_sampling_rate, stream)
+    def _sampling_rate(self, spec: DpFedSgdJob) -> float:
+        return spec.params.client_sampling_rate
 
-    def round_task(
-        self, job: JobSpec, plan: JobPlan, state: CoordinatorState, *, round_number: int
-    ) -> RoundTask:
-        spec = self._job(job)
-        d = plan.details
-        params = {
-            "algorithm": self.name,
-            "job": spec.name,
-            "round": round_number,
-            "model": spec.model,
-            "clip": d["clip"],
-            "local_steps": d["local_steps"],
-            "batch_sampling_rate": d["batch_sampling_rate"],
-            "learning_rate": d["learning_rate"],
-            "expected_batch_size": d["expected_batch_size"],
-            "max_local_size": d["max_local_size"],
-            "dimension": d["dimension"],
-            "scale_bits": d["scale_bits"],
-            "noise": d["noise"],
-            "noise_total": d["noise_total"],
-            "noise_multiplier": plan.noise_multiplier,
-            "secure_aggregation": d["secure_aggregation"],
-            "honest_fraction": d["honest_fraction"],
-            "unit": "record",
-            "delta": spec.privacy.delta,
-            "accounting": spec.privacy.accounting,
-        }
-        if self._mode(spec) == SUM_DOMINATING:
-            params["agent_noise"] = d["agent_noise"]
-        return RoundTask(
-            params=params, vector_length=int(d["dimension"]), model_version=state.model_version
+    def _clip(self, spec: DpFedSgdJob, details: DpFedSgdPlan) -> float:
+        return details.clip
+
+    def _credits_others(self, details: DpFedSgdPlan) -> bool:
+        return details.accounting_mode == CENTRAL
+
+    def _task(self, spec: DpFedSgdJob, plan: JobPlan, fields: dict[str, Any]) -> DpFedSgdTask:
+        d = self.details(plan)
+        return DpFedSgdTask(
+            **fields,
+            model=spec.model,
+            clip=d.clip,
+            local_steps=d.local_steps,
+            batch_sampling_rate=d.batch_sampling_rate,
+            learning_rate=d.learning_rate,
+            expected_batch_size=d.expected_batch_size,
+            max_local_size=d.max_local_size,
+            accounting=spec.privacy.accounting,
+            agent_noise=d.agent_noise if d.accounting_mode == SUM_DOMINATING else None,
         )
 
-    def encoding(
-        self,
-        job: JobSpec,
-        plan: JobPlan,
-        task: RoundTask,
-        *,
-        participants: int,
-        min_survivors: int,
+    def _encoding(
+        self, spec: DpFedSgdJob, details: DpFedSgdPlan, *, participants: int, min_survivors: int
     ) -> EncodingConfig:
         """Clip C per record, scale 2^b, the agent's per-step noise share, and a ring wide
         enough for the S steps of ``participants`` agents of at most M_max records.
@@ -285,106 +359,61 @@ class DpFedSgd(Algorithm):
         The share is split over the honest agents in the central and sum-dominating modes
         (``common.per_agent_noise``; sum-dominating: never below the plan's ``agent_noise``,
         which the agent's own ledger records), and the whole step noise in the local mode."""
-        spec = self._job(job)
-        mode = self._mode(spec)
-        d = plan.details
-        if task.vector_length != int(d["dimension"]):
-            raise AlgorithmError("the task's vector length differs from the plan's dimension")
-        if not 1 <= min_survivors <= participants:
-            raise AlgorithmError(
-                f"min_survivors {min_survivors} must lie in [1, participants={participants}]"
-            )
-        kind = common.NOISE_KINDS[str(d["noise"])]
-        noise = common.per_agent_noise(
-            kind=kind,
-            total=float(d["noise_total"]),
-            secure_aggregation=shares_noise(mode),
-            honest_fraction=float(d["honest_fraction"]),
-            min_survivors=min_survivors,
-            participants=participants,
+        d = details
+        noise = common.split_noise(
+            d,
             dropout_fraction=spec.secagg.dropout_fraction,
+            participants=participants,
+            min_survivors=min_survivors,
+            secure_aggregation=shares_noise(d.accounting_mode),
         )
-        if mode == SUM_DOMINATING and noise.parameter < float(d["agent_noise"]):
-            noise = NoiseSpec(kind, float(d["agent_noise"]))  # more participants than planned
-        probe = EncodingConfig(
-            clip=float(d["clip"]), scale_bits=int(d["scale_bits"]), ring_bits=64, noise=noise
-        )
+        if d.agent_noise is not None and noise.parameter < d.agent_noise:
+            noise = NoiseSpec(noise.kind, d.agent_noise)  # more participants than planned
+        probe = EncodingConfig(clip=d.clip, scale_bits=d.scale_bits, ring_bits=64, noise=noise)
         bits = required_ring_bits(
             participants=participants,
-            steps=int(d["local_steps"]),
-            max_local_size=int(d["max_local_size"]),
+            steps=d.local_steps,
+            max_local_size=d.max_local_size,
             config=probe,
         )
         if bits > MAX_RING_BITS:
             raise AlgorithmError(
-                f"{participants} agents × {d['local_steps']} steps × {d['max_local_size']} "
-                f"records at scale 2^{d['scale_bits']} need a {bits}-bit ring (> 64)"
+                f"{participants} agents × {d.local_steps} steps × {d.max_local_size} "
+                f"records at scale 2^{d.scale_bits} need a {bits}-bit ring (> 64)"
             )
-        return EncodingConfig(
-            clip=probe.clip, scale_bits=probe.scale_bits, ring_bits=bits, noise=noise
-        )
+        return EncodingConfig(clip=d.clip, scale_bits=d.scale_bits, ring_bits=bits, noise=noise)
 
-    def round_event(self, plan: JobPlan) -> DpEvent:
+    def claimed_round_event(self, plan: JobPlan) -> DpEvent:
         """One round: S compositions of the Poisson-subsampled step release with the plan's
         whole μ (in the sum-dominating mode: the claim, never charged)."""
-        d = plan.details
+        d = self.details(plan)
         step = step_event(
-            noise=str(d["noise"]),
-            total=float(d["noise_total"]),
-            l1=float(d["l1_sensitivity"]),
-            l2=float(d["l2_sensitivity"]),
-            dimension=int(d["dimension"]),
-            rate=float(d["batch_sampling_rate"]),
+            noise=d.noise,
+            total=d.noise_total,
+            l1=d.l1_sensitivity,
+            l2=d.l2_sensitivity,
+            dimension=d.dimension,
+            rate=d.batch_sampling_rate,
         )
-        return SelfComposedEvent(step, int(d["local_steps"]))
+        return SelfComposedEvent(step, d.local_steps)
 
     def guaranteed_round_event(self, plan: JobPlan) -> DpEvent:
-        """What a participant is charged for one round: :meth:`round_event`, or in the
+        """What a participant is charged for one round: :meth:`claimed_round_event`, or in the
         sum-dominating mode the same S steps of its own share ``agent_noise`` alone
         (:func:`~dpfl.learning.algorithms.fedsgd_accounting.agent_event`)."""
-        d = plan.details
-        agent_noise = d.get("agent_noise")
+        d = self.details(plan)
         (event,) = agent_event(
-            (self.round_event(plan),),
-            mode=str(d["accounting_mode"]),
-            steps=int(d["local_steps"]),
-            agent_noise=None if agent_noise is None else float(agent_noise),
+            (self.claimed_round_event(plan),),
+            mode=d.accounting_mode,
+            steps=d.local_steps,
+            agent_noise=d.agent_noise,
         )
         return event
 
-    def invitation_events(
-        self, job: JobSpec, plan: JobPlan, *, round_number: int, population: Sequence[str]
-    ) -> tuple[DpEvent, ...]:
-        self._job(job)
-        return (self.guaranteed_round_event(plan),)
-
-    def charges(
-        self,
-        job: JobSpec,
-        plan: JobPlan,
-        *,
-        round_number: int,
-        population: Sequence[str],
-        participants: Sequence[str],
-    ) -> dict[str, ClientCharge]:
-        """Each participant pays the round's event; a record is only touched when its agent
-        takes part, so nobody else pays.
-
-        ``secure_aggregation`` says whether masking was applied; ``honest_fraction`` is the t
-        the event relies on (1 in the local and sum-dominating modes: no other agent's noise is
-        credited); ``approximate`` marks the Gaussian option only. Under the sum-dominating
-        opt-in the event is the guaranteed one (:meth:`guaranteed_round_event`), never the
-        claim."""
-        spec = self._job(job)
-        mode = self._mode(spec)
-        charge = ClientCharge(
-            event=self.guaranteed_round_event(plan),
-            unit="record",
-            approximate=plan.details["noise"] == "gaussian",
-            secure_aggregation=spec.secagg.enabled,
-            honest_fraction=spec.privacy.honest_fraction if mode == CENTRAL else 1.0,
-        )
-        return dict.fromkeys(participants, charge)
+    def round_event(self, plan: JobPlan, *, population: int = 0) -> DpEvent:
+        """What :meth:`charges` charges each participant: :meth:`guaranteed_round_event` (a
+        record is only touched when its agent takes part, so nobody else pays)."""
+        return self.guaranteed_round_event(plan)
 
     def finish_round(
         self,
@@ -397,17 +426,10 @@ class DpFedSgd(Algorithm):
         aggregate: npt.NDArray[np.float64],
         survivors: int,
     ) -> RoundOutcome:
-        spec = self._job(job)
-        total = np.asarray(aggregate, dtype=np.float64)
-        dimension = int(plan.details["dimension"])
-        if total.shape != (dimension,):
-            raise AlgorithmError(f"aggregate of shape {total.shape}, expected ({dimension},)")
-        if not np.isfinite(total).all() or survivors < 1:
-            raise AlgorithmError("aggregate contains NaN or infinity, or nobody contributed")
+        spec, d = self.spec(job), self.details(plan)
+        total = common.checked_aggregate(aggregate, length=d.dimension, survivors=survivors)
         net = load_model(spec, state, data)
-        step = -float(plan.details["learning_rate"]) / (
-            float(plan.details["expected_batch_size"]) * survivors
-        )
+        step = -d.learning_rate / (d.expected_batch_size * survivors)
         model, evaluation = stepped_model(spec, net, step * total, data, algorithm=self.name)
         metrics: dict[str, float] = {
             "survivors": float(survivors),
@@ -426,12 +448,9 @@ class DpFedSgd(Algorithm):
 
     # -- agent side --------------------------------------------------------------------------
 
-    def _parse(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        return parse_task(params, algorithm=self.name)
-
     def agent_check(
         self,
-        params: Mapping[str, Any],
+        task: TaskParams,
         events: Sequence[DpEvent],
         encoding: EncodingConfig,
         *,
@@ -440,38 +459,107 @@ class DpFedSgd(Algorithm):
         honest_fraction: float,
     ) -> None:
         """Refuse unless the claim is exactly S steps of this task's release and the noise
-        delivers it in the task's accounting mode
-        (:func:`~dpfl.learning.algorithms.fedsgd_agent.check_claim` lists the checks)."""
-        check_claim(
-            self._parse(params),
+        delivers it.
+
+        Checks: the setup's honest fraction is the task's, ``1 ≤ min_survivors ≤ num_clients``;
+        the encoding's clip and scale are the task's C and b; one event
+        ``SelfComposedEvent(step, S)`` whose step is Poisson-subsampled at the task's p (bare
+        when p = 1), with the encoding's rounded sensitivities for d coordinates; the per-agent
+        per-step noise of the encoding reaches the step's noise summed over ``t·min_survivors``
+        honest agents in the central mode, and ALONE in the local and sum-dominating modes (so a
+        task with S > 1 whose claimed event rests on split noise is refused: the sum-dominating
+        figure is a claim, never the charged event); in the sum-dominating mode it also
+        reaches, alone, the ``agent_noise`` this agent's own ledger records; the ring holds S
+        steps of ``num_clients`` agents of M_max records.
+        """
+        t = self.task(task)
+        event = self._claimed(
+            t,
             events,
             encoding,
+            clip=t.clip,
             num_clients=num_clients,
             min_survivors=min_survivors,
             honest_fraction=honest_fraction,
         )
+        if not isinstance(event, SelfComposedEvent) or event.count != t.local_steps:
+            raise AlgorithmError(
+                f"expected {t.local_steps} compositions of one step, got {event!r}"
+            )
+        step = event.event
+        if isinstance(step, PoissonSampledEvent):
+            if step.sampling_rate != t.batch_sampling_rate:
+                raise AlgorithmError(
+                    f"the event samples records at rate {step.sampling_rate:g}, the task at "
+                    f"{t.batch_sampling_rate:g}"
+                )
+            step = step.event
+        elif t.batch_sampling_rate < 1.0:
+            raise AlgorithmError("the task samples records but the event does not say so")
+        total = common.claimed_total(
+            step,
+            noise=t.noise,
+            l1=encoding.rounded_l1_bound(t.dimension),
+            l2=encoding.rounded_l2_bound(t.dimension),
+            dimension=t.dimension,
+            source=_SOURCE,
+        )
+        kind, mode = common.NOISE_KINDS[t.noise], t.mode
+        try:
+            common.check_noise(
+                encoding.noise,
+                kind=kind,
+                total=total,
+                secure_aggregation=mode == CENTRAL,
+                honest_fraction=honest_fraction,
+                min_survivors=min_survivors,
+            )
+        except AlgorithmError as exc:
+            if mode == CENTRAL or not t.secure_aggregation:
+                raise
+            raise AlgorithmError(
+                f"{t.local_steps} local steps are accounted as local DP "
+                f"(privacy.accounting: {t.accounting}): this agent's own noise must carry "
+                f"the claimed event alone, but the encoding only gives it a share ({exc})"
+            ) from exc
+        if t.agent_noise is not None and mode == SUM_DOMINATING:  # what its own ledger records
+            common.check_noise(
+                encoding.noise,
+                kind=kind,
+                total=t.agent_noise,
+                secure_aggregation=False,
+                honest_fraction=honest_fraction,
+                min_survivors=min_survivors,
+            )
+        need = required_ring_bits(
+            participants=num_clients,
+            steps=t.local_steps,
+            max_local_size=t.max_local_size,
+            config=encoding,
+        )
+        if need > encoding.ring_bits:
+            raise AlgorithmError(
+                f"the ring would wrap: {num_clients} agents need {need} bits, the encoding has "
+                f"{encoding.ring_bits}"
+            )
 
-    def agent_charge(
-        self, params: Mapping[str, Any], events: Sequence[DpEvent]
-    ) -> tuple[DpEvent, ...]:
+    def agent_charge(self, task: TaskParams, events: Sequence[DpEvent]) -> tuple[DpEvent, ...]:
         """The claimed event, or, when the job opted in to the sum-dominating accounting, the
-        local-DP event of this agent's own noise share (``params.agent_noise``, checked against
-        the round's encoding by :meth:`agent_check`; the coordinator announces the same event):
+        local-DP event of this agent's own noise share (``agent_noise``, checked against the
+        round's encoding by :meth:`agent_check`; the coordinator announces the same event):
         what this agent's view proves
         (:func:`~dpfl.learning.algorithms.fedsgd_accounting.agent_event`). The record sampling
         is the agent's own, so the amplification stays.
 
         Raises:
-            AlgorithmError: malformed params, or not one S-fold step event.
+            AlgorithmError: not one S-fold step event.
         """
-        task = self._parse(params)
-        return agent_event(
-            events, mode=task["mode"], steps=task["local_steps"], agent_noise=task["agent_noise"]
-        )
+        t = self.task(task)
+        return agent_event(events, mode=t.mode, steps=t.local_steps, agent_noise=t.agent_noise)
 
     def agent_contribution(
         self,
-        params: Mapping[str, Any],
+        task: TaskParams,
         data: AgentData,
         *,
         model: bytes | None,
@@ -481,14 +569,14 @@ class DpFedSgd(Algorithm):
         stream: RandomStream,
     ) -> npt.NDArray[np.uint64]:
         """S integer DP-SGD steps from the global model; ``Z_i`` in the ring (module docs)."""
-        task = self._parse(params)
+        t = self.task(task)
         if model is None:
             raise AlgorithmError(f"{self.name} needs the global model")
-        if encoding.clip != task["clip"] or encoding.scale_bits != task["scale_bits"]:
+        if encoding.clip != t.clip or encoding.scale_bits != t.scale_bits:
             raise AlgorithmError("the encoding's clip or scale differs from the task's")
         from dpfl.learning.params import model_from_bytes
 
-        net = common.build_model(task["model"], data.input_shape, data.num_classes, seed=0)
+        net = common.build_model(t.model, data.input_shape, data.num_classes, seed=0)
         try:
             model_from_bytes(model, model=net)
         except LearningError as exc:
@@ -497,21 +585,21 @@ class DpFedSgd(Algorithm):
             net,
             data.x,
             data.y,
-            steps=task["local_steps"],
-            sampling_rate=task["batch_sampling_rate"],
-            clip=task["clip"],
-            learning_rate=task["learning_rate"],
-            normalizer=task["expected_batch_size"],
-            scale_bits=task["scale_bits"],
-            rounding_bound=encoding.rounded_l2_bound(task["dimension"]),
+            steps=t.local_steps,
+            sampling_rate=t.batch_sampling_rate,
+            clip=t.clip,
+            learning_rate=t.learning_rate,
+            normalizer=t.expected_batch_size,
+            scale_bits=t.scale_bits,
+            rounding_bound=encoding.rounded_l2_bound(t.dimension),
             noise=encoding.noise,
             stream=stream,
             device=device,
-            coordinate_limit=task["max_local_size"] * encoding.coordinate_bound,
+            coordinate_limit=t.max_local_size * encoding.coordinate_bound,
         )
-        if result.total.shape != (task["dimension"],):
+        if result.total.shape != (t.dimension,):
             raise AlgorithmError(
-                f"the model has {result.total.size} parameters, the task {task['dimension']}"
+                f"the model has {result.total.size} parameters, the task {t.dimension}"
             )
         return to_ring(result.total, encoding.ring_bits)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Final, Literal
 
 from dpfl.accounting import (
     DpEvent,
@@ -39,9 +40,10 @@ __all__ = [
 
 #: The job's ``privacy.accounting`` values (and the task's ``accounting`` parameter).
 ACCOUNTINGS = ("provable", "sum-dominating")
-CENTRAL = "central"
-LOCAL = "local"
-SUM_DOMINATING = "sum-dominating"
+AccountingMode = Literal["central", "local", "sum-dominating"]
+CENTRAL: Final = "central"
+LOCAL: Final = "local"
+SUM_DOMINATING: Final = "sum-dominating"
 
 #: How every view names the sum-dominating figure: a claim, never a bound.
 CLAIM_LABEL = (
@@ -51,7 +53,9 @@ CLAIM_LABEL = (
 )
 
 
-def accounting_mode(*, accounting: str, local_steps: int, secure_aggregation: bool) -> str:
+def accounting_mode(
+    *, accounting: str, local_steps: int, secure_aggregation: bool
+) -> AccountingMode:
     """The round's accounting mode (module docstring) from the job's choice, S and masking.
 
     Both sides derive it with this one function: the coordinator from the job, the agent from

@@ -7,16 +7,19 @@ round's queries composed at the data-independent cost; the data-dependent bound 
 informational, because secure aggregation releases the whole noisy histogram
 (docs/algorithms.md#why-no-data-dependent-charge). Sensitivities and charge:
 docs/algorithms.md#pate-fl.
+The task is :class:`PateFlTask` (``job_id``, or
+``job``, keys the agent's teacher cache), the plan :class:`PateFlPlan`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import Field
 
 from dpfl.accounting import (
     DpEvent,
@@ -26,13 +29,70 @@ from dpfl.accounting import (
     VotingEvent,
 )
 from dpfl.learning.algorithms import common, teachers
-from dpfl.learning.algorithms.base import AgentData, AlgorithmError, JobPlan
-from dpfl.learning.algorithms.voting import VotingAlgorithm, batch_sizes, same_sensitivity
+from dpfl.learning.algorithms.base import AgentData, AlgorithmError, Contract, TaskParams
+from dpfl.learning.algorithms.voting import (
+    SOURCE,
+    Counts,
+    VotingAlgorithm,
+    VotingPlan,
+    VotingTask,
+    batch_sizes,
+)
 from dpfl.learning.errors import LearningError
-from dpfl.learning.jobs import PateFlJob
+from dpfl.learning.jobs import VotingJob, VotingParams
 from dpfl.secagg.encoding import EncodingConfig
 
-__all__ = ["ALGORITHM", "PateFl", "batch_sizes", "vote_sensitivities"]
+__all__ = [
+    "ALGORITHM",
+    "PateFl",
+    "PateFlJob",
+    "PateFlParams",
+    "PateFlPlan",
+    "PateFlTask",
+    "batch_sizes",
+    "vote_sensitivities",
+]
+
+
+class PateFlParams(VotingParams):
+    """PATE-FL: ``queries`` public examples labelled by noisy votes of local teachers."""
+
+    teacher_epochs: int = Field(default=20, ge=1)
+    student_epochs: int = Field(default=30, ge=1)
+    vote: Literal["one-hot", "soft"] = "one-hot"
+    teacher_learning_rate: float = Field(default=0.1, gt=0)
+    student_learning_rate: float = Field(default=0.1, gt=0)
+    batch_size: int = Field(default=32, ge=1)
+
+
+class PateFlJob(VotingJob):
+    algorithm: Literal["pate-fl"]
+    params: PateFlParams = PateFlParams()
+
+
+class PateFlPlan(VotingPlan):
+    """The voting plan plus the vote kind."""
+
+    vote: Literal["one-hot", "soft"]
+
+
+class TeacherRecipe(Contract):
+    """How every agent trains its teacher (once per job)."""
+
+    epochs: int = Field(ge=1)
+    learning_rate: float = Field(gt=0)
+    momentum: float = Field(ge=0, le=1)
+    batch_size: int = Field(ge=1)
+    seed: int = Field(ge=0)
+
+
+class PateFlTask(VotingTask):
+    """The voting task plus the vote kind and the teacher's recipe."""
+
+    algorithm: Literal["pate-fl"]
+    vote: Literal["one-hot", "soft"]
+    teacher: TeacherRecipe
+
 
 _TEACHER_MOMENTUM = 0.9
 #: One-hot votes are exact integers at any scale; scaling them by 2^10 makes Skellam noise fine
@@ -65,36 +125,34 @@ def _soft_scale_bits(level: str, num_classes: int) -> int:
     raise AlgorithmError("no scale keeps the rounding of soft votes small")  # pragma: no cover
 
 
-def _batch_event(details: Mapping[str, Any], count: int, sigma: float) -> DpEvent:
+def _batch_event(details: PateFlPlan, count: int, sigma: float) -> DpEvent:
     """The event of ``count`` queries answered with the plan's noise (σ in vote units)."""
-    noise, vote, level = str(details["noise"]), str(details["vote"]), str(details["level"])
-    l1, l2 = float(details["l1_sensitivity"]), float(details["l2_sensitivity"])
-    u = math.ldexp(1.0, int(details["scale_bits"]))
-    if noise == "gaussian" and vote == "one-hot":
-        return VotingEvent(
-            queries=count, sigma=sigma, level="agent" if level == "agent" else "instance"
-        )
-    if noise == "gaussian":
-        query: DpEvent = GaussianEvent(sigma=sigma * u, sensitivity=l2)
+    u = math.ldexp(1.0, details.scale_bits)
+    if details.noise == "gaussian" and details.vote == "one-hot":
+        return VotingEvent(queries=count, sigma=sigma, level=details.level)
+    if details.noise == "gaussian":
+        query: DpEvent = GaussianEvent(sigma=sigma * u, sensitivity=details.l2_sensitivity)
     else:
         query = SkellamEvent(
             mu=(sigma * u) ** 2 / 2.0,
-            l1_sensitivity=l1,
-            l2_sensitivity=l2,
-            dimension=int(details["num_classes"]),
+            l1_sensitivity=details.l1_sensitivity,
+            l2_sensitivity=details.l2_sensitivity,
+            dimension=details.num_classes,
         )
     return SelfComposedEvent(query, count)
 
 
-class PateFl(VotingAlgorithm):
+class PateFl(VotingAlgorithm[PateFlJob, PateFlPlan, PateFlTask]):
     """PATE-FL; see the module docstring."""
 
     name: ClassVar[str] = "pate-fl"
-    job_type: ClassVar[type] = PateFlJob
+    spec_type = PateFlJob
+    plan_type = PateFlPlan
+    task_type = PateFlTask
 
     # -- the votes ---------------------------------------------------------------------------
 
-    def _vote_details(self, job: Any, *, classes: int, level: str) -> dict[str, Any]:
+    def _vote_details(self, job: PateFlJob, *, classes: int, level: str) -> dict[str, Any]:
         given_bits = job.secagg.scale_bits
         vote = job.params.vote
         if given_bits is not None:
@@ -116,55 +174,35 @@ class PateFl(VotingAlgorithm):
             ),
         }
 
-    def _batch_event(self, details: Mapping[str, Any], count: int, sigma: float) -> DpEvent:
+    def _batch_event(self, details: PateFlPlan, count: int, sigma: float) -> DpEvent:
         return _batch_event(details, count, sigma)
 
-    def _task_extras(self, job: Any, plan: JobPlan) -> dict[str, Any]:
-        return {
-            "vote": plan.details["vote"],
-            "teacher": {
-                "epochs": job.params.teacher_epochs,
-                "learning_rate": job.params.teacher_learning_rate,
-                "momentum": _TEACHER_MOMENTUM,
-                "batch_size": job.params.batch_size,
-                "seed": job.seed,
-            },
-        }
+    def _task(self, job: PateFlJob, plan: PateFlPlan, fields: dict[str, Any]) -> PateFlTask:
+        p = job.params
+        return PateFlTask(
+            **fields,
+            vote=plan.vote,
+            teacher=TeacherRecipe(
+                epochs=p.teacher_epochs,
+                learning_rate=p.teacher_learning_rate,
+                momentum=_TEACHER_MOMENTUM,
+                batch_size=p.batch_size,
+                seed=job.seed,
+            ),
+        )
 
-    def _student_recipe(self, job: Any) -> dict[str, Any]:
-        return {
-            "epochs": job.params.student_epochs,
-            "batch_size": job.params.batch_size,
-            "learning_rate": job.params.student_learning_rate,
-        }
+    def _student_recipe(self, job: PateFlJob) -> tuple[int, int, float]:
+        p = job.params
+        return p.student_epochs, p.batch_size, p.student_learning_rate
 
-    def _vote_sensitivity(self, plan: JobPlan) -> float:
+    def _vote_sensitivity(self, plan: PateFlPlan) -> float:
         return 1.0
 
     # -- agent side --------------------------------------------------------------------------
 
-    def _parse(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        _, task = self._parse_common(params)
-        p = common.TaskParams(params, algorithm=self.name)
-        teacher = params.get("teacher")
-        if not isinstance(teacher, Mapping):
-            raise AlgorithmError("params.teacher: must be an object")
-        t = common.TaskParams({**teacher, "algorithm": self.name}, algorithm=self.name)
-        return {
-            **task,
-            "vote": p.text("vote", choices=("one-hot", "soft")),
-            "teacher": {
-                "epochs": t.integer("epochs", minimum=1),
-                "learning_rate": t.number("learning_rate", low=0.0),
-                "momentum": t.number("momentum", low=0.0, high=1.0, strict=False),
-                "batch_size": t.integer("batch_size", minimum=1),
-                "seed": t.integer("seed", minimum=0),
-            },
-        }
-
     def agent_check(
         self,
-        params: Mapping[str, Any],
+        task: TaskParams,
         events: Sequence[DpEvent],
         encoding: EncodingConfig,
         *,
@@ -175,93 +213,73 @@ class PateFl(VotingAlgorithm):
         """Refuse unless the one claimed event is the round's queries at the task's level and
         vote kind, with this encoding's scale, and the per-agent noise (over
         ``t·min_survivors`` honest agents, or alone without secure aggregation) carries it."""
-        task = self._parse(params)
-        counts = {
-            "num_clients": num_clients,
-            "min_survivors": min_survivors,
-            "honest_fraction": honest_fraction,
-        }
-        event = self._check_round(task, events, encoding, **counts)
-        count, classes = len(task["queries"]), task["num_classes"]
-        u = math.ldexp(1.0, task["scale_bits"])
+        t = self.task(task)
+        counts = Counts(
+            num_clients=num_clients, min_survivors=min_survivors, honest_fraction=honest_fraction
+        )
+        event = self._claimed(t, events, encoding, **counts)
+        count = len(t.queries)
         l1, l2 = vote_sensitivities(
-            level=task["level"],
-            vote=task["vote"],
-            scale_bits=task["scale_bits"],
-            num_classes=classes,
+            level=t.level, vote=t.vote, scale_bits=t.scale_bits, num_classes=t.num_classes
         )
         if isinstance(event, VotingEvent):
-            if task["noise"] != "gaussian" or task["vote"] != "one-hot":
+            if t.noise != "gaussian" or t.vote != "one-hot":
                 raise AlgorithmError("a voting event only describes Gaussian one-hot votes")
-            if (event.queries, event.level, event.k) != (count, task["level"], 1):
+            if (event.queries, event.level, event.k) != (count, t.level, 1):
                 raise AlgorithmError(
                     f"the event answers {event.queries} queries at level {event.level} (k = "
-                    f"{event.k}); the task asks {count} at level {task['level']}"
+                    f"{event.k}); the task asks {count} at level {t.level}"
                 )
-            total = event.sigma * u
+            total = event.sigma * math.ldexp(1.0, t.scale_bits)
         else:
-            if not isinstance(event, SelfComposedEvent) or event.count != count:
-                raise AlgorithmError(f"expected {count} per-query events, got {event!r}")
-            query = event.event
-            if task["noise"] == "skellam":
-                if not isinstance(query, SkellamEvent) or query.dimension != classes:
-                    raise AlgorithmError(f"expected a Skellam event over {classes} classes")
-                same_sensitivity("L1", query.l1_sensitivity, l1)
-                same_sensitivity("L2", query.l2_sensitivity, l2)
-                total = query.mu
-            else:
-                if task["vote"] != "soft" or not isinstance(query, GaussianEvent):
-                    raise AlgorithmError("Gaussian noise: one-hot votes claim a VotingEvent")
-                same_sensitivity("L2", query.sensitivity, l2)
-                total = query.sigma
-        self._check_noise(task, total, encoding, **counts)
+            query = self._per_query(t, event)
+            if t.noise == "gaussian" and t.vote != "soft":
+                raise AlgorithmError("Gaussian noise: one-hot votes claim a VotingEvent")
+            total = common.claimed_total(
+                query, noise=t.noise, l1=l1, l2=l2, dimension=t.num_classes, source=SOURCE
+            )
+        self._check_noise(t, total, encoding, **counts)
 
     def agent_compute(
         self,
-        params: Mapping[str, Any],
+        task: TaskParams,
         data: AgentData,
         *,
         model: bytes | None,
         public_x: npt.NDArray[np.float32] | None,
         device: str,
     ) -> npt.NDArray[np.float64]:
-        task = self._parse(params)
-        queries = self._public_queries(task, public_x, self.name)
-        if data.num_classes != task["num_classes"]:
-            raise AlgorithmError(
-                f"the agent's data has {data.num_classes} classes, the task {task['num_classes']}"
-            )
+        t = self.task(task)
+        queries = self._public_queries(t, public_x, data.num_classes)
         from dpfl.learning.training import predict_probabilities, train
 
-        recipe = {"model": task["model"], **task["teacher"]}
+        recipe = t.teacher
 
         def fit() -> Any:
-            net = common.build_model(
-                task["model"], data.input_shape, data.num_classes, seed=task["teacher"]["seed"]
-            )
-            t = task["teacher"]
+            net = common.build_model(t.model, data.input_shape, data.num_classes, seed=recipe.seed)
             train(
                 net,
                 data.x,
                 data.y,
-                epochs=t["epochs"],
-                batch_size=t["batch_size"],
-                learning_rate=t["learning_rate"],
-                momentum=t["momentum"],
-                seed=t["seed"],
+                epochs=recipe.epochs,
+                batch_size=recipe.batch_size,
+                learning_rate=recipe.learning_rate,
+                momentum=recipe.momentum,
+                seed=recipe.seed,
                 device=device,
             )
             return net
 
         try:
-            teacher = teachers.teacher_for(task["job_key"], recipe, data.x, data.y, fit)
+            key = {"model": t.model, **recipe.model_dump()}
+            teacher = teachers.teacher_for(t.job_key, key, data.x, data.y, fit)
             probs = predict_probabilities(teacher, queries, device=device).astype(np.float64)
         except LearningError as exc:
             raise AlgorithmError(f"teacher failed: {exc}") from exc
-        if probs.shape[1] != task["num_classes"]:
+        if probs.shape[1] != t.num_classes:
             raise AlgorithmError("the teacher's outputs do not match the number of classes")
-        if task["vote"] == "one-hot":
-            votes = np.eye(task["num_classes"])[probs.argmax(axis=1)]
+        if t.vote == "one-hot":
+            votes = np.eye(t.num_classes)[probs.argmax(axis=1)]
         else:
             # exact probability vectors (L1 = 1, L2 ≤ 1 per query, as the sensitivities assume);
             # the factor below absorbs the last ulps of the float normalisation

@@ -6,26 +6,82 @@ Agent i votes ``(1/k_i)·Σ one-hot`` over its ``min(k_i, M_i)`` records nearest
 instance-level charge uses the exact sensitivity √2/k rather than the k-times larger closed form.
 The coordinator side is :mod:`~dpfl.learning.algorithms.voting`. Details:
 docs/algorithms.md#private-knn-fl.
+The task is :class:`PrivateKnnFlTask`, the plan :class:`PrivateKnnFlPlan`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import Field
 
 from dpfl.accounting import DpEvent, GaussianEvent, SelfComposedEvent, SkellamEvent
 from dpfl.learning.algorithms import common
-from dpfl.learning.algorithms.base import AgentData, AlgorithmError, JobPlan
+from dpfl.learning.algorithms.base import AgentData, AlgorithmError, TaskParams
 from dpfl.learning.algorithms.extractors import build_extractor, feature_spec
-from dpfl.learning.algorithms.voting import VotingAlgorithm, same_sensitivity
-from dpfl.learning.jobs import PrivateKnnFlJob
+from dpfl.learning.algorithms.voting import (
+    SOURCE,
+    Counts,
+    VotingAlgorithm,
+    VotingPlan,
+    VotingTask,
+)
+from dpfl.learning.jobs import VotingJob, VotingParams
 from dpfl.secagg.encoding import EncodingConfig
 
-__all__ = ["ALGORITHM", "PrivateKnnFl", "knn_sensitivities", "knn_votes", "neighbours_of"]
+__all__ = [
+    "ALGORITHM",
+    "PrivateKnnFl",
+    "PrivateKnnFlJob",
+    "PrivateKnnFlParams",
+    "PrivateKnnFlPlan",
+    "PrivateKnnFlTask",
+    "knn_sensitivities",
+    "knn_votes",
+    "neighbours_of",
+]
+
+
+class PrivateKnnFlParams(VotingParams):
+    """Private-kNN-FL: votes are the labels of the ``k`` nearest records."""
+
+    k: int = Field(default=10, ge=1)
+    student_epochs: int = Field(default=30, ge=1)
+    features: Literal["identity", "random-projection"] = "identity"
+    projection_dim: int = Field(default=256, ge=1)
+    projection_seed: int = Field(default=0, ge=0)
+    # an agent uses k_i = max(k, floor(k_fraction·M_i)) neighbours; k is the floor every
+    # participant respects, which the instance-level charge uses (None: every agent uses k)
+    k_fraction: float | None = Field(default=None, gt=0, le=1)
+    student_learning_rate: float = Field(default=0.1, gt=0)
+    batch_size: int = Field(default=32, ge=1)
+
+
+class PrivateKnnFlJob(VotingJob):
+    algorithm: Literal["private-knn-fl"]
+    params: PrivateKnnFlParams = PrivateKnnFlParams()
+
+
+class PrivateKnnFlPlan(VotingPlan):
+    """The voting plan plus k, k_fraction and the extractor."""
+
+    k: int = Field(ge=1)
+    k_fraction: float | None = Field(default=None, gt=0, le=1)
+    features: str
+
+
+class PrivateKnnFlTask(VotingTask):
+    """The voting task plus k, k_fraction (or null) and the extractor's spec."""
+
+    algorithm: Literal["private-knn-fl"]
+    k: int = Field(ge=1)
+    k_fraction: float | None = Field(default=None, gt=0, le=1)
+    features: str = Field(min_length=1)
+
 
 _CHUNK_VALUES = 1 << 22  # float64 values per distance chunk (32 MiB)
 
@@ -95,15 +151,17 @@ def knn_votes(
     return out
 
 
-class PrivateKnnFl(VotingAlgorithm):
+class PrivateKnnFl(VotingAlgorithm[PrivateKnnFlJob, PrivateKnnFlPlan, PrivateKnnFlTask]):
     """Private-kNN-FL; see the module docstring."""
 
     name: ClassVar[str] = "private-knn-fl"
-    job_type: ClassVar[type] = PrivateKnnFlJob
+    spec_type = PrivateKnnFlJob
+    plan_type = PrivateKnnFlPlan
+    task_type = PrivateKnnFlTask
 
     # -- the votes ---------------------------------------------------------------------------
 
-    def _vote_details(self, job: Any, *, classes: int, level: str) -> dict[str, Any]:
+    def _vote_details(self, job: PrivateKnnFlJob, *, classes: int, level: str) -> dict[str, Any]:
         p = job.params
         given_bits = job.secagg.scale_bits
         bits = given_bits if given_bits is not None else _scale_bits(level, p.k, classes)
@@ -118,50 +176,38 @@ class PrivateKnnFl(VotingAlgorithm):
             "scale_bits_rule": "given" if given_bits is not None else "inflation<=0.1%",
         }
 
-    def _batch_event(self, details: Mapping[str, Any], count: int, sigma: float) -> DpEvent:
-        u = math.ldexp(1.0, int(details["scale_bits"]))
-        l1, l2 = float(details["l1_sensitivity"]), float(details["l2_sensitivity"])
-        if details["noise"] == "gaussian":
-            query: DpEvent = GaussianEvent(sigma=sigma * u, sensitivity=l2)
+    def _batch_event(self, details: PrivateKnnFlPlan, count: int, sigma: float) -> DpEvent:
+        u = math.ldexp(1.0, details.scale_bits)
+        if details.noise == "gaussian":
+            query: DpEvent = GaussianEvent(sigma=sigma * u, sensitivity=details.l2_sensitivity)
         else:
             query = SkellamEvent(
                 mu=(sigma * u) ** 2 / 2.0,
-                l1_sensitivity=l1,
-                l2_sensitivity=l2,
-                dimension=int(details["num_classes"]),
+                l1_sensitivity=details.l1_sensitivity,
+                l2_sensitivity=details.l2_sensitivity,
+                dimension=details.num_classes,
             )
         return SelfComposedEvent(query, count)
 
-    def _task_extras(self, job: Any, plan: JobPlan) -> dict[str, Any]:
-        d = plan.details
-        return {"k": d["k"], "k_fraction": d["k_fraction"], "features": d["features"]}
+    def _task(
+        self, job: PrivateKnnFlJob, plan: PrivateKnnFlPlan, fields: dict[str, Any]
+    ) -> PrivateKnnFlTask:
+        return PrivateKnnFlTask(
+            **fields, k=plan.k, k_fraction=plan.k_fraction, features=plan.features
+        )
 
-    def _student_recipe(self, job: Any) -> dict[str, Any]:
+    def _student_recipe(self, job: PrivateKnnFlJob) -> tuple[int, int, float]:
         p = job.params
-        return {
-            "epochs": p.student_epochs,
-            "batch_size": p.batch_size,
-            "learning_rate": p.student_learning_rate,
-        }
+        return p.student_epochs, p.batch_size, p.student_learning_rate
 
-    def _vote_sensitivity(self, plan: JobPlan) -> float:
-        return 1.0 if plan.details["level"] == "agent" else 1.0 / int(plan.details["k"])
+    def _vote_sensitivity(self, plan: PrivateKnnFlPlan) -> float:
+        return 1.0 if plan.level == "agent" else 1.0 / plan.k
 
     # -- agent side --------------------------------------------------------------------------
 
-    def _parse(self, params: Mapping[str, Any]) -> dict[str, Any]:
-        p, task = self._parse_common(params)
-        fraction = params.get("k_fraction")
-        return {
-            **task,
-            "k": p.integer("k", minimum=1),
-            "k_fraction": None if fraction is None else p.number("k_fraction", low=0.0, high=1.0),
-            "features": p.text("features"),
-        }
-
     def agent_check(
         self,
-        params: Mapping[str, Any],
+        task: TaskParams,
         events: Sequence[DpEvent],
         encoding: EncodingConfig,
         *,
@@ -172,36 +218,22 @@ class PrivateKnnFl(VotingAlgorithm):
         """Refuse unless the one claimed event is the round's queries with the sensitivities
         the agent recomputes from the task's level, k and this encoding's scale, and the
         per-agent noise (over ``t·min_survivors`` honest agents, or alone) carries it."""
-        task = self._parse(params)
-        counts = {
-            "num_clients": num_clients,
-            "min_survivors": min_survivors,
-            "honest_fraction": honest_fraction,
-        }
-        event = self._check_round(task, events, encoding, **counts)
-        count, classes = len(task["queries"]), task["num_classes"]
-        l1, l2 = knn_sensitivities(
-            level=task["level"], k=task["k"], scale_bits=task["scale_bits"], num_classes=classes
+        t = self.task(task)
+        counts = Counts(
+            num_clients=num_clients, min_survivors=min_survivors, honest_fraction=honest_fraction
         )
-        if not isinstance(event, SelfComposedEvent) or event.count != count:
-            raise AlgorithmError(f"expected {count} per-query events, got {event!r}")
-        query = event.event
-        if task["noise"] == "skellam":
-            if not isinstance(query, SkellamEvent) or query.dimension != classes:
-                raise AlgorithmError(f"expected a Skellam event over {classes} classes")
-            same_sensitivity("L1", query.l1_sensitivity, l1)
-            same_sensitivity("L2", query.l2_sensitivity, l2)
-            total = query.mu
-        else:
-            if not isinstance(query, GaussianEvent):
-                raise AlgorithmError(f"Gaussian noise but a {type(query).__name__} is claimed")
-            same_sensitivity("L2", query.sensitivity, l2)
-            total = query.sigma
-        self._check_noise(task, total, encoding, **counts)
+        query = self._per_query(t, self._claimed(t, events, encoding, **counts))
+        l1, l2 = knn_sensitivities(
+            level=t.level, k=t.k, scale_bits=t.scale_bits, num_classes=t.num_classes
+        )
+        total = common.claimed_total(
+            query, noise=t.noise, l1=l1, l2=l2, dimension=t.num_classes, source=SOURCE
+        )
+        self._check_noise(t, total, encoding, **counts)
 
     def agent_compute(
         self,
-        params: Mapping[str, Any],
+        task: TaskParams,
         data: AgentData,
         *,
         model: bytes | None,
@@ -209,19 +241,15 @@ class PrivateKnnFl(VotingAlgorithm):
         device: str,
     ) -> npt.NDArray[np.float64]:
         """The flattened ``Q_r × C`` block of kNN votes (module docstring)."""
-        task = self._parse(params)
-        queries = self._public_queries(task, public_x, self.name)
-        if data.num_classes != task["num_classes"]:
-            raise AlgorithmError(
-                f"the agent's data has {data.num_classes} classes, the task {task['num_classes']}"
-            )
+        t = self.task(task)
+        queries = self._public_queries(t, public_x, data.num_classes)
         labels = np.asarray(data.y, dtype=np.int64)
         if labels.size == 0:
             raise AlgorithmError("this agent holds no records to vote with")
-        extractor = build_extractor(task["features"], tuple(data.input_shape))
-        k = neighbour_count(task["k"], task["k_fraction"], labels.size)
+        extractor = build_extractor(t.features, tuple(data.input_shape))
+        k = neighbour_count(t.k, t.k_fraction, labels.size)
         nearest = neighbours_of(extractor(data.x), extractor(queries), k)
-        votes = knn_votes(labels[nearest], k=k, num_classes=task["num_classes"])
+        votes = knn_votes(labels[nearest], k=k, num_classes=t.num_classes)
         flat: npt.NDArray[np.float64] = votes.reshape(-1)
         return flat
 

@@ -5,19 +5,23 @@ Each subclass supplies how an agent votes and what one agent's vote can change (
 sensitivities and event); this module batches the job's public queries over the rounds, takes
 the argmax of each decoded noisy sum, trains the student after the last round, and charges every
 summed voter exactly the round's answered queries (docs/algorithms.md#pate-fl).
+
+Every voting task is a :class:`VotingTask`, every plan a :class:`VotingPlan`.
 """
 
 from __future__ import annotations
 
 import abc
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import Any, Literal, TypedDict
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import Field, model_validator
+from typing_extensions import TypeVar
 
-from dpfl.accounting import ComposedEvent, DataDependentVotingEvent, DpEvent
+from dpfl.accounting import ComposedEvent, DataDependentVotingEvent, DpEvent, SelfComposedEvent
 from dpfl.learning.algorithms import common
 from dpfl.learning.algorithms.base import (
     Algorithm,
@@ -26,17 +30,26 @@ from dpfl.learning.algorithms.base import (
     CoordinatorData,
     CoordinatorState,
     JobPlan,
+    PlanDetails,
     RoundOutcome,
     RoundTask,
+    TaskParams,
 )
 from dpfl.learning.errors import LearningError
-from dpfl.learning.jobs import JobSpec
+from dpfl.learning.jobs import JobSpec, VotingJob
 from dpfl.secagg.encoding import EncodingConfig
-from dpfl.secagg.errors import ParameterError
 
-__all__ = ["VotingAlgorithm", "batch_sizes", "vote_clip"]
+__all__ = ["Counts", "VotingAlgorithm", "VotingPlan", "VotingTask", "batch_sizes", "vote_clip"]
 
 _CLIP_SLACK = 1.0 + 1e-9  # the block norm √Q_r must never trigger the encoding's clip
+
+
+class Counts(TypedDict):
+    """What a setup says of its participants; every voting check reads it."""
+
+    num_clients: int
+    min_survivors: int
+    honest_fraction: float
 
 
 def batch_sizes(queries: int, rounds: int) -> list[int]:
@@ -50,38 +63,71 @@ def vote_clip(batch: int) -> float:
     return math.sqrt(batch) * _CLIP_SLACK
 
 
-class VotingAlgorithm(Algorithm):
+class VotingPlan(PlanDetails):
+    """The plan of a voting job: per-query sensitivities in ring units, the batches."""
+
+    model: str
+    num_classes: int = Field(ge=2)
+    queries: int = Field(ge=1)
+    batch_sizes: tuple[int, ...]
+    level: Literal["agent", "instance"]
+    l1_sensitivity: float = Field(gt=0)
+    l2_sensitivity: float = Field(gt=0)
+
+
+class VotingTask(TaskParams):
+    """What every voter is told: the round's public query indices and how to vote."""
+
+    model: str = Field(min_length=1)
+    num_classes: int = Field(ge=2)
+    queries: tuple[int, ...] = Field(min_length=1)
+    public_size: int = Field(ge=1)
+    level: Literal["agent", "instance"]
+
+    @model_validator(mode="after")
+    def _queries_in_range(self) -> VotingTask:
+        if len(set(self.queries)) != len(self.queries):
+            raise ValueError("queries: contains duplicates")
+        if min(self.queries) < 0 or max(self.queries) >= self.public_size:
+            raise ValueError(f"queries: every index must lie in [0, {self.public_size})")
+        return self
+
+    @property
+    def job_key(self) -> str:
+        """The job's stable id when the shell sent it, else its name."""
+        return self.job_id or self.job
+
+
+SpecT = TypeVar("SpecT", bound=VotingJob, default=VotingJob)
+PlanT = TypeVar("PlanT", bound=VotingPlan, default=VotingPlan)
+TaskT = TypeVar("TaskT", bound=VotingTask, default=VotingTask)
+
+
+class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
     """The shared coordinator side and agent-side checks of the voting algorithms."""
-
-    #: The job variant this algorithm runs.
-    job_type: ClassVar[type]
-
-    def _job(self, job: JobSpec) -> Any:
-        if not isinstance(job, self.job_type):
-            raise AlgorithmError(f"{self.name} cannot run a {type(job).__name__}")
-        return job
 
     # -- what a subclass defines -------------------------------------------------------------
 
     @abc.abstractmethod
-    def _vote_details(self, job: Any, *, classes: int, level: str) -> dict[str, Any]:
-        """Plan details of the votes: at least ``scale_bits``, ``l1_sensitivity``,
+    def _vote_details(self, job: SpecT, *, classes: int, level: str) -> dict[str, Any]:
+        """Plan fields of the votes: at least ``scale_bits``, ``l1_sensitivity``,
         ``l2_sensitivity`` (per query, ring units) and ``scale_bits_rule`` (for the record)."""
 
     @abc.abstractmethod
-    def _batch_event(self, details: Mapping[str, Any], count: int, sigma: float) -> DpEvent:
-        """The event of ``count`` queries answered with vote noise σ (vote units)."""
+    def _batch_event(self, details: PlanT, count: int, sigma: float) -> DpEvent:
+        """The event of ``count`` queries answered with vote noise σ (vote units); it reads the
+        plan's noise kind, scale and sensitivities, never its ``noise_total``."""
 
     @abc.abstractmethod
-    def _task_extras(self, job: Any, plan: JobPlan) -> dict[str, Any]:
-        """The subclass's own task parameters."""
+    def _task(self, job: SpecT, plan: PlanT, fields: dict[str, Any]) -> TaskT:
+        """The round's task: ``fields`` (the common ones) plus the subclass's own."""
 
     @abc.abstractmethod
-    def _student_recipe(self, job: Any) -> dict[str, Any]:
-        """``{"epochs", "batch_size", "learning_rate"}`` of the student."""
+    def _student_recipe(self, job: SpecT) -> tuple[int, int, float]:
+        """``(epochs, batch_size, learning_rate)`` of the student."""
 
     @abc.abstractmethod
-    def _vote_sensitivity(self, plan: JobPlan) -> float:
+    def _vote_sensitivity(self, plan: PlanT) -> float:
         """s of the data-dependent bound: the L2 change of one agent's vote (1, or 1/k)."""
 
     # -- coordinator side --------------------------------------------------------------------
@@ -89,7 +135,7 @@ class VotingAlgorithm(Algorithm):
     def plan(
         self, job: JobSpec, *, population: int, data: CoordinatorData | None = None
     ) -> JobPlan:
-        spec = self._job(job)
+        spec = self.spec(job)
         if isinstance(population, bool) or not isinstance(population, int) or population < 1:
             raise AlgorithmError(f"population must be an integer >= 1, got {population!r}")
         p, privacy = spec.params, spec.privacy
@@ -97,11 +143,11 @@ class VotingAlgorithm(Algorithm):
         level = "agent" if privacy.unit == "agent" else "instance"
         votes = self._vote_details(spec, classes=classes, level=level)
         rule = votes.pop("scale_bits_rule")
-        details: dict[str, Any] = {
+        fields: dict[str, Any] = {
             "model": spec.model,
             "num_classes": classes,
             "queries": p.queries,
-            "batch_sizes": batch_sizes(p.queries, spec.rounds),
+            "batch_sizes": tuple(batch_sizes(p.queries, spec.rounds)),
             "level": level,
             **votes,
             "noise": privacy.noise,
@@ -109,40 +155,35 @@ class VotingAlgorithm(Algorithm):
             "honest_fraction": privacy.honest_fraction,
             "corrupt_fraction": spec.secagg.corrupt_fraction,
         }
+        shape = self.plan_type(**fields, noise_total=1.0)  # _batch_event never reads the total
         given = p.sigma if p.sigma is not None else privacy.noise_multiplier
         sigma, record = common.calibrate_or_check(
-            lambda s: self._batch_event(details, p.queries, s),
+            lambda s: self._batch_event(shape, p.queries, s),
             given=given,
             target_epsilon=privacy.target_epsilon,
             delta=privacy.delta,
         )
-        u = math.ldexp(1.0, int(details["scale_bits"]))
-        details["noise_total"] = (sigma * u) ** 2 / 2.0 if privacy.noise == "skellam" else sigma * u
+        u = math.ldexp(1.0, shape.scale_bits)
+        total = (sigma * u) ** 2 / 2.0 if privacy.noise == "skellam" else sigma * u
         record["scale_bits_rule"] = rule
-        plan = JobPlan(
-            noise_multiplier=sigma, calibration=record, population=population, details=details
+        plan = JobPlan(sigma, record, population, shape.model_copy(update={"noise_total": total}))
+        survivors = max(1, math.ceil(population * (1.0 - spec.secagg.dropout_fraction)))
+        self._encoding(
+            spec,
+            self.details(plan),
+            batch=max(shape.batch_sizes),
+            participants=population,
+            min_survivors=survivors,
         )
-        self._check_ring(spec, plan, population)
         return plan
 
-    def _check_ring(self, job: Any, plan: JobPlan, population: int) -> None:
-        survivors = max(1, math.ceil(population * (1.0 - job.secagg.dropout_fraction)))
-        task = RoundTask(
-            params={}, vector_length=max(plan.details["batch_sizes"]) * self._classes(plan)
-        )
-        self.encoding(job, plan, task, participants=population, min_survivors=survivors)
-
-    @staticmethod
-    def _classes(plan: JobPlan) -> int:
-        return int(plan.details["num_classes"])
-
     def initial_state(self, job: JobSpec, plan: JobPlan, data: CoordinatorData) -> CoordinatorState:
-        spec = self._job(job)
+        spec, d = self.spec(job), self.details(plan)
         if data.public_x is None or len(data.public_x) == 0:
             raise AlgorithmError(f"{self.name} needs the public split (data.public_fraction > 0)")
-        if data.num_classes != self._classes(plan):
+        if data.num_classes != d.num_classes:
             raise AlgorithmError(
-                f"the data has {data.num_classes} classes, the plan {self._classes(plan)}"
+                f"the data has {data.num_classes} classes, the plan {d.num_classes}"
             )
         size = len(data.public_x)
         if spec.params.queries > size:
@@ -166,49 +207,67 @@ class VotingAlgorithm(Algorithm):
     def select(
         self, job: JobSpec, plan: JobPlan, *, round_number: int, population: Sequence[str]
     ) -> list[str]:
-        self._job(job)
+        self.spec(job)
         return list(population)  # every agent votes; no sampling, no amplification
 
-    def _batch(self, job: Any, state: CoordinatorState, round_number: int) -> list[int]:
-        sizes = batch_sizes(job.params.queries, job.rounds)
-        if not 1 <= round_number <= job.rounds:
-            raise AlgorithmError(f"round {round_number} outside 1..{job.rounds}")
+    def _batch(self, job: SpecT, state: CoordinatorState, round_number: int) -> list[int]:
+        sizes = self._sizes(job, round_number)
         start = sum(sizes[: round_number - 1])
         order = state.details.get("query_order")
         if not isinstance(order, list) or len(order) != job.params.queries:
             raise AlgorithmError("the coordinator state holds no query order")
         return [int(i) for i in order[start : start + sizes[round_number - 1]]]
 
+    @staticmethod
+    def _sizes(job: VotingJob, round_number: int) -> list[int]:
+        if not 1 <= round_number <= job.rounds:
+            raise AlgorithmError(f"round {round_number} outside 1..{job.rounds}")
+        return batch_sizes(job.params.queries, job.rounds)
+
     def round_task(
         self, job: JobSpec, plan: JobPlan, state: CoordinatorState, *, round_number: int
     ) -> RoundTask:
-        spec = self._job(job)
+        spec, d = self.spec(job), self.details(plan)
         batch = self._batch(spec, state, round_number)
-        d = plan.details
-        params = {
+        fields: dict[str, Any] = {
             "algorithm": self.name,
             "job": spec.name,
             "round": round_number,
             "model": spec.model,
-            "num_classes": d["num_classes"],
-            "queries": batch,
+            "num_classes": d.num_classes,
+            "queries": tuple(batch),
             "public_size": state.details["public_size"],
-            "level": d["level"],
-            "scale_bits": d["scale_bits"],
-            "noise": d["noise"],
-            "noise_total": d["noise_total"],
+            "level": d.level,
+            "scale_bits": d.scale_bits,
+            "noise": d.noise,
+            "noise_total": d.noise_total,
             "noise_multiplier": plan.noise_multiplier,
-            "secure_aggregation": d["secure_aggregation"],
-            "honest_fraction": d["honest_fraction"],
+            "secure_aggregation": d.secure_aggregation,
+            "honest_fraction": d.honest_fraction,
             "unit": spec.privacy.unit,
             "delta": spec.privacy.delta,
-            **self._task_extras(spec, plan),
         }
         return RoundTask(
-            params=params,
-            vector_length=len(batch) * self._classes(plan),
+            params=self._task(spec, d, fields),
+            vector_length=len(batch) * d.num_classes,
             model_version=None,
             needs_public_data=True,
+        )
+
+    def _encoding(
+        self, spec: SpecT, details: PlanT, *, batch: int, participants: int, min_survivors: int
+    ) -> EncodingConfig:
+        noise = common.split_noise(
+            details,
+            dropout_fraction=spec.secagg.dropout_fraction,
+            participants=participants,
+            min_survivors=min_survivors,
+        )
+        return common.ring_encoding(
+            clip=vote_clip(batch),
+            scale_bits=details.scale_bits,
+            participants=participants,
+            noise=noise,
         )
 
     def encoding(
@@ -220,8 +279,8 @@ class VotingAlgorithm(Algorithm):
         participants: int,
         min_survivors: int,
     ) -> EncodingConfig:
-        spec = self._job(job)
-        classes = self._classes(plan)
+        spec, d = self.spec(job), self.details(plan)
+        classes = d.num_classes
         if task.vector_length < classes or task.vector_length % classes:
             raise AlgorithmError(
                 f"vector length {task.vector_length} is not a multiple of {classes}"
@@ -230,38 +289,23 @@ class VotingAlgorithm(Algorithm):
             raise AlgorithmError(
                 f"min_survivors {min_survivors} must lie in [1, participants={participants}]"
             )
-        d = plan.details
-        noise = common.per_agent_noise(
-            kind=common.NOISE_KINDS[str(d["noise"])],
-            total=float(d["noise_total"]),
-            secure_aggregation=bool(d["secure_aggregation"]),
-            honest_fraction=float(d["honest_fraction"]),
-            min_survivors=min_survivors,
+        return self._encoding(
+            spec,
+            d,
+            batch=task.vector_length // classes,
             participants=participants,
-            dropout_fraction=spec.secagg.dropout_fraction,
+            min_survivors=min_survivors,
         )
-        try:
-            return EncodingConfig.for_summands(
-                clip=vote_clip(task.vector_length // classes),
-                scale_bits=int(d["scale_bits"]),
-                summands=participants,
-                noise=noise,
-            )
-        except ParameterError as exc:
-            raise AlgorithmError(f"no ring holds this round's vote sum: {exc}") from exc
 
     def round_event(self, plan: JobPlan, *, queries: int) -> DpEvent:
         """The event of one committed round answering ``queries`` queries."""
-        return self._batch_event(plan.details, queries, plan.noise_multiplier)
+        return self._batch_event(self.details(plan), queries, plan.noise_multiplier)
 
     def invitation_events(
         self, job: JobSpec, plan: JobPlan, *, round_number: int, population: Sequence[str]
     ) -> tuple[DpEvent, ...]:
         """The round's event (its batch of queries), as :meth:`charges` charges each voter."""
-        spec = self._job(job)
-        sizes = batch_sizes(spec.params.queries, spec.rounds)
-        if not 1 <= round_number <= spec.rounds:
-            raise AlgorithmError(f"round {round_number} outside 1..{spec.rounds}")
+        sizes = self._sizes(self.spec(job), round_number)
         return (self.round_event(plan, queries=sizes[round_number - 1]),)
 
     def charges(
@@ -273,17 +317,14 @@ class VotingAlgorithm(Algorithm):
         population: Sequence[str],
         participants: Sequence[str],
     ) -> dict[str, ClientCharge]:
-        spec = self._job(job)
-        sizes = batch_sizes(spec.params.queries, spec.rounds)
-        if not 1 <= round_number <= spec.rounds:
-            raise AlgorithmError(f"round {round_number} outside 1..{spec.rounds}")
-        secure = bool(plan.details["secure_aggregation"])
+        spec, d = self.spec(job), self.details(plan)
+        sizes = self._sizes(spec, round_number)
         charge = ClientCharge(
             event=self.round_event(plan, queries=sizes[round_number - 1]),
             unit=spec.privacy.unit,
-            approximate=plan.details["noise"] == "gaussian",
-            secure_aggregation=secure,
-            honest_fraction=spec.privacy.honest_fraction if secure else 1.0,
+            approximate=d.noise == "gaussian",
+            secure_aggregation=d.secure_aggregation,
+            honest_fraction=spec.privacy.honest_fraction if d.secure_aggregation else 1.0,
         )
         return dict.fromkeys(participants, charge)
 
@@ -298,17 +339,12 @@ class VotingAlgorithm(Algorithm):
         aggregate: npt.NDArray[np.float64],
         survivors: int,
     ) -> RoundOutcome:
-        spec = self._job(job)
+        spec, d = self.spec(job), self.details(plan)
         batch = self._batch(spec, state, round_number)
-        classes = self._classes(plan)
-        votes = np.asarray(aggregate, dtype=np.float64)
-        if votes.shape != (len(batch) * classes,):
-            raise AlgorithmError(
-                f"aggregate of shape {votes.shape}, expected ({len(batch) * classes},)"
-            )
-        if not np.isfinite(votes).all() or survivors < 1:
-            raise AlgorithmError("aggregate contains NaN or infinity, or nobody voted")
-        votes = votes.reshape(len(batch), classes)
+        classes = d.num_classes
+        votes = common.checked_aggregate(
+            aggregate, length=len(batch) * classes, survivors=survivors
+        ).reshape(len(batch), classes)
         labels = votes.argmax(axis=1)
         top2 = np.sort(votes, axis=1)[:, -2:]
         margins = np.clip((top2[:, 1] - top2[:, 0]) / survivors, 0.0, 1.0)
@@ -339,7 +375,7 @@ class VotingAlgorithm(Algorithm):
 
     def _train_student(
         self,
-        job: Any,
+        job: SpecT,
         data: CoordinatorData,
         answered: list[int],
         labels: list[int],
@@ -350,16 +386,16 @@ class VotingAlgorithm(Algorithm):
         from dpfl.learning.params import model_to_bytes
         from dpfl.learning.training import train_student
 
-        recipe = self._student_recipe(job)
+        epochs, batch_size, learning_rate = self._student_recipe(job)
         net = common.build_model(job.model, data.input_shape, data.num_classes, seed=job.seed)
         try:
             train_student(
                 net,
                 np.asarray(data.public_x)[answered],
                 np.asarray(labels, dtype=np.int64),
-                epochs=recipe["epochs"],
-                batch_size=recipe["batch_size"],
-                learning_rate=recipe["learning_rate"],
+                epochs=epochs,
+                batch_size=batch_size,
+                learning_rate=learning_rate,
                 seed=job.seed,
             )
         except LearningError as exc:
@@ -376,15 +412,16 @@ class VotingAlgorithm(Algorithm):
         coordinator saw, and its margins are those of the noisy sums; it is itself a function
         of private data. Never charge or enforce budgets with it.
         """
+        d = self.details(plan)
         rounds = state.details.get("rounds", [])
         events: list[DpEvent] = [
             DataDependentVotingEvent(
                 margins=tuple(r["noisy_margins"]),
                 num_agents=int(r["survivors"]),
-                num_classes=self._classes(plan),
+                num_classes=d.num_classes,
                 sigma=plan.noise_multiplier,
-                s=self._vote_sensitivity(plan),
-                level="agent" if plan.details["level"] == "agent" else "instance",
+                s=self._vote_sensitivity(d),
+                level=d.level,
             )
             for r in rounds
             if r["noisy_margins"]
@@ -393,25 +430,9 @@ class VotingAlgorithm(Algorithm):
 
     # -- agent side (shared checks) ----------------------------------------------------------
 
-    def _parse_common(self, params: Mapping[str, Any]) -> tuple[common.TaskParams, dict[str, Any]]:
-        p = common.TaskParams(params, algorithm=self.name)
-        public_size = p.integer("public_size", minimum=1)
-        return p, {
-            "job_key": p.optional_text("job_id") or p.text("job"),
-            "model": p.text("model"),
-            "num_classes": p.integer("num_classes", minimum=2),
-            "queries": p.integers("queries", below=public_size),
-            "public_size": public_size,
-            "level": p.text("level", choices=("agent", "instance")),
-            "scale_bits": p.integer("scale_bits", minimum=0),
-            "noise": p.text("noise", choices=tuple(common.NOISE_KINDS)),
-            "secure_aggregation": p.flag("secure_aggregation"),
-            "honest_fraction": p.number("honest_fraction", low=0.0, high=1.0),
-        }
-
-    def _check_round(
+    def _claimed(
         self,
-        task: Mapping[str, Any],
+        task: TaskT,
         events: Sequence[DpEvent],
         encoding: EncodingConfig,
         *,
@@ -421,25 +442,32 @@ class VotingAlgorithm(Algorithm):
     ) -> DpEvent:
         """The checks every voting agent makes before its own claim check; returns the one
         claimed event."""
-        count = len(task["queries"])
+        count = len(task.queries)
         event = common.one_claimed_event(
             events,
             algorithm=self.name,
-            task_honest_fraction=task["honest_fraction"],
+            task_honest_fraction=task.honest_fraction,
             honest_fraction=honest_fraction,
             num_clients=num_clients,
             min_survivors=min_survivors,
         )
-        if encoding.scale_bits != task["scale_bits"] or encoding.clip != vote_clip(count):
+        if encoding.scale_bits != task.scale_bits or encoding.clip != vote_clip(count):
             raise AlgorithmError(
                 f"the encoding (clip {encoding.clip:g}, scale 2^{encoding.scale_bits}) does not "
-                f"fit {count} votes at scale 2^{task['scale_bits']}"
+                f"fit {count} votes at scale 2^{task.scale_bits}"
             )
         return event
 
+    def _per_query(self, task: TaskT, event: DpEvent) -> DpEvent:
+        """The one query's release of a claimed round of ``len(task.queries)`` queries."""
+        count = len(task.queries)
+        if not isinstance(event, SelfComposedEvent) or event.count != count:
+            raise AlgorithmError(f"expected {count} per-query events, got {event!r}")
+        return event.event
+
     def _check_noise(
         self,
-        task: Mapping[str, Any],
+        task: TaskT,
         total: float,
         encoding: EncodingConfig,
         *,
@@ -450,28 +478,28 @@ class VotingAlgorithm(Algorithm):
         """The encoding's per-agent noise carries ``total`` and the ring holds the sum."""
         common.check_encoding(
             encoding,
-            kind=common.NOISE_KINDS[task["noise"]],
+            kind=common.NOISE_KINDS[task.noise],
             total=total,
-            secure_aggregation=task["secure_aggregation"],
+            secure_aggregation=task.secure_aggregation,
             honest_fraction=honest_fraction,
             min_survivors=min_survivors,
             num_clients=num_clients,
         )
 
-    @staticmethod
     def _public_queries(
-        task: Mapping[str, Any], public_x: npt.NDArray[np.float32] | None, name: str
+        self, task: TaskT, public_x: npt.NDArray[np.float32] | None, data_classes: int
     ) -> npt.NDArray[np.float32]:
-        if public_x is None or len(public_x) != task["public_size"]:
+        if public_x is None or len(public_x) != task.public_size:
             raise AlgorithmError(
-                f"{name} needs the job's {task['public_size']} public examples, got "
+                f"{self.name} needs the job's {task.public_size} public examples, got "
                 f"{'none' if public_x is None else len(public_x)}"
             )
-        return np.asarray(public_x)[task["queries"]]
+        if data_classes != task.num_classes:
+            raise AlgorithmError(
+                f"the agent's data has {data_classes} classes, the task {task.num_classes}"
+            )
+        return np.asarray(public_x)[list(task.queries)]
 
 
-def same_sensitivity(name: str, claimed: float, actual: float) -> None:
-    """Refuse a claimed per-query sensitivity that is not the task's (relative 1e-12)."""
-    common.check_sensitivity(
-        f"per-query {name}", claimed, actual, source="the task (level, vote kind and scale)"
-    )
+#: What the agent recomputes a voting claim's sensitivities from.
+SOURCE = "the task (level, vote kind and scale)"

@@ -14,8 +14,9 @@ coordinates (the model moves by a linear image of the aggregates; smoothing spre
 from __future__ import annotations
 
 from dpfl.learning.algorithms.base import Algorithm, JobPlan
+from dpfl.learning.algorithms.dp_fed_ls import DpFedLsJob
 from dpfl.learning.audit.canaries import ADD_REMOVE, REPLACE_ONE, CanaryDesign, charged_amplitude
-from dpfl.learning.jobs import DpFedLsJob, JobSpec
+from dpfl.learning.jobs import JobSpec
 
 __all__ = ["design"]
 

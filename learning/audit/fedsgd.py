@@ -14,8 +14,9 @@ round moves the model by ``−γ·A/(B·N)``, a linear image of the aggregate).
 from __future__ import annotations
 
 from dpfl.learning.algorithms.base import Algorithm, AlgorithmError, JobPlan
+from dpfl.learning.algorithms.dp_fedsgd import DpFedSgdJob
 from dpfl.learning.audit.canaries import ADD_REMOVE, CanaryDesign, charged_amplitude
-from dpfl.learning.jobs import DpFedSgdJob, JobSpec
+from dpfl.learning.jobs import JobSpec
 
 __all__ = ["design"]
 

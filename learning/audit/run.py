@@ -21,7 +21,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -31,13 +31,17 @@ from dpfl.accounting.audit import epsilon_lower_from_scores, planned_guess_count
 from dpfl.accounting.audit_fdp import gdp_lower_from_scores, gdp_mu_lower_bound
 from dpfl.learning.algorithms.base import (
     AgentData,
-    Algorithm,
     AlgorithmError,
+    AnyAlgorithm,
     ClientCharge,
     CoordinatorData,
     JobPlan,
     get_algorithm,
 )
+from dpfl.learning.algorithms.dp_fedavg import FedAvgFamily
+from dpfl.learning.algorithms.dp_fedsgd import DpFedSgd
+from dpfl.learning.algorithms.dp_helmet import DpHelmet
+from dpfl.learning.algorithms.voting import VotingAlgorithm
 from dpfl.learning.audit import fedavg, fedsgd, helmet, voting
 from dpfl.learning.audit.canaries import ADD_REMOVE, CanaryDesign, CanarySet
 from dpfl.learning.jobs import JobSpec
@@ -58,17 +62,15 @@ WHITE_BOX = "white-box"
 BLACK_BOX = "black-box"
 MODES = (WHITE_BOX, BLACK_BOX)
 
-_DESIGNS: Mapping[str, Callable[[Algorithm, JobSpec, JobPlan], CanaryDesign]] = {
-    "dp-fedavg": fedavg.design,
-    "dp-fed-ls": fedavg.design,
-    "dp-fedsgd": fedsgd.design,
-    "dp-helmet": helmet.design,
-    "pate-fl": voting.design,
-    "private-knn-fl": voting.design,
-}
-#: Sign of the model's move along an aggregate (black-box scoring): DP-FedSGD steps against the
-#: summed gradient, DP-FedAvg and DP-Fed-LS add the mean update.
-_MODEL_DIRECTION = {"dp-fedsgd": -1.0, "dp-fedavg": 1.0, "dp-fed-ls": 1.0}
+Design = Callable[[AnyAlgorithm, JobSpec, JobPlan], CanaryDesign]
+#: The design of each audited family, found along the algorithm's class hierarchy (so a new
+#: member of a family is audited as the family is).
+_DESIGNS: tuple[tuple[type[AnyAlgorithm], Design], ...] = (
+    (FedAvgFamily, fedavg.design),
+    (DpFedSgd, fedsgd.design),
+    (DpHelmet, helmet.design),
+    (VotingAlgorithm, voting.design),
+)
 
 
 @dataclass(frozen=True)
@@ -126,17 +128,28 @@ class AuditReport:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "trace"}
 
 
-def canary_design(algorithm: Algorithm, job: JobSpec, plan: JobPlan) -> CanaryDesign:
-    """The canary design of the job's algorithm family.
+@runtime_checkable
+class DesignsCanaries(Protocol):
+    """An algorithm that states its own canary design (a plugin outside the audited families)."""
+
+    def canary_design(self, job: JobSpec, plan: JobPlan) -> CanaryDesign: ...
+
+
+def canary_design(algorithm: AnyAlgorithm, job: JobSpec, plan: JobPlan) -> CanaryDesign:
+    """The algorithm's own canary design, else its family's.
 
     Raises:
         AlgorithmError: an algorithm without a design, or a job the design cannot audit.
     """
-    try:
-        make = _DESIGNS[job.algorithm]
-    except KeyError:
-        raise AlgorithmError(f"no canary design for algorithm {job.algorithm!r}") from None
-    return make(algorithm, job, plan)
+    if isinstance(algorithm, DesignsCanaries):
+        return algorithm.canary_design(job, plan)
+    for family, make in _DESIGNS:
+        if isinstance(algorithm, family):
+            return make(algorithm, job, plan)
+    raise AlgorithmError(
+        f"no canary design for algorithm {algorithm.name!r}: it belongs to no audited family "
+        "and defines no canary_design(job, plan)"
+    )
 
 
 def federation(job: JobSpec, agents: int) -> tuple[CoordinatorData, dict[str, AgentData]]:
@@ -174,7 +187,7 @@ def federation(job: JobSpec, agents: int) -> tuple[CoordinatorData, dict[str, Ag
 
 
 def _model_vector(job: JobSpec, state: Any, data: CoordinatorData) -> npt.NDArray[np.float64]:
-    from dpfl.learning.algorithms.model_state import load_model
+    from dpfl.learning.algorithms.model_update import load_model
     from dpfl.learning.params import flatten_parameters
 
     return np.asarray(
@@ -198,7 +211,7 @@ def run_audit(
     guesses: int | None = None,
     coordinates: npt.NDArray[np.int64] | None = None,
     data: tuple[CoordinatorData, Mapping[str, AgentData]] | None = None,
-    algorithm: Algorithm | None = None,
+    algorithm: AnyAlgorithm | None = None,
     device: str = "cpu",
     catch_all: bool = True,
 ) -> AuditReport:
@@ -244,7 +257,8 @@ def run_audit(
         if agent_canaries
         else probe_plan
     )
-    if mode == BLACK_BOX and job.algorithm not in _MODEL_DIRECTION:
+    direction = alg.model_direction
+    if mode == BLACK_BOX and direction is None:
         raise AlgorithmError(
             f"black-box audits need a model that moves along the aggregates; {job.algorithm} "
             "releases votes or a one-round model: use the white-box mode"
@@ -307,7 +321,7 @@ def run_audit(
                 encoding,
                 num_clients=len(real_invited),
                 min_survivors=probe.min_survivors,
-                honest_fraction=float(task.params["honest_fraction"]),
+                honest_fraction=task.params.honest_fraction,
             )
             contribution = alg.agent_contribution(
                 task.params,
@@ -375,9 +389,9 @@ def run_audit(
             break
     if completed == 0:
         raise AlgorithmError("no round ran: too few agents were sampled")
-    if mode == BLACK_BOX:
+    if mode == BLACK_BOX and direction is not None:
         moved = _model_vector(job, state, coordinator_data) - initial
-        scores = _MODEL_DIRECTION[job.algorithm] * cset.signs * moved[cset.coordinates]
+        scores = direction * cset.signs * moved[cset.coordinates]
     if agent_canaries:
         unit_ids = [canary_ids[j] for j in range(canaries) if exists[j]]
     else:

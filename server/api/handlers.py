@@ -15,6 +15,8 @@ from typing import TypedDict
 
 import numpy as np
 
+from dpfl.learning.algorithms.base import get_algorithm
+from dpfl.learning.errors import LearningError
 from dpfl.server.api.schemas import (
     BudgetPublic,
     BudgetReport,
@@ -248,16 +250,19 @@ def job_detail(store: Store, job_id: str) -> JobDetail:
 
 
 def _plan_claim(store: Store, job_id: str) -> tuple[float | None, str | None]:
-    """``details["claimed_epsilon"]`` and ``details["claim"]`` of the job's plan (kept with every
-    round record), or ``(None, None)``."""
+    """The labelled figure of the job's plan that is not a bound (``PlanDetails.shown_claim``,
+    from the latest round record holding a plan), or ``(None, None)``: also for a plan this
+    coordinator cannot read (the figure is only shown, never charged)."""
     for rnd in reversed(store.list_rounds(job_id)):
-        plan = rnd.noise.get("plan")
-        details = plan.get("details") if isinstance(plan, dict) else None
-        if isinstance(details, dict):
-            claimed, claim = details.get("claimed_epsilon"), details.get("claim")
-            if isinstance(claimed, int | float) and isinstance(claim, str):
-                return float(claimed), claim
+        stored = rnd.noise.get("plan")
+        if not isinstance(stored, dict):
+            continue
+        try:
+            algorithm = get_algorithm(store.get_job(job_id).spec["algorithm"])
+            shown = algorithm.details(algorithm.parse_plan(stored)).shown_claim()
+        except LearningError:
             return None, None
+        return (None, None) if shown is None else shown
     return None, None
 
 

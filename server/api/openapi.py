@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import TypeAdapter
 
-from dpfl.learning.jobs import JobSpec
+from dpfl.learning.jobs import job_spec_union
 
 __all__ = ["JOB_DOCUMENT", "build_openapi"]
 
@@ -22,7 +22,7 @@ _REF = "#/components/schemas/{model}"
 
 
 def _job_schemas() -> dict[str, Any]:
-    schema = TypeAdapter(JobSpec).json_schema(ref_template=_REF)
+    schema = TypeAdapter(job_spec_union()).json_schema(ref_template=_REF)
     defs: dict[str, Any] = schema.pop("$defs", {})
     return {**defs, JOB_DOCUMENT: schema}
 

@@ -391,7 +391,9 @@ class _RoundRun:
             header=self.channel.header(pb.STAGE_INVITATION),
             algorithm=ctx.spec.algorithm,
             job_name=ctx.spec.name,
-            params_json=json.dumps({**task.params, "job_id": ctx.job_id}),
+            params_json=task.params.model_copy(update={"job_id": ctx.job_id}).model_dump_json(
+                exclude_none=True
+            ),
             privacy_events_json=json.dumps([event_to_json(e) for e in events]),
             model_version=task.model_version or 0,
             deadline_unix=time.time() + self.deadlines.invitation,

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dpfl.learning.algorithms.base import CoordinatorState, JobPlan
+from dpfl.learning.algorithms.base import Algorithm, CoordinatorState, JobPlan
 from dpfl.server.errors import LedgerIntegrityError
 from dpfl.server.store import Round, RoundStatus, Store
 
@@ -71,7 +71,7 @@ class Restored:
     attempts: int  # attempts of ``number`` already made
 
 
-def restore(store: Store, job_id: str) -> Restored | None:
+def restore(store: Store, job_id: str, algorithm: Algorithm) -> Restored | None:
     """The point a job resumes from, or None when it never started a round (blocking).
 
     Raises:
@@ -85,10 +85,10 @@ def restore(store: Store, job_id: str) -> Restored | None:
     following = [r for r in rounds if r.number == last_done + 1]
     if following:
         latest = max(following, key=lambda r: r.attempt)
-        plan, state = _from_record(store, latest)
+        plan, state = _from_record(store, latest, algorithm)
         return Restored(last_done + 1, plan, state, attempts=len(following))
     done = max(completed, key=lambda r: r.number)
-    plan, before = _from_record(store, done)
+    plan, before = _from_record(store, done, algorithm)
     if done.model_version is not None:
         model = store.get_model_version(job_id, done.model_version).data
         version = done.model_version
@@ -101,12 +101,14 @@ def restore(store: Store, job_id: str) -> Restored | None:
     return Restored(last_done + 1, plan, state, attempts=0)
 
 
-def _from_record(store: Store, rnd: Round) -> tuple[JobPlan, CoordinatorState]:
+def _from_record(
+    store: Store, rnd: Round, algorithm: Algorithm
+) -> tuple[JobPlan, CoordinatorState]:
     noise = rnd.noise
     if "plan" not in noise or "state" not in noise:
         raise LedgerIntegrityError(
             f"round {rnd.number} (attempt {rnd.attempt}) of job {rnd.job_id!r} does not hold "
             "the plan and state needed to resume"
         )
-    plan = JobPlan.from_json(noise["plan"])
+    plan = algorithm.parse_plan(noise["plan"])
     return plan, state_from_json(noise["state"], store=store, job_id=rnd.job_id)

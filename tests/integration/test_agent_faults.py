@@ -162,7 +162,7 @@ def test_the_charge_is_on_disk_before_the_masked_input_leaves_and_survives_a_dro
             assert seen == {a.agent_id: 1 for a in agents}
             assert report.aborted == ""
             assert victim in report.survivors  # counted after masking
-            bits = int(setup.plan.details["scale_bits"])
+            bits = int(setup.plan.details.scale_bits)
             expected = sum(
                 ExactSum.vector_for(a.data, dimension=setup.task.vector_length, scale_bits=bits)
                 for a in agents

@@ -37,7 +37,7 @@ async def _exact_round(tmp_path: Path, transport: str) -> None:
         assert report.aborted == ""
         assert report.survivors == {a.agent_id for a in agents}
         dimension = setup.task.vector_length
-        bits = int(setup.plan.details["scale_bits"])
+        bits = int(setup.plan.details.scale_bits)
         expected = sum(
             ExactSum.vector_for(a.data, dimension=dimension, scale_bits=bits) for a in agents
         )

@@ -19,7 +19,7 @@ import asyncio
 import dataclasses
 import os
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,7 @@ from dpfl.cli.simulate import Simulation
 from dpfl.client.local_ledger import LocalLedger
 from dpfl.client.policy import Policy
 from dpfl.client.progress import EventKind
-from dpfl.learning.algorithms.base import AgentData, get_algorithm
+from dpfl.learning.algorithms.base import AgentData, TaskParams, get_algorithm
 from dpfl.learning.algorithms.dp_fedavg import DpFedAvg
 from dpfl.learning.jobs import JobSpec, job_to_dict, parse_job
 from dpfl.protos import secagg_wire
@@ -72,9 +72,9 @@ class KnownVector(DpFedAvg):
     noise in one agent's encoded vector can be measured; encoding and checks stay DP-FedAvg's."""
 
     def agent_compute(
-        self, params: Mapping[str, Any], data: AgentData, **_: Any
+        self, params: TaskParams, data: AgentData, **_: Any
     ) -> npt.NDArray[np.float64]:
-        dimension, bits = int(params["dimension"]), int(params["scale_bits"])
+        dimension, bits = self.task(params).dimension, params.scale_bits
         return ExactSum.vector_for(data, dimension=dimension, scale_bits=bits)
 
 
@@ -129,7 +129,7 @@ async def invite(
                 round=round_number,
                 algorithm="dp-fedavg",
                 job_name=setup.job.name,
-                params=dict(task.params),
+                params=task.params.to_json(),
                 events=events,
                 model_version=task.model_version or 0,
             ),
@@ -162,7 +162,7 @@ def test_a_plain_round_acknowledges_charges_first_and_sends_the_fully_noised_vec
     setup = make_setup(plain_job(), population=3, algorithm=known)
     n, m = 3, setup.task.vector_length
     encoding = plain_encoding(setup, n)
-    mu = float(setup.plan.details["noise_total"])
+    mu = float(setup.plan.details.noise_total)
     assert encoding.noise.kind is NoiseKind.SKELLAM
     assert encoding.noise.parameter >= mu  # the whole noise per agent, not a share
 
@@ -216,7 +216,7 @@ def test_a_plain_round_acknowledges_charges_first_and_sends_the_fully_noised_vec
                 setup.job, setup.plan, round_number=1, population=ids
             )
             assert isinstance(claimed[0], SkellamEvent)  # no amplification without secagg
-            bits = int(setup.plan.details["scale_bits"])
+            bits = int(setup.plan.details.scale_bits)
             for agent in agents:
                 (entry,) = agent.ledger.entries()
                 assert [event_to_json(e) for e in entry.events] == [

@@ -37,6 +37,7 @@ from dpfl.learning.algorithms.base import (
     CoordinatorState,
     JobPlan,
     RoundTask,
+    TaskParams,
     get_algorithm,
 )
 from dpfl.learning.algorithms.dp_fedavg import DpFedAvg
@@ -108,14 +109,14 @@ class ExactSum(DpFedAvg):
     ) -> EncodingConfig:
         return EncodingConfig.for_summands(
             clip=job.params.clip,  # type: ignore[union-attr]
-            scale_bits=int(plan.details["scale_bits"]),
+            scale_bits=int(plan.details.scale_bits),
             summands=participants,
             noise=NoiseSpec.none(),
         )
 
     def agent_check(
         self,
-        params: Mapping[str, Any],
+        params: TaskParams,
         events: Sequence[DpEvent],
         encoding: EncodingConfig,
         *,
@@ -123,7 +124,7 @@ class ExactSum(DpFedAvg):
         min_survivors: int,
         honest_fraction: float,
     ) -> None:
-        if encoding.clip != params["clip"] or encoding.scale_bits != params["scale_bits"]:
+        if encoding.clip != self.task(params).clip or encoding.scale_bits != params.scale_bits:
             raise AlgorithmError("encoding does not match the task")
 
     @staticmethod
@@ -135,7 +136,7 @@ class ExactSum(DpFedAvg):
 
     def agent_compute(
         self,
-        params: Mapping[str, Any],
+        params: TaskParams,
         data: AgentData,
         *,
         model: bytes | None,
@@ -145,7 +146,7 @@ class ExactSum(DpFedAvg):
         if model is None:
             raise AlgorithmError("the model was not downloaded")
         return self.vector_for(
-            data, dimension=int(params["dimension"]), scale_bits=int(params["scale_bits"])
+            data, dimension=self.task(params).dimension, scale_bits=params.scale_bits
         )
 
 

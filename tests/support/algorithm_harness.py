@@ -168,7 +168,7 @@ def run_job(
     coordinator_data, agents = federation_for(job, num_agents)
     population = tuple(agents)
     plan = alg.plan(job, population=num_agents, data=coordinator_data)
-    plan = JobPlan.from_json(_wire(plan.to_json()))
+    plan = alg.parse_plan(_wire(plan.to_json()))
     _wire(job_to_dict(job))
     state = alg.initial_state(job, plan, coordinator_data)
     result = HarnessResult(job=job, plan=plan, state=state, rounds=[], population=population)
@@ -204,7 +204,7 @@ def run_job(
                 job, plan, round_number=round_number, population=population
             )
         ]
-        wire_params = _wire(dict(task.params))
+        wire_params = alg.parse_task(_wire(task.params.to_json()))
         wire_encoding = EncodingConfig.from_json(encoding.to_json())
         vectors = []
         for agent_id in invited:
@@ -215,7 +215,7 @@ def run_job(
                 wire_encoding,
                 num_clients=params.num_clients,
                 min_survivors=params.min_survivors,
-                honest_fraction=float(wire_params["honest_fraction"]),
+                honest_fraction=wire_params.honest_fraction,
             )
             # the agent records its own charge before it sends its masked input
             result.agent_ledgers.setdefault(agent_id, []).extend(

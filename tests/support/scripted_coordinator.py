@@ -308,7 +308,7 @@ class ScriptedCoordinator:
                     round=round,
                     algorithm=algorithm.name,
                     job_name=job.name,
-                    params=dict(task.params),
+                    params=task.params.to_json(),
                     events=claimed,
                     model_version=task.model_version or 0,
                     expected=len(agents),

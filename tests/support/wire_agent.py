@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -114,7 +113,7 @@ class WireAgent:
             inv = message.invitation
             state.clear()
             state.update(
-                params=json.loads(inv.params_json),
+                params=get_algorithm(inv.algorithm).parse_task(inv.params_json),
                 algorithm=inv.algorithm,
                 job_id=inv.header.job_id,
                 round=inv.header.round,

@@ -29,14 +29,14 @@ def _review() -> InvitationReview:
     task = ALGORITHM.round_task(
         JOB, PLAN, ALGORITHM.initial_state(JOB, PLAN, _data()), round_number=ROUND
     )
-    params = {**task.params, "job_id": JOB_ID}
+    params = ALGORITHM.parse_task({**task.params.to_json(), "job_id": JOB_ID})
     claimed = ALGORITHM.invitation_events(JOB, PLAN, round_number=ROUND, population=["a"] * 10)
     return InvitationReview(
         job_id=JOB_ID,
         job_name=JOB.name,
         round=ROUND,
         algorithm=ALGORITHM.name,
-        params=params,
+        task=params,
         claimed=tuple(claimed),
         charge=ALGORITHM.agent_charge(params, claimed),
     )
@@ -55,7 +55,7 @@ def _request(encoding: EncodingConfig, *, num_clients: int = 1) -> sm.AdvertiseK
         "degree": 0,
         "threshold": 0,
         "ring_bits": encoding.ring_bits,
-        "vector_length": int(PLAN.details["dimension"]),
+        "vector_length": int(PLAN.details.dimension),
         "min_survivors": 1,
         "encoding_json": encoding.to_json(),
         "session_nonce": nonce,
@@ -85,7 +85,7 @@ def test_the_lone_agent_takes_the_round_when_its_noise_is_the_whole_sum() -> Non
             JOB, PLAN, ALGORITHM.initial_state(JOB, PLAN, _data()), round_number=ROUND
         ),
     )
-    assert alone.noise.parameter >= float(PLAN.details["noise_total"])
+    assert alone.noise.parameter >= float(PLAN.details.noise_total)
     params = check_setup(_request(alone), review=review, algorithm=ALGORITHM, alone_unmasked=True)
     assert params.num_clients == 1
 

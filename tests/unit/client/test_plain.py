@@ -19,6 +19,7 @@ from dpfl.client.plain import (
     is_plain_setup,
     unmasked_input,
 )
+from dpfl.learning.algorithms.base import AlgorithmError, TaskParams, parse_contract
 from dpfl.secagg import EncodingConfig
 from dpfl.secagg import messages as sm
 from dpfl.secagg.errors import (
@@ -71,26 +72,45 @@ def test_the_plain_marker_is_degree_and_threshold_zero() -> None:
     assert not is_plain_setup(request(threshold=2).setup)
 
 
+TASK: dict[str, Any] = {
+    "algorithm": "dp-fedavg",
+    "job": "p",
+    "round": ROUND,
+    "noise": "skellam",
+    "noise_total": 100.0,
+    "noise_multiplier": 1.0,
+    "scale_bits": 8,
+    "honest_fraction": 1.0,
+    "unit": "agent",
+    "delta": 1e-5,
+}
+
+
 @pytest.mark.parametrize(
     ("flag", "plain", "refused"),
     [
         (False, True, False),
         (True, True, True),  # the downgrade
-        (None, True, True),  # a task that does not say: reviewed as masked
-        ("false", True, True),  # only the boolean counts
-        (0, True, True),
         (True, False, False),
-        (None, False, False),
         (False, False, True),
     ],
 )
-def test_the_setup_mode_must_be_the_tasks(flag: object, plain: bool, refused: bool) -> None:
-    params = {} if flag is None else {"secure_aggregation": flag}
+def test_the_setup_mode_must_be_the_tasks(flag: bool, plain: bool, refused: bool) -> None:
+    task = parse_contract(TaskParams, {**TASK, "secure_aggregation": flag}, where="params")
     if refused:
         with pytest.raises(ModeMismatchError, match="secure"):
-            check_mode(params, plain=plain)
+            check_mode(task, plain=plain)
     else:
-        check_mode(params, plain=plain)
+        check_mode(task, plain=plain)
+
+
+@pytest.mark.parametrize("flag", [None, "false", 0, 1])
+def test_only_a_boolean_flag_makes_a_task(flag: object) -> None:
+    """A task that does not say, or says it with anything but a boolean, never reaches the mode
+    check: the invitation is declined when its task is parsed."""
+    data = TASK if flag is None else {**TASK, "secure_aggregation": flag}
+    with pytest.raises(AlgorithmError, match=r"params\.secure_aggregation"):
+        parse_contract(TaskParams, data, where="params")
 
 
 def test_a_valid_setup_and_its_acknowledgement() -> None:

@@ -19,7 +19,7 @@ from dpfl.accounting import (
 from dpfl.accounting.events import DpEvent
 from dpfl.client.local_ledger import LocalBudgetExceeded, LocalLedger
 from dpfl.client.policy import Decision, Policy, PolicyError, noise_multiplier
-from dpfl.learning.jobs import ALGORITHMS
+from dpfl.learning.algorithms.registry import algorithm_names
 
 SKELLAM = SkellamEvent(
     mu=(2.0 * 1024.6) ** 2 / 2, l1_sensitivity=26121.9, l2_sensitivity=1024.6, dimension=650
@@ -35,7 +35,7 @@ def ledger(tmp_path: Path) -> LocalLedger:
 def test_defaults_and_yaml(tmp_path: Path) -> None:
     default = Policy.load(None)
     assert default == Policy()
-    assert default.allowed_algorithms == ALGORITHMS
+    assert default.allowed_algorithms == algorithm_names()
     assert (default.max_epsilon_per_job, default.max_epsilon_total, default.delta) == (
         10.0,
         30.0,
@@ -194,3 +194,48 @@ def test_policy_and_ledger_stay_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_task_fields_the_policy_reads_are_typed_and_checked_once() -> None:
+    """The gate hands the policy a parsed task: a malformed flag, honest fraction, noise or
+    accounting is refused when the invitation is parsed, naming the field."""
+    from dpfl.learning.algorithms.base import AlgorithmError, get_algorithm
+
+    sgd = get_algorithm("dp-fedsgd")
+    task = {
+        "algorithm": "dp-fedsgd",
+        "job": "j",
+        "round": 1,
+        "noise": "skellam",
+        "noise_total": 10.0,
+        "noise_multiplier": 1.0,
+        "scale_bits": 8,
+        "secure_aggregation": True,
+        "honest_fraction": 1.0,
+        "unit": "record",
+        "delta": 1e-5,
+        "dimension": 3,
+        "model": "logreg",
+        "clip": 1.0,
+        "local_steps": 2,
+        "batch_sampling_rate": 0.1,
+        "learning_rate": 0.1,
+        "expected_batch_size": 5.0,
+        "max_local_size": 10,
+        "accounting": "provable",
+    }
+    parsed = sgd.parse_task(task)
+    assert (parsed.secure_aggregation, parsed.honest_fraction, parsed.approximate) == (
+        True,
+        1.0,
+        False,
+    )
+    for key, bad in (
+        ("honest_fraction", "all"),
+        ("secure_aggregation", 1),
+        ("noise", "laplace"),
+        ("accounting", "optimistic"),
+        ("honest_fraction", 1.5),
+    ):
+        with pytest.raises(AlgorithmError, match=f"params.{key}"):
+            sgd.parse_task({**task, key: bad})

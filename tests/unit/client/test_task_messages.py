@@ -71,9 +71,15 @@ def invitation(coordinator: ScriptedCoordinator, setup: Setup, round_number: int
         round=round_number,
         algorithm="dp-fedavg",
         job_name=setup.job.name,
-        params=dict(task.params),
+        params=task.params.to_json(),
         events=events,
     ).invitation
+
+
+def _task_json(coordinator: ScriptedCoordinator, setup: Setup, **changes: object) -> str:
+    """A round-1 task's ``params_json`` with ``changes``."""
+    params = json.loads(invitation(coordinator, setup, 1).params_json)
+    return json.dumps({**params, **changes})
 
 
 def setup_request(setup: Setup, round_number: int) -> pb.CoordinatorMessage:
@@ -192,8 +198,10 @@ def test_a_malformed_setup_makes_the_agent_leave_the_round(tmp_path: Path, setup
 def test_malformed_invitations_are_declined_with_the_reason(tmp_path: Path, setup: Setup) -> None:
     async def body(coordinator: ScriptedCoordinator, handle: AgentHandle) -> None:
         cases = {
-            "params_json is not valid JSON": {"params_json": "{"},
-            "params_json must be a JSON object": {"params_json": "[1]"},
+            "params: not valid JSON": {"params_json": "{"},
+            "params: must be a JSON object": {"params_json": "[1]"},
+            "params.clip: must be > 0": {"params_json": _task_json(coordinator, setup, clip=-1)},
+            "params.extra: unknown field": {"params_json": _task_json(coordinator, setup, extra=1)},
             "malformed privacy_events_json": {"privacy_events_json": '[{"kind": "nope"}]'},
             "claims no privacy events": {"privacy_events_json": "[]"},
             "unsupported algorithm": {"algorithm": "dp-magic"},

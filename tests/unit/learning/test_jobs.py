@@ -9,16 +9,18 @@ from typing import Any
 import pytest
 from support.paths import ROOT
 
+from dpfl.learning.algorithms.dp_fedavg import DpFedAvgJob
+from dpfl.learning.algorithms.pate_fl import PateFlJob
+from dpfl.learning.algorithms.registry import algorithm_names
 from dpfl.learning.jobs import (
-    ALGORITHMS,
-    DpFedAvgJob,
     JobSpecError,
-    PateFlJob,
     ShardsPartition,
     job_to_dict,
     load_job,
     parse_job,
 )
+
+ALGORITHMS = algorithm_names()
 
 EXAMPLES = ROOT / "examples"
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
+from typing import Literal
 
 import pytest
+from pydantic import Field
 
 from dpfl.accounting import GaussianEvent, PoissonSampledEvent, SelfComposedEvent
 from dpfl.learning.algorithms import common
-from dpfl.learning.algorithms.base import AlgorithmError
+from dpfl.learning.algorithms.base import AlgorithmError, Contract, parse_contract
 from dpfl.secagg import EncodingConfig, NoiseKind, SeededRandomSource
 
 
@@ -198,29 +201,79 @@ def test_scale_bits_are_the_smallest_within_the_inflation(clip: float, dimension
         assert coarser.rounded_l2_bound(dimension) > 1.001 * coarser.scaled_clip
 
 
-def test_task_params_name_the_bad_field() -> None:
-    p = common.TaskParams({"algorithm": "x", "n": 3, "f": 0.5, "s": "a", "b": True}, algorithm="x")
-    assert p.integer("n", minimum=1) == 3
-    assert p.number("f", low=0.0, high=1.0) == 0.5
-    with pytest.raises(AlgorithmError, match=r"params\.missing: missing"):
-        p.integer("missing")
-    with pytest.raises(AlgorithmError, match=r"params\.f: must be an integer"):
-        p.integer("f")
-    with pytest.raises(AlgorithmError, match=r"params\.b: must be a number"):
-        p.number("b")
-    with pytest.raises(AlgorithmError, match=r"params\.s: must be one of"):
-        p.text("s", choices=("c",))
-    with pytest.raises(AlgorithmError, match=r"params\.n: must be true or false"):
-        p.flag("n")
-    with pytest.raises(AlgorithmError, match=r"params\.algorithm"):
-        common.TaskParams({"algorithm": "y"}, algorithm="x")
-    with pytest.raises(AlgorithmError, match="JSON object"):
-        common.TaskParams([1, 2], algorithm="x")  # type: ignore[arg-type]
-    q = common.TaskParams({"algorithm": "x", "l": [1, 2, 2], "m": [0, 9]}, algorithm="x")
-    with pytest.raises(AlgorithmError, match="duplicates"):
-        q.integers("l")
-    with pytest.raises(AlgorithmError, match="not below 5"):
-        q.integers("m", below=5)
+class _Toy(Contract):
+    n: int = Field(ge=1)
+    f: float = Field(ge=0, le=1)
+    s: Literal["c"]
+    b: bool
+    q: tuple[int, ...] = ()
+
+
+def test_contracts_name_the_bad_field() -> None:
+    good = {"n": 3, "f": 0.5, "s": "c", "b": True}
+    toy = parse_contract(_Toy, good, where="params")
+    assert (toy.n, toy.f, toy.s, toy.b) == (3, 0.5, "c", True)
+    assert parse_contract(_Toy, toy, where="params") == toy  # a contract is re-validated
+    assert parse_contract(_Toy, json.dumps(good), where="params") == toy
+    cases: list[tuple[object, str]] = [
+        ({k: v for k, v in good.items() if k != "n"}, r"params\.n: required field is missing"),
+        ({**good, "n": 0}, r"params\.n: must be >= 1"),
+        ({**good, "n": 0.5}, r"params\.n: "),  # no coercion of a float into an integer
+        ({**good, "n": True}, r"params\.n: "),  # nor of a boolean
+        ({**good, "f": True}, r"params\.f: "),
+        ({**good, "f": 1.5}, r"params\.f: must be <= 1"),
+        ({**good, "b": 1}, r"params\.b: "),
+        ({**good, "s": "a"}, r"params\.s: must be one of"),
+        ({**good, "q": [1, "x"]}, r"params\.q\.1: "),
+        ({**good, "zzz": 1}, r"params\.zzz: unknown field"),
+        ({**good, "f": float("nan")}, r"params: not a JSON object"),
+        ([1, 2], r"params: "),
+        ("{", r"params: "),
+    ]
+    for data, message in cases:
+        with pytest.raises(AlgorithmError, match=message):
+            parse_contract(_Toy, data, where="params")
+    # several mistakes are reported at once
+    with pytest.raises(AlgorithmError, match=r"params\.n: .*; params\.s: "):
+        parse_contract(_Toy, {**good, "n": 0, "s": "a"}, where="params")
+
+
+def test_an_agent_refuses_a_task_field_it_does_not_know() -> None:
+    """An unknown field could change what the claimed privacy means: the task is refused, the
+    message names the field and says the agent may be older than the coordinator."""
+    from dpfl.learning.algorithms.pate_fl import ALGORITHM as PATE
+
+    task = {
+        "algorithm": "pate-fl",
+        "job": "j",
+        "round": 1,
+        "noise": "skellam",
+        "noise_total": 10.0,
+        "noise_multiplier": 1.0,
+        "scale_bits": 8,
+        "secure_aggregation": True,
+        "honest_fraction": 1.0,
+        "unit": "agent",
+        "delta": 1e-5,
+        "model": "logreg",
+        "num_classes": 10,
+        "queries": [0, 3],
+        "public_size": 5,
+        "level": "agent",
+        "vote": "one-hot",
+        "teacher": {"epochs": 1, "learning_rate": 0.1, "momentum": 0.9, "batch_size": 8, "seed": 0},
+    }
+    assert PATE.parse_task(task).queries == (0, 3)
+    with pytest.raises(AlgorithmError, match=r"params\.clip_votes: unknown field .*older than"):
+        PATE.parse_task({**task, "clip_votes": 2})
+    with pytest.raises(AlgorithmError, match=r"params\.queries: .*duplicates"):
+        PATE.parse_task({**task, "queries": [1, 1]})
+    with pytest.raises(AlgorithmError, match=r"params\.queries: .*\[0, 5\)"):
+        PATE.parse_task({**task, "queries": [0, 5]})
+    with pytest.raises(AlgorithmError, match=r"params\.algorithm: must be one of"):
+        PATE.parse_task({**task, "algorithm": "dp-fedavg"})
+    with pytest.raises(AlgorithmError, match=r"params\.teacher\.epochs: must be >= 1"):
+        PATE.parse_task({**task, "teacher": {**task["teacher"], "epochs": 0}})  # type: ignore[dict-item]
 
 
 @pytest.mark.slow

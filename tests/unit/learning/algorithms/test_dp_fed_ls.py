@@ -111,17 +111,15 @@ def test_uniform_plan_accounts_replace_one_without_replacement(
 ) -> None:
     _, plan = uniform_plan
     d = plan.details
-    assert d["sample_size"] == 12 == sample_size(0.3, 40)
-    assert d["expected_participants"] == 12.0
+    assert d.sample_size == 12 == sample_size(0.3, 40)
+    assert d.expected_participants == 12.0
     event = event_from_json(plan.calibration["event"])
-    inner = SkellamEvent(
-        d["noise_total"], 2 * d["l1_sensitivity"], 2 * d["l2_sensitivity"], d["dimension"]
-    )
+    inner = SkellamEvent(d.noise_total, 2 * d.l1_sensitivity, 2 * d.l2_sensitivity, d.dimension)
     assert event == SelfComposedEvent(SampledWithoutReplacementEvent(40, 12, inner), 5)
     assert plan.calibration["epsilon"] <= 4.0
     assert compute_epsilon(event, delta=1e-5).epsilon <= 4.0
     assert ALGORITHM.round_event(plan) == event.event
-    assert JobPlan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
+    assert ALGORITHM.parse_plan(json.loads(json.dumps(plan.to_json()))) == plan
 
 
 @pytest.mark.slow
@@ -198,7 +196,7 @@ def test_charges_every_member_with_the_round_population(uniform_plan: tuple[Any,
     )
     bare = few[POPULATION[0]].event
     assert isinstance(bare, SkellamEvent)
-    assert bare.l2_sensitivity == 2 * plan.details["l2_sensitivity"]
+    assert bare.l2_sensitivity == 2 * plan.details.l2_sensitivity
 
 
 def test_without_secure_aggregation_participants_pay_the_local_event(
@@ -212,7 +210,7 @@ def test_without_secure_aggregation_participants_pay_the_local_event(
     assert set(charges) == set(POPULATION[:3])
     charge = charges[POPULATION[0]]
     assert isinstance(charge.event, GaussianEvent)
-    assert charge.event.sensitivity == 2 * plan.details["l2_sensitivity"]
+    assert charge.event.sensitivity == 2 * plan.details.l2_sensitivity
     assert (charge.secure_aggregation, charge.approximate) == (False, True)
 
 
@@ -224,7 +222,7 @@ def _round(job: Any, plan: JobPlan) -> tuple[dict, list, Any]:
     task = ALGORITHM.round_task(job, plan, state, round_number=1)
     config = ALGORITHM.encoding(job, plan, task, participants=12, min_survivors=11)
     events = list(ALGORITHM.invitation_events(job, plan, round_number=1, population=POPULATION))
-    return json.loads(json.dumps(task.params)), events, config
+    return task.params.to_json(), events, config
 
 
 def test_agent_checks_the_fixed_size_claim(uniform_plan: tuple[Any, JobPlan]) -> None:
@@ -235,7 +233,7 @@ def test_agent_checks_the_fixed_size_claim(uniform_plan: tuple[Any, JobPlan]) ->
 
     def check(p: Any = params, e: Any = events, **kw: Any) -> None:
         args = {"num_clients": 12, "min_survivors": 11, "honest_fraction": 1.0, **kw}
-        ALGORITHM.agent_check(p, e, config, **args)
+        ALGORITHM.agent_check(ALGORITHM.parse_task(p), e, config, **args)
 
     check()
     inner = events[0].event
@@ -253,7 +251,7 @@ def test_agent_checks_the_fixed_size_claim(uniform_plan: tuple[Any, JobPlan]) ->
         check(min_survivors=5)
     with pytest.raises(AlgorithmError, match="client_sampling"):
         check(p={**params, "client_sampling": "both"})
-    (recorded,) = ALGORITHM.agent_charge(params, events)
+    (recorded,) = ALGORITHM.agent_charge(ALGORITHM.parse_task(params), events)
     assert recorded == inner  # the agent keeps no client-sampling amplification
 
 

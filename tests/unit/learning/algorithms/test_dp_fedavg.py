@@ -47,27 +47,25 @@ def test_registered_under_its_tag() -> None:
 
 def test_plan_calibrates_the_skellam_event_directly(plan: JobPlan) -> None:
     d = plan.details
-    assert d["dimension"] == 8 * 8 * 10 + 10
-    assert d["expected_participants"] == pytest.approx(30.0)
-    config = EncodingConfig(clip=1.0, scale_bits=d["scale_bits"], ring_bits=64)
-    assert d["l2_sensitivity"] == config.rounded_l2_bound(650)
-    assert d["l1_sensitivity"] == config.rounded_l1_bound(650)
-    assert d["l2_sensitivity"] <= 1.001 * config.scaled_clip  # the automatic scale rule
+    assert d.dimension == 8 * 8 * 10 + 10
+    assert d.expected_participants == pytest.approx(30.0)
+    config = EncodingConfig(clip=1.0, scale_bits=d.scale_bits, ring_bits=64)
+    assert d.l2_sensitivity == config.rounded_l2_bound(650)
+    assert d.l1_sensitivity == config.rounded_l1_bound(650)
+    assert d.l2_sensitivity <= 1.001 * config.scaled_clip  # the automatic scale rule
     # μ from z: √(2μ) = z·Δ₂, and the whole job meets the target at δ
-    assert math.sqrt(2 * d["noise_total"]) == pytest.approx(
-        plan.noise_multiplier * d["l2_sensitivity"]
-    )
+    assert math.sqrt(2 * d.noise_total) == pytest.approx(plan.noise_multiplier * d.l2_sensitivity)
     event = event_from_json(plan.calibration["event"])
     assert event == SelfComposedEvent(
         PoissonSampledEvent(
-            0.3, SkellamEvent(d["noise_total"], d["l1_sensitivity"], d["l2_sensitivity"], 650)
+            0.3, SkellamEvent(d.noise_total, d.l1_sensitivity, d.l2_sensitivity, 650)
         ),
         10,
     )
     eps = compute_epsilon(event, delta=1e-5).epsilon
     assert eps <= 4.0
     assert eps > 3.9  # calibrated, not wasteful
-    assert JobPlan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
+    assert ALGORITHM.parse_plan(json.loads(json.dumps(plan.to_json()))) == plan
 
 
 @pytest.mark.slow
@@ -79,7 +77,7 @@ def test_plan_variants(job: Any, digits_coordinator: CoordinatorData) -> None:
     assert isinstance(event, SelfComposedEvent)
     assert isinstance(event.event, PoissonSampledEvent)
     assert isinstance(event.event.event, GaussianEvent)
-    assert event.event.event.sigma == gaussian.details["noise_total"]
+    assert event.event.event.sigma == gaussian.details.noise_total
     # the tight (PLD) path applies to Gaussians: less noise than Skellam's RDP-only bound
     skellam = ALGORITHM.plan(job, population=100, data=digits_coordinator)
     assert gaussian.noise_multiplier < skellam.noise_multiplier
@@ -91,7 +89,7 @@ def test_plan_variants(job: Any, digits_coordinator: CoordinatorData) -> None:
         data=digits_coordinator,
     )
     assert given.noise_multiplier == 3.0
-    assert given.details["scale_bits"] == 12
+    assert given.details.scale_bits == 12
     assert given.calibration["mode"] == "given"
     with pytest.raises(AlgorithmError, match="at least 1 is needed"):
         ALGORITHM.plan(job, population=3, data=digits_coordinator)
@@ -152,13 +150,13 @@ def test_select_samples_each_client_at_the_rate(job: Any, plan: JobPlan) -> None
 def test_encoding_noise_over_honest_survivors_reaches_the_charge(
     job: Any, plan: JobPlan, participants: int, survivors: int, honest: float
 ) -> None:
-    details = {**plan.details, "honest_fraction": honest}
+    details = plan.details.model_copy(update={"honest_fraction": honest})
     p = JobPlan(plan.noise_multiplier, plan.calibration, plan.population, details)
     task = ALGORITHM.round_task(job, p, ALGORITHM.initial_state(job, p, _data()), round_number=1)
     config = ALGORITHM.encoding(job, p, task, participants=participants, min_survivors=survivors)
     assert config.noise.kind is NoiseKind.SKELLAM
     assert config.clip == 1.0
-    assert config.scale_bits == plan.details["scale_bits"]
+    assert config.scale_bits == plan.details.scale_bits
     charged = ALGORITHM.round_event(plan)
     assert isinstance(charged, PoissonSampledEvent)
     assert isinstance(charged.event, SkellamEvent)
@@ -246,9 +244,11 @@ def test_agent_computes_the_clipped_local_delta(
 ) -> None:
     state = ALGORITHM.initial_state(job, plan, digits_coordinator)
     task = ALGORITHM.round_task(job, plan, state, round_number=3)
-    params = json.loads(json.dumps(task.params))
+    params = task.params.to_json()
     agent = digits_agents[0]
-    vector = ALGORITHM.agent_compute(params, agent, model=state.model, public_x=None, device="cpu")
+    vector = ALGORITHM.agent_compute(
+        ALGORITHM.parse_task(params), agent, model=state.model, public_x=None, device="cpu"
+    )
     net = build_model("logreg", input_shape=(1, 8, 8), num_classes=10, seed=0)
     model_from_bytes(state.model, model=net)
     raw = local_update(
@@ -265,14 +265,24 @@ def test_agent_computes_the_clipped_local_delta(
     np.testing.assert_allclose(vector, raw / np.linalg.norm(raw))
     assert np.linalg.norm(vector) <= 1.0 + 1e-12
     small = ALGORITHM.agent_compute(
-        {**params, "clip": 100.0}, agent, model=state.model, public_x=None, device="cpu"
+        ALGORITHM.parse_task({**params, "clip": 100.0}),
+        agent,
+        model=state.model,
+        public_x=None,
+        device="cpu",
     )
     np.testing.assert_allclose(small, raw)  # under the clip: unchanged
     with pytest.raises(AlgorithmError, match="needs the global model"):
-        ALGORITHM.agent_compute(params, agent, model=None, public_x=None, device="cpu")
+        ALGORITHM.agent_compute(
+            ALGORITHM.parse_task(params), agent, model=None, public_x=None, device="cpu"
+        )
     with pytest.raises(AlgorithmError, match="learning_rate"):
         ALGORITHM.agent_compute(
-            {**params, "learning_rate": -1}, agent, model=state.model, public_x=None, device="cpu"
+            ALGORITHM.parse_task({**params, "learning_rate": -1}),
+            agent,
+            model=state.model,
+            public_x=None,
+            device="cpu",
         )
 
 
@@ -281,13 +291,18 @@ def _round(job: Any, plan: JobPlan, participants: int = 30, survivors: int = 29)
     task = ALGORITHM.round_task(job, plan, state, round_number=1)
     config = ALGORITHM.encoding(job, plan, task, participants=participants, min_survivors=survivors)
     events = list(ALGORITHM.invitation_events(job, plan, round_number=1, population=POPULATION))
-    return dict(task.params), events, config
+    return task.params.to_json(), events, config
 
 
 def test_agent_check_accepts_the_honest_round(job: Any, plan: JobPlan) -> None:
     params, events, config = _round(job, plan)
     ALGORITHM.agent_check(
-        params, events, config, num_clients=30, min_survivors=29, honest_fraction=1.0
+        ALGORITHM.parse_task(params),
+        events,
+        config,
+        num_clients=30,
+        min_survivors=29,
+        honest_fraction=1.0,
     )
 
 
@@ -296,7 +311,7 @@ def test_agent_check_refuses_thin_noise_and_wrong_claims(job: Any, plan: JobPlan
 
     def check(p: Any = params, e: Any = events, c: Any = config, **kw: Any) -> None:
         args = {"num_clients": 30, "min_survivors": 29, "honest_fraction": 1.0, **kw}
-        ALGORITHM.agent_check(p, e, c, **args)
+        ALGORITHM.agent_check(ALGORITHM.parse_task(p), e, c, **args)
 
     # noise split over more agents than are guaranteed to survive
     thin = EncodingConfig(
@@ -338,19 +353,19 @@ def test_agent_check_refuses_thin_noise_and_wrong_claims(job: Any, plan: JobPlan
     for key, bad in (("dimension", "650"), ("noise", "laplace"), ("secure_aggregation", 1)):
         with pytest.raises(AlgorithmError, match=key):
             check(p={**params, key: bad})
-    with pytest.raises(AlgorithmError, match="local_steps: missing"):
+    with pytest.raises(AlgorithmError, match=r"params\.local_steps: required field is missing"):
         check(p={k: v for k, v in params.items() if k != "local_steps"})
 
 
 def test_agent_charge_drops_client_sampling_amplification(job: Any, plan: JobPlan) -> None:
     params, events, _ = _round(job, plan)
-    (recorded,) = ALGORITHM.agent_charge(params, events)
+    (recorded,) = ALGORITHM.agent_charge(ALGORITHM.parse_task(params), events)
     assert recorded == events[0].event
     # conservative: the conditional (non-amplified) cost is at least the amplified one
     assert np.all(rdp_curve(recorded) >= rdp_curve(events[0]) - 1e-12)
     local_job = make_job(secagg={"enabled": False})
     local_plan = ALGORITHM.plan(local_job, population=100, data=_data())
     p2, e2, _ = _round(local_job, local_plan)
-    assert ALGORITHM.agent_charge(p2, e2) == tuple(e2)
+    assert ALGORITHM.agent_charge(ALGORITHM.parse_task(p2), e2) == tuple(e2)
     with pytest.raises(AlgorithmError):
-        ALGORITHM.agent_charge({"algorithm": "pate-fl"}, events)
+        ALGORITHM.agent_charge(ALGORITHM.parse_task({"algorithm": "pate-fl"}), events)

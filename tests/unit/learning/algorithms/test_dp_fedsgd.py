@@ -163,21 +163,19 @@ def test_noise_is_added_at_every_step_and_the_batches_are_poisson(
 def test_plan_calibrates_s_subsampled_skellam_steps_per_round(plan: JobPlan) -> None:
     assert get_algorithm("dp-fedsgd") is ALGORITHM
     d = plan.details
-    config = EncodingConfig(clip=1.0, scale_bits=d["scale_bits"], ring_bits=64)
-    assert d["l2_sensitivity"] == config.rounded_l2_bound(650)
-    assert d["l2_sensitivity"] <= 1.001 * config.scaled_clip
-    assert math.sqrt(2 * d["noise_total"]) == pytest.approx(
-        plan.noise_multiplier * d["l2_sensitivity"]
-    )
+    config = EncodingConfig(clip=1.0, scale_bits=d.scale_bits, ring_bits=64)
+    assert d.l2_sensitivity == config.rounded_l2_bound(650)
+    assert d.l2_sensitivity <= 1.001 * config.scaled_clip
+    assert math.sqrt(2 * d.noise_total) == pytest.approx(plan.noise_multiplier * d.l2_sensitivity)
     step = PoissonSampledEvent(
-        0.1, SkellamEvent(d["noise_total"], d["l1_sensitivity"], d["l2_sensitivity"], 650)
+        0.1, SkellamEvent(d.noise_total, d.l1_sensitivity, d.l2_sensitivity, 650)
     )
     event = event_from_json(plan.calibration["event"])
     assert event == SelfComposedEvent(SelfComposedEvent(step, 3), 4)
     assert ALGORITHM.round_event(plan) == SelfComposedEvent(step, 3)
     assert 3.95 < compute_epsilon(event, delta=1e-5).epsilon <= 4.0
-    assert d["expected_batch_size"] == pytest.approx(0.1 * mean_local_size(sgd_job(), 10))
-    assert JobPlan.from_json(json.loads(json.dumps(plan.to_json()))) == plan
+    assert d.expected_batch_size == pytest.approx(0.1 * mean_local_size(sgd_job(), 10))
+    assert ALGORITHM.parse_plan(json.loads(json.dumps(plan.to_json()))) == plan
 
 
 @pytest.mark.slow
@@ -196,7 +194,7 @@ def test_plan_variants(digits_coordinator: CoordinatorData) -> None:
         population=10,
         data=digits_coordinator,
     )
-    assert (given.noise_multiplier, given.details["expected_batch_size"]) == (1.5, 7.0)
+    assert (given.noise_multiplier, given.details.expected_batch_size) == (1.5, 7.0)
     # no record sampling: the bare Skellam step
     assert isinstance(ALGORITHM.round_event(given).event, SkellamEvent)
     with pytest.raises(AlgorithmError, match="cannot run"):
@@ -225,7 +223,7 @@ def plans(digits_coordinator: CoordinatorData) -> dict[str, tuple[Any, JobPlan]]
 
 
 def _with_honest(plan: JobPlan, honest: float) -> JobPlan:
-    details = {**plan.details, "honest_fraction": honest}
+    details = plan.details.model_copy(update={"honest_fraction": honest})
     return JobPlan(plan.noise_multiplier, plan.calibration, plan.population, details)
 
 
@@ -235,17 +233,17 @@ def test_central_step_noise_is_split_over_the_honest_participants(
     plans: dict[str, tuple[Any, JobPlan]], honest: float, survivors: int
 ) -> None:
     job, plan = plans["central"]
-    assert plan.details["accounting_mode"] == "central"
+    assert plan.details.accounting_mode == "central"
     p = _with_honest(plan, honest)
     task = ALGORITHM.round_task(job, p, _state(p), round_number=1)
     config = ALGORITHM.encoding(job, p, task, participants=10, min_survivors=survivors)
-    mu = plan.details["noise_total"]
+    mu = plan.details.noise_total
     assert config.noise.parameter * (honest * survivors) >= mu
     # t·N(1−δ) = t·9.5 of the 10 (dropout 0.05), or t·m_s where m_s < 9.5
     count = honest * min(10 * 0.95, survivors)
     assert config.noise.variance * count == pytest.approx(2 * mu, rel=1e-12)
     assert config.clip == 1.0
-    assert config.scale_bits == plan.details["scale_bits"]
+    assert config.scale_bits == plan.details.scale_bits
     # the ring holds 1 step of 10 agents of at most 100 000 records, plus κσ of noise
     assert config.ring_bits == required_ring_bits(
         participants=10, steps=1, max_local_size=100_000, config=config
@@ -263,22 +261,22 @@ def test_several_local_steps_add_the_whole_noise_per_agent_by_default(
     shares, as docs/algorithms.md#dp-fedsgd does, only with the job's opt-in (and never below the
     plan's ``agent_noise``, the share its agents record)."""
     job, plan = plans["local"]
-    assert (plan.details["accounting_mode"], plan.details["agent_noise"]) == ("local", None)
+    assert (plan.details.accounting_mode, plan.details.agent_noise) == ("local", None)
     task = ALGORITHM.round_task(job, plan, _state(plan), round_number=1)
-    assert task.params["accounting"] == "provable"
-    assert "agent_noise" not in task.params
+    assert task.params.accounting == "provable"
+    assert task.params.agent_noise is None
     config = ALGORITHM.encoding(job, plan, task, participants=participants, min_survivors=survivors)
-    assert config.noise.parameter == plan.details["noise_total"]
+    assert config.noise.parameter == plan.details.noise_total
     assert config.ring_bits == required_ring_bits(
         participants=participants, steps=3, max_local_size=100_000, config=config
     )
     opt_job, opt = plans["sum-dominating"]
     # the same event, so the same calibrated μ; the shares differ by t·N(1−δ) = 9.5
-    assert opt.details["noise_total"] == plan.details["noise_total"]
-    floor = opt.details["agent_noise"]
-    assert floor == pytest.approx(plan.details["noise_total"] / 9.5, rel=1e-12)
+    assert opt.details.noise_total == plan.details.noise_total
+    floor = opt.details.agent_noise
+    assert floor == pytest.approx(plan.details.noise_total / 9.5, rel=1e-12)
     opt_task = ALGORITHM.round_task(opt_job, opt, _state(opt), round_number=1)
-    assert (opt_task.params["accounting"], opt_task.params["agent_noise"]) == (
+    assert (opt_task.params.accounting, opt_task.params.agent_noise) == (
         "sum-dominating",
         floor,
     )
@@ -286,7 +284,7 @@ def test_several_local_steps_add_the_whole_noise_per_agent_by_default(
         opt_job, opt, opt_task, participants=participants, min_survivors=survivors
     )
     assert split.noise.parameter >= floor  # 12 > the plan's 10 participants: held at the floor
-    assert split.noise.parameter * survivors >= opt.details["noise_total"]
+    assert split.noise.parameter * survivors >= opt.details.noise_total
 
 
 def _state(plan: JobPlan) -> Any:
@@ -308,7 +306,7 @@ def test_participants_pay_s_compositions_and_the_ledger_says_which_guarantee(
         assert set(charges) == set(AGENTS[:6])  # a record is touched only when its agent is in
         charge = charges[AGENTS[0]]
         assert charge.event == ALGORITHM.guaranteed_round_event(plan)
-        assert (charge.event == ALGORITHM.round_event(plan)) == (mode != "sum-dominating")
+        assert (charge.event == ALGORITHM.claimed_round_event(plan)) == (mode != "sum-dominating")
         assert charge.unit == "record"
         assert ALGORITHM.invitation_events(job, plan, round_number=1, population=AGENTS) == (
             charge.event,
@@ -334,7 +332,7 @@ def test_participants_pay_s_compositions_and_the_ledger_says_which_guarantee(
     # without secure aggregation each agent adds the whole per-step noise itself
     task = ALGORITHM.round_task(local, local_plan, _state(local_plan), round_number=1)
     config = ALGORITHM.encoding(local, local_plan, task, participants=10, min_survivors=1)
-    assert config.noise.parameter >= local_plan.details["noise_total"]
+    assert config.noise.parameter >= local_plan.details.noise_total
 
 
 # -- agent side ------------------------------------------------------------------------------
@@ -344,7 +342,7 @@ def _round(job: Any, plan: JobPlan, survivors: int = 9) -> tuple[dict, list, Any
     task = ALGORITHM.round_task(job, plan, _state(plan), round_number=1)
     config = ALGORITHM.encoding(job, plan, task, participants=10, min_survivors=survivors)
     events = list(ALGORITHM.invitation_events(job, plan, round_number=1, population=AGENTS))
-    return json.loads(json.dumps(task.params)), events, config
+    return task.params.to_json(), events, config
 
 
 @pytest.mark.slow
@@ -355,7 +353,7 @@ def test_agent_check_requires_the_same_s_c_p_and_sigma(
 
     def check(p: Any = params, e: Any = events, c: Any = config, **kw: Any) -> None:
         args = {"num_clients": 10, "min_survivors": 9, "honest_fraction": 1.0, **kw}
-        ALGORITHM.agent_check(p, e, c, **args)
+        ALGORITHM.agent_check(ALGORITHM.parse_task(p), e, c, **args)
 
     check()
     step = events[0].event
@@ -401,13 +399,13 @@ def test_an_agent_refuses_split_noise_for_several_steps_unless_the_job_opted_in(
     params, events, own = _round(*plans["local"])
     opt_job, opt_plan = plans["sum-dominating"]
     opt_params, opt_events, split = _round(opt_job, opt_plan)
-    assert events == [ALGORITHM.round_event(opt_plan)]  # same calibrated claim event...
+    assert events == [ALGORITHM.claimed_round_event(opt_plan)]  # same calibrated claim event...
     assert opt_events == [ALGORITHM.guaranteed_round_event(opt_plan)]  # ...but never announced
     assert opt_events != events
 
     def check(p: Any, c: Any, e: Any = events, **kw: Any) -> None:
         args = {"num_clients": 10, "min_survivors": 9, "honest_fraction": 1.0, **kw}
-        ALGORITHM.agent_check(p, e, c, **args)
+        ALGORITHM.agent_check(ALGORITHM.parse_task(p), e, c, **args)
 
     check(params, own)
     check(params, own, min_survivors=2)  # the agent's own noise does not need the others
@@ -425,7 +423,9 @@ def test_an_agent_refuses_split_noise_for_several_steps_unless_the_job_opted_in(
     # opted in, but the round's share is below the agent_noise its own ledger would record
     with pytest.raises(AlgorithmError, match="summed over 1 honest agents is below"):
         check({**opt_params, "agent_noise": split.noise.parameter * 1.01}, split, opt_events)
-    with pytest.raises(AlgorithmError, match=r"params\.agent_noise: missing"):
+    with pytest.raises(
+        AlgorithmError, match=r"params\.agent_noise: a sum-dominating task must state it"
+    ):
         check({k: v for k, v in opt_params.items() if k != "agent_noise"}, split, opt_events)
 
 
@@ -435,10 +435,10 @@ def test_the_agent_records_what_its_own_noise_proves(
 ) -> None:
     for mode in ("central", "local", "sum-dominating"):  # the announced event, as charged
         params, events, _ = _round(*plans[mode])
-        assert ALGORITHM.agent_charge(params, events) == tuple(events)
+        assert ALGORITHM.agent_charge(ALGORITHM.parse_task(params), events) == tuple(events)
     params, events, split = _round(*plans["sum-dominating"])
-    (recorded,) = ALGORITHM.agent_charge(params, events)
-    claim = ALGORITHM.round_event(plans["sum-dominating"][1])
+    (recorded,) = ALGORITHM.agent_charge(ALGORITHM.parse_task(params), events)
+    claim = ALGORITHM.claimed_round_event(plans["sum-dominating"][1])
     floor = params["agent_noise"]
     assert recorded == SelfComposedEvent(
         PoissonSampledEvent(
@@ -453,18 +453,18 @@ def test_the_agent_records_what_its_own_noise_proves(
         3,
     )
     # a coordinator that announces the claim still gets the own-share event recorded
-    assert ALGORITHM.agent_charge(params, [claim]) == (recorded,)
+    assert ALGORITHM.agent_charge(ALGORITHM.parse_task(params), [claim]) == (recorded,)
     assert split.noise.parameter >= floor
     rounds = SelfComposedEvent(recorded, 4)
     job_eps = compute_epsilon(SelfComposedEvent(claim, 4), delta=1e-5).epsilon
     assert compute_epsilon(rounds, delta=1e-5).epsilon > 3 * job_eps  # 9.5 times less noise
     claimed = events[0]
     with pytest.raises(AlgorithmError, match="compositions"):
-        ALGORITHM.agent_charge(params, [claimed.event])
+        ALGORITHM.agent_charge(ALGORITHM.parse_task(params), [claimed.event])
     with pytest.raises(AlgorithmError, match="one event"):
-        ALGORITHM.agent_charge(params, [claimed, claimed])
+        ALGORITHM.agent_charge(ALGORITHM.parse_task(params), [claimed, claimed])
     gaussian = SelfComposedEvent(PoissonSampledEvent(0.1, GaussianEvent(50.0, 2.0)), 3)
-    assert ALGORITHM.agent_charge(params, [gaussian]) == (
+    assert ALGORITHM.agent_charge(ALGORITHM.parse_task(params), [gaussian]) == (
         SelfComposedEvent(PoissonSampledEvent(0.1, GaussianEvent(floor, 2.0)), 3),
     )
 
@@ -476,7 +476,7 @@ def test_agent_contribution_is_the_ring_vector_of_its_noisy_steps(
     state = _state(plan)
     agent = digits_agents[2]
     vector = ALGORITHM.agent_contribution(
-        params,
+        ALGORITHM.parse_task(params),
         agent,
         model=state.model,
         public_x=None,
@@ -492,7 +492,7 @@ def test_agent_contribution_is_the_ring_vector_of_its_noisy_steps(
     assert np.std(signed) >= 0.9 * math.sqrt(3 * config.noise.variance)
     # more records than max_local_size: no refusal (it would depend on the data set's size)
     larger = ALGORITHM.agent_contribution(
-        {**params, "max_local_size": 10},
+        ALGORITHM.parse_task({**params, "max_local_size": 10}),
         agent,
         model=state.model,
         public_x=None,
@@ -503,7 +503,7 @@ def test_agent_contribution_is_the_ring_vector_of_its_noisy_steps(
     assert larger.shape == (650,)
     with pytest.raises(AlgorithmError, match="global model"):
         ALGORITHM.agent_contribution(
-            params,
+            ALGORITHM.parse_task(params),
             agent,
             model=None,
             public_x=None,
@@ -512,7 +512,9 @@ def test_agent_contribution_is_the_ring_vector_of_its_noisy_steps(
             stream=_stream("no-model"),
         )
     with pytest.raises(AlgorithmError, match="agent_contribution"):
-        ALGORITHM.agent_compute(params, agent, model=state.model, public_x=None, device="cpu")
+        ALGORITHM.agent_compute(
+            ALGORITHM.parse_task(params), agent, model=state.model, public_x=None, device="cpu"
+        )
 
 
 def test_finish_round_averages_the_agents_local_deltas(
@@ -527,7 +529,7 @@ def test_finish_round_averages_the_agents_local_deltas(
         job, plan, state, digits_coordinator, round_number=1, aggregate=aggregate, survivors=7
     )
     theta1 = flatten_parameters(model_from_bytes(out.state.model, model=net), dtype=np.float64)
-    expected = theta0 - 0.5 * aggregate / (plan.details["expected_batch_size"] * 7)
+    expected = theta0 - 0.5 * aggregate / (plan.details.expected_batch_size * 7)
     np.testing.assert_allclose(theta1, expected, rtol=1e-5, atol=1e-6)
     assert out.state.model_version == 1
     assert not out.done
@@ -581,12 +583,12 @@ def test_whole_sum_dominating_job_charges_the_own_share_and_shows_the_claim_apar
     )
     assert [len(r.participants) for r in result.rounds] == [5, 5]
     # shares split over t·N(1−δ) = 4.75 of the 5 agents (the plan's population)
-    mu = result.plan.details["noise_total"]
-    floor = result.plan.details["agent_noise"]
+    mu = result.plan.details.noise_total
+    floor = result.plan.details.agent_noise
     assert result.rounds[0].encoding.noise.parameter == pytest.approx(mu / 4.75, rel=1e-12)
     assert floor == pytest.approx(mu / 4.75, rel=1e-12)
-    claimed = result.plan.details["claimed_epsilon"]
-    assert result.plan.details["claim"] == CLAIM_LABEL
+    claimed = result.plan.details.claimed_epsilon
+    assert result.plan.details.claim == CLAIM_LABEL
     assert "NOT a proven bound" in CLAIM_LABEL
     assert claimed == pytest.approx(4.0, rel=0.02)  # what the recipe was calibrated to
     assert result.plan.calibration["claim"]["epsilon"] == claimed
@@ -629,7 +631,7 @@ def test_the_normaliser_must_be_stated_when_the_data_is_not_here(
         data={"dataset": "npz:/nonexistent/silo.npz"}, params={"expected_batch_size": 12.5}
     )
     plan = ALGORITHM.plan(stated, population=10, data=digits_coordinator)
-    assert plan.details["expected_batch_size"] == 12.5
+    assert plan.details.expected_batch_size == 12.5
 
 
 def _clamped_steps(x: Any, y: Any, *, limit: int | None, seed: str, steps: int = 2) -> Any:

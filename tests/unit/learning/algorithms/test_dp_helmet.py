@@ -4,7 +4,6 @@ local size, charges, agent checks and a whole one-shot job."""
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -233,11 +232,11 @@ def test_plan_composes_k_class_releases_and_reports_the_simple_bound(
     assert get_algorithm("dp-helmet") is ALGORITHM
     d = plan.details
     smallest = min(local_sizes(helmet_job(), 10))
-    assert d["min_local_size"] == smallest
+    assert d.min_local_size == smallest
     s = 2 * 1.0 / (smallest * 1.0)  # 2c/(MΛ)
-    assert d["sensitivity"] == pytest.approx(s)
-    assert (d["num_classes"], d["feature_dim"], d["dimension"]) == (10, 64, 650)
-    bits = d["scale_bits"]
+    assert d.sensitivity == pytest.approx(s)
+    assert (d.num_classes, d.feature_dim, d.dimension) == (10, 64, 650)
+    bits = d.scale_bits
     assert 2 * math.sqrt(65) <= 0.001 * s * 2.0**bits  # rounding ≤ 0.1 % of the sensitivity
     assert 2 * math.sqrt(65) > 0.001 * s * 2.0 ** (bits - 1)
     l1, l2 = class_sensitivities(s=s, scale_bits=bits, width=65)
@@ -259,20 +258,20 @@ def test_plan_composes_k_class_releases_and_reports_the_simple_bound(
         population=10,
         data=digits_coordinator,
     )
-    assert given.details["min_local_size"] == 50
+    assert given.details.min_local_size == 50
     assert given.noise_multiplier == 5.0
     agent = ALGORITHM.plan(
         helmet_job(privacy={"unit": "agent"}), population=10, data=digits_coordinator
     )
-    assert agent.details["sensitivity"] == 2 * 1.4
-    assert agent.details["min_local_size"] is None
+    assert agent.details.sensitivity == 2 * 1.4
+    assert agent.details.min_local_size is None
     projected = ALGORITHM.plan(
         helmet_job(params={"features": "random-projection", "projection_dim": 16}),
         population=10,
         data=digits_coordinator,
     )
-    assert projected.details["features"] == "random-projection?dim=16&seed=0"
-    assert projected.details["dimension"] == 10 * 17
+    assert projected.details.features == "random-projection?dim=16&seed=0"
+    assert projected.details.dimension == 10 * 17
 
 
 def test_charges_and_the_gaussian_and_local_variants(
@@ -300,18 +299,18 @@ def test_charges_and_the_gaussian_and_local_variants(
 
 
 def _round(plan: JobPlan, survivors: int = 9, honest: float = 1.0) -> tuple[dict, list, Any]:
-    job = helmet_job(privacy={"honest_fraction": honest})
+    job = helmet_job(privacy={"honest_fraction": honest, "unit": plan.details.unit})
     p = JobPlan(
         plan.noise_multiplier,
         plan.calibration,
         plan.population,
-        {**plan.details, "honest_fraction": honest},
+        plan.details.model_copy(update={"honest_fraction": honest}),
     )
     state = ALGORITHM.initial_state(job, p, CoordinatorData((1, 8, 8), 10))
     task = ALGORITHM.round_task(job, p, state, round_number=1)
     config = ALGORITHM.encoding(job, p, task, participants=10, min_survivors=survivors)
     events = list(ALGORITHM.invitation_events(job, p, round_number=1, population=AGENTS))
-    return json.loads(json.dumps(task.params)), events, config
+    return task.params.to_json(), events, config
 
 
 @pytest.mark.parametrize(("honest", "survivors"), [(1.0, 9), (0.5, 10), (0.8, 7)])
@@ -333,7 +332,7 @@ def test_agent_check_recomputes_the_sensitivity(plan: JobPlan) -> None:
 
     def check(p: Any = params, e: Any = events, c: Any = config, **kw: Any) -> None:
         args = {"num_clients": 10, "min_survivors": 9, "honest_fraction": 1.0, **kw}
-        ALGORITHM.agent_check(p, e, c, **args)
+        ALGORITHM.agent_check(ALGORITHM.parse_task(p), e, c, **args)
 
     check()
     with pytest.raises(AlgorithmError, match="L1 sensitivity"):
@@ -364,13 +363,17 @@ def test_agent_trains_and_refuses_too_little_data(
     params, _, _ = _round(plan)
     agent = digits_agents[0]
     vector = ALGORITHM.agent_compute(
-        {**params, "min_local_size": 10}, agent, model=None, public_x=None, device="cpu"
+        ALGORITHM.parse_task({**params, "min_local_size": 10}),
+        agent,
+        model=None,
+        public_x=None,
+        device="cpu",
     )
     assert vector.shape == (650,)
     assert np.all(np.linalg.norm(vector.reshape(10, 65), axis=1) <= 1.4 * (1 + 1e-12))
     with pytest.raises(AlgorithmError, match="fewer than the job's min_local_size"):
         ALGORITHM.agent_compute(
-            {**params, "min_local_size": len(agent.y) + 1},
+            ALGORITHM.parse_task({**params, "min_local_size": len(agent.y) + 1}),
             agent,
             model=None,
             public_x=None,
@@ -403,8 +406,7 @@ def test_record_level_needs_a_local_size_when_the_data_is_not_here(
         data={"dataset": "npz:/nonexistent/silo.npz"}, params={"min_local_size": 80}
     )
     assert (
-        ALGORITHM.plan(stated, population=10, data=digits_coordinator).details["min_local_size"]
-        == 80
+        ALGORITHM.plan(stated, population=10, data=digits_coordinator).details.min_local_size == 80
     )
 
 
@@ -436,6 +438,8 @@ def test_agent_level_takes_part_whatever_the_size(
     agent = digits_agents[0]
     empty = AgentData(agent.x[:0], agent.y[:0], agent.input_shape, agent.num_classes)
     for data in (empty, AgentData(agent.x[:1], agent.y[:1], agent.input_shape, 10)):
-        vector = ALGORITHM.agent_compute(params, data, model=None, public_x=None, device="cpu")
+        vector = ALGORITHM.agent_compute(
+            ALGORITHM.parse_task(params), data, model=None, public_x=None, device="cpu"
+        )
         assert vector.shape == (650,)
         assert np.all(np.linalg.norm(vector.reshape(10, 65), axis=1) <= 1.4 * (1 + 1e-12))

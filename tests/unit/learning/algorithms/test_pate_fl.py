@@ -76,10 +76,10 @@ def test_plan_skellam_per_query_events(setup: tuple[Any, JobPlan, Any]) -> None:
     _job, plan, _ = setup
     d = plan.details
     assert plan.noise_multiplier == 3.0
-    assert d["scale_bits"] == 10  # one-hot votes, Skellam: fine-grained noise
-    assert d["noise_total"] == pytest.approx((3.0 * 1024) ** 2 / 2)
+    assert d.scale_bits == 10  # one-hot votes, Skellam: fine-grained noise
+    assert d.noise_total == pytest.approx((3.0 * 1024) ** 2 / 2)
     event = event_from_json(plan.calibration["event"])
-    assert event == SelfComposedEvent(SkellamEvent(d["noise_total"], 1024.0, 1024.0, 10), 200)
+    assert event == SelfComposedEvent(SkellamEvent(d.noise_total, 1024.0, 1024.0, 10), 200)
     # at integer orders (where the Skellam bound is stated) it is within a fraction of a percent
     # of the Gaussian votes' RDP at this scale
     integer = np.array([float(a).is_integer() for a in ORDERS])
@@ -102,28 +102,28 @@ def test_plan_calibrates_sigma_for_the_target(digits_public: Any) -> None:
         assert plan.calibration["epsilon"] > 7.9
         if noise == "gaussian":
             assert event == VotingEvent(queries=100, sigma=plan.noise_multiplier, level="instance")
-            assert plan.details["scale_bits"] == 0
+            assert plan.details.scale_bits == 0
     soft = ALGORITHM.plan(
         make_pate_job(params={"vote": "soft"}, privacy={"unit": "record"}), population=10, data=data
     )
-    bits = soft.details["scale_bits"]
+    bits = soft.details.scale_bits
     ideal = math.sqrt(2) * 2.0**bits
-    assert soft.details["l2_sensitivity"] <= 1.001 * ideal
-    assert soft.details["l1_sensitivity"] == 2 * 2.0**bits + 20
+    assert soft.details.l2_sensitivity <= 1.001 * ideal
+    assert soft.details.l1_sensitivity == 2 * 2.0**bits + 20
 
 
 def test_round_tasks_cover_the_queries_once(setup: tuple[Any, JobPlan, Any]) -> None:
     job, plan, state = setup
     t1 = ALGORITHM.round_task(job, plan, state, round_number=1)
     t2 = ALGORITHM.round_task(job, plan, state, round_number=2)
-    q1, q2 = t1.params["queries"], t2.params["queries"]
+    q1, q2 = t1.params.queries, t2.params.queries
     assert len(q1) == len(q2) == 100
     assert not set(q1) & set(q2)
     assert set(q1) | set(q2) == set(state.details["query_order"])
     assert t1.vector_length == 100 * 10
     assert t1.needs_public_data
     assert t1.model_version is None
-    json.dumps(t1.params)
+    json.loads(t1.params.model_dump_json())
     with pytest.raises(AlgorithmError, match="outside"):
         ALGORITHM.round_task(job, plan, state, round_number=3)
 
@@ -170,7 +170,7 @@ def test_finish_round_takes_the_argmax_and_trains_the_student(
     data, _ = digits_public
     outcome = None
     for r in (1, 2):
-        batch = ALGORITHM.round_task(job, plan, state, round_number=r).params["queries"]
+        batch = list(ALGORITHM.round_task(job, plan, state, round_number=r).params.queries)
         truth = np.asarray(data.public_y)[batch]
         votes = np.zeros((len(batch), 10))
         votes[np.arange(len(batch)), truth] = 9.0  # the teachers agree on the true label
@@ -202,7 +202,7 @@ def _round(setup: tuple[Any, JobPlan, Any], survivors: int = 10) -> tuple[dict, 
     task = ALGORITHM.round_task(job, plan, state, round_number=1)
     config = ALGORITHM.encoding(job, plan, task, participants=10, min_survivors=survivors)
     events = list(ALGORITHM.invitation_events(job, plan, round_number=1, population=AGENTS))
-    return json.loads(json.dumps(task.params)), events, config
+    return task.params.to_json(), events, config
 
 
 def test_agent_votes_with_a_cached_teacher(
@@ -212,7 +212,7 @@ def test_agent_votes_with_a_cached_teacher(
     data, agents = digits_public
     teachers.clear_teacher_cache()
     votes = ALGORITHM.agent_compute(
-        params, agents[0], model=None, public_x=data.public_x, device="cpu"
+        ALGORITHM.parse_task(params), agents[0], model=None, public_x=data.public_x, device="cpu"
     )
     assert teachers.teacher_cache_size() == 1
     block = votes.reshape(100, 10)
@@ -220,26 +220,42 @@ def test_agent_votes_with_a_cached_teacher(
     assert np.all(block.sum(axis=1) == 1.0)
     # the next round reuses the teacher; another job (or other data) trains its own
     again = ALGORITHM.agent_compute(
-        {**params, "round": 2}, agents[0], model=None, public_x=data.public_x, device="cpu"
+        ALGORITHM.parse_task({**params, "round": 2}),
+        agents[0],
+        model=None,
+        public_x=data.public_x,
+        device="cpu",
     )
     np.testing.assert_array_equal(votes, again)
     assert teachers.teacher_cache_size() == 1
     ALGORITHM.agent_compute(
-        {**params, "job_id": "other"}, agents[0], model=None, public_x=data.public_x, device="cpu"
+        ALGORITHM.parse_task({**params, "job_id": "other"}),
+        agents[0],
+        model=None,
+        public_x=data.public_x,
+        device="cpu",
     )
-    ALGORITHM.agent_compute(params, agents[1], model=None, public_x=data.public_x, device="cpu")
+    ALGORITHM.agent_compute(
+        ALGORITHM.parse_task(params), agents[1], model=None, public_x=data.public_x, device="cpu"
+    )
     assert teachers.teacher_cache_size() == 3
     soft = ALGORITHM.agent_compute(
-        {**params, "vote": "soft"}, agents[0], model=None, public_x=data.public_x, device="cpu"
+        ALGORITHM.parse_task({**params, "vote": "soft"}),
+        agents[0],
+        model=None,
+        public_x=data.public_x,
+        device="cpu",
     ).reshape(100, 10)
     assert np.all(soft >= 0)
     assert np.all(soft.sum(axis=1) <= 1.0)
     assert np.all(np.linalg.norm(soft, axis=1) <= 1.0)
     with pytest.raises(AlgorithmError, match="public examples"):
-        ALGORITHM.agent_compute(params, agents[0], model=None, public_x=None, device="cpu")
-    with pytest.raises(AlgorithmError, match="not below"):
         ALGORITHM.agent_compute(
-            {**params, "queries": [10**6]},
+            ALGORITHM.parse_task(params), agents[0], model=None, public_x=None, device="cpu"
+        )
+    with pytest.raises(AlgorithmError, match=r"params\.queries: every index must lie in"):
+        ALGORITHM.agent_compute(
+            ALGORITHM.parse_task({**params, "queries": [10**6]}),
             agents[0],
             model=None,
             public_x=data.public_x,
@@ -252,7 +268,7 @@ def test_agent_check_accepts_and_refuses(setup: tuple[Any, JobPlan, Any]) -> Non
 
     def check(p: Any = params, e: Any = events, c: Any = config, **kw: Any) -> None:
         args = {"num_clients": 10, "min_survivors": 9, "honest_fraction": 1.0, **kw}
-        ALGORITHM.agent_check(p, e, c, **args)
+        ALGORITHM.agent_check(ALGORITHM.parse_task(p), e, c, **args)
 
     check()
     inner = events[0].event
@@ -267,7 +283,7 @@ def test_agent_check_accepts_and_refuses(setup: tuple[Any, JobPlan, Any]) -> Non
         check(e=[SelfComposedEvent(stronger, 100)])
     with pytest.raises(AlgorithmError, match="only describes Gaussian"):
         check(e=[VotingEvent(queries=100, sigma=3.0, level="agent")])
-    with pytest.raises(AlgorithmError, match="Skellam event"):
+    with pytest.raises(AlgorithmError, match="Skellam noise but a GaussianEvent is claimed"):
         check(e=[SelfComposedEvent(GaussianEvent(3.0, 1.0), 100)])
     with pytest.raises(AlgorithmError, match="L1"):
         check(p={**params, "level": "instance"})
@@ -297,11 +313,14 @@ def test_agent_check_gaussian_votes(digits_public: Any) -> None:
     (event,) = ALGORITHM.invitation_events(job, plan, round_number=2, population=AGENTS)
     assert event == VotingEvent(queries=100, sigma=3.0, level="instance")
     kw = {"num_clients": 10, "min_survivors": 10, "honest_fraction": 1.0}
-    ALGORITHM.agent_check(dict(task.params), [event], config, **kw)
+    ALGORITHM.agent_check(ALGORITHM.parse_task(task.params.to_json()), [event], config, **kw)
     assert config.noise.parameter**2 * 10 >= 9.0
     with pytest.raises(AlgorithmError, match="level"):
         ALGORITHM.agent_check(
-            dict(task.params), [VotingEvent(queries=100, sigma=3.0, level="agent")], config, **kw
+            ALGORITHM.parse_task(task.params.to_json()),
+            [VotingEvent(queries=100, sigma=3.0, level="agent")],
+            config,
+            **kw,
         )
     weak = EncodingConfig(
         clip=config.clip,
@@ -310,7 +329,7 @@ def test_agent_check_gaussian_votes(digits_public: Any) -> None:
         noise=NoiseSpec.discrete_gaussian(sigma=0.5),
     )
     with pytest.raises(AlgorithmError, match="below"):
-        ALGORITHM.agent_check(dict(task.params), [event], weak, **kw)
+        ALGORITHM.agent_check(ALGORITHM.parse_task(task.params.to_json()), [event], weak, **kw)
 
 
 def test_initial_state_needs_enough_public_examples(digits_public: Any) -> None:

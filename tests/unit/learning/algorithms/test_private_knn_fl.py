@@ -3,7 +3,6 @@ sensitivity (also after the encoder's rounding), calibration, charges, agent che
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any
 
@@ -105,10 +104,10 @@ def test_votes_sum_to_one_per_agent_and_query(
 ) -> None:
     job, plan, state = setup
     data, agents = digits_public
-    params = json.loads(json.dumps(ALGORITHM.round_task(job, plan, state, round_number=1).params))
+    params = ALGORITHM.round_task(job, plan, state, round_number=1).params.to_json()
     for agent in agents:
         votes = ALGORITHM.agent_compute(
-            params, agent, model=None, public_x=data.public_x, device="cpu"
+            ALGORITHM.parse_task(params), agent, model=None, public_x=data.public_x, device="cpu"
         ).reshape(-1, 10)
         assert votes.shape == (60, 10)
         np.testing.assert_allclose(votes.sum(axis=1), 1.0, rtol=0, atol=1e-12)
@@ -116,7 +115,11 @@ def test_votes_sum_to_one_per_agent_and_query(
         np.testing.assert_allclose(votes * 5, np.round(votes * 5), atol=1e-12)  # counts / k
     # a larger k for larger agents (k_i = max(k, ⌊fraction·M_i⌋)): still sums to one
     bigger = ALGORITHM.agent_compute(
-        {**params, "k_fraction": 0.1}, agents[0], model=None, public_x=data.public_x, device="cpu"
+        ALGORITHM.parse_task({**params, "k_fraction": 0.1}),
+        agents[0],
+        model=None,
+        public_x=data.public_x,
+        device="cpu",
     ).reshape(-1, 10)
     k_i = neighbour_count(5, 0.1, len(agents[0].y))
     assert k_i > 5
@@ -125,11 +128,13 @@ def test_votes_sum_to_one_per_agent_and_query(
     # an agent with fewer records than k votes with all of them, still divided by k
     tiny = AgentData(agents[0].x[:3], agents[0].y[:3], agents[0].input_shape, 10)
     small = ALGORITHM.agent_compute(
-        params, tiny, model=None, public_x=data.public_x, device="cpu"
+        ALGORITHM.parse_task(params), tiny, model=None, public_x=data.public_x, device="cpu"
     ).reshape(-1, 10)
     np.testing.assert_allclose(small.sum(axis=1), 3 / 5)
     with pytest.raises(AlgorithmError, match="public examples"):
-        ALGORITHM.agent_compute(params, agents[0], model=None, public_x=None, device="cpu")
+        ALGORITHM.agent_compute(
+            ALGORITHM.parse_task(params), agents[0], model=None, public_x=None, device="cpu"
+        )
 
 
 @pytest.mark.parametrize("level", ["agent", "instance"])
@@ -160,11 +165,11 @@ def test_plan_charges_skellam_queries_with_k(setup: tuple[Any, JobPlan, Any]) ->
     _, plan, _ = setup
     d = plan.details
     assert get_algorithm("private-knn-fl") is ALGORITHM
-    assert (d["k"], d["level"], d["noise"]) == (5, "instance", "skellam")
-    u = 2.0 ** d["scale_bits"]
+    assert (d.k, d.level, d.noise) == (5, "instance", "skellam")
+    u = 2.0**d.scale_bits
     assert 2 * math.sqrt(10) <= 0.001 * math.sqrt(2) * u / 5  # rounding ≤ 0.1 % of the data
-    l1, l2 = knn_sensitivities(level="instance", k=5, scale_bits=d["scale_bits"], num_classes=10)
-    assert (d["l1_sensitivity"], d["l2_sensitivity"]) == (l1, l2)
+    l1, l2 = knn_sensitivities(level="instance", k=5, scale_bits=d.scale_bits, num_classes=10)
+    assert (d.l1_sensitivity, d.l2_sensitivity) == (l1, l2)
     event = event_from_json(plan.calibration["event"])
     assert event == SelfComposedEvent(SkellamEvent((2.0 * u) ** 2 / 2, l1, l2, 10), 60)
     # the instance-level charge with k is the Gaussian α/(k²σ²) per query up to rounding
@@ -215,7 +220,7 @@ def _round(setup: tuple[Any, JobPlan, Any], survivors: int = 9) -> tuple[dict, l
     task = ALGORITHM.round_task(job, plan, state, round_number=1)
     config = ALGORITHM.encoding(job, plan, task, participants=10, min_survivors=survivors)
     events = list(ALGORITHM.invitation_events(job, plan, round_number=1, population=AGENTS))
-    return json.loads(json.dumps(task.params)), events, config
+    return task.params.to_json(), events, config
 
 
 def test_per_agent_noise_sums_to_the_target_over_honest_survivors(
@@ -223,13 +228,13 @@ def test_per_agent_noise_sums_to_the_target_over_honest_survivors(
 ) -> None:
     job, plan, state = setup
     task = ALGORITHM.round_task(job, plan, state, round_number=1)
-    target = plan.details["noise_total"]
+    target = plan.details.noise_total
     for honest, survivors in ((1.0, 9), (0.5, 8), (0.8, 10)):
         p = JobPlan(
             plan.noise_multiplier,
             plan.calibration,
             plan.population,
-            {**plan.details, "honest_fraction": honest},
+            plan.details.model_copy(update={"honest_fraction": honest}),
         )
         config = ALGORITHM.encoding(job, p, task, participants=10, min_survivors=survivors)
         share = config.noise.parameter
@@ -247,7 +252,7 @@ def test_agent_check_accepts_and_refuses(setup: tuple[Any, JobPlan, Any]) -> Non
 
     def check(p: Any = params, e: Any = events, c: Any = config, **kw: Any) -> None:
         args = {"num_clients": 10, "min_survivors": 9, "honest_fraction": 1.0, **kw}
-        ALGORITHM.agent_check(p, e, c, **args)
+        ALGORITHM.agent_check(ALGORITHM.parse_task(p), e, c, **args)
 
     check()
     inner = events[0].event

@@ -194,3 +194,46 @@ def test_designs_refuse_what_they_cannot_audit() -> None:
 def _fedsgd_job_with_steps(steps: int) -> Any:
     job = _fedsgd_job()
     return job.model_copy(update={"params": job.params.model_copy(update={"local_steps": steps})})
+
+
+def test_the_canary_design_comes_from_the_algorithm() -> None:
+    """A new member of an audited family is audited as its family, an algorithm may state its
+    own design, and one that does neither is refused by name; the black-box direction is the
+    algorithm's own."""
+    from dpfl.learning.algorithms.base import Algorithm, CoordinatorData
+    from dpfl.learning.algorithms.dp_fedavg import DpFedAvg
+    from dpfl.learning.algorithms.dp_fedsgd import DpFedSgd
+    from dpfl.learning.audit import CanaryDesign, canary_design
+    from dpfl.learning.audit.canaries import ADD_REMOVE
+
+    class Member(DpFedAvg):
+        pass
+
+    own = CanaryDesign(
+        unit="agent",
+        relation=ADD_REMOVE,
+        amplitude=1.0,
+        presence_rate=1.0,
+        black_box=False,
+        description="its own",
+    )
+
+    class Own(DpFedAvg):
+        def canary_design(self, job: Any, plan: Any) -> CanaryDesign:
+            return own
+
+    class Bare(Algorithm):  # type: ignore[type-arg]
+        name = "bare"
+
+    Bare.__abstractmethods__ = frozenset()  # only its class matters here
+    job = make_job()
+    plan = DpFedAvg().plan(job, population=20, data=CoordinatorData((1, 8, 8), 10))
+    assert canary_design(Member(), job, plan) == canary_design(DpFedAvg(), job, plan)
+    assert canary_design(Own(), job, plan) is own
+    with pytest.raises(AlgorithmError, match="no canary design for algorithm 'bare'"):
+        canary_design(Bare(), job, plan)
+    assert (DpFedAvg.model_direction, DpFedSgd.model_direction, Bare.model_direction) == (
+        1.0,
+        -1.0,
+        None,
+    )

@@ -1,0 +1,323 @@
+"""What DP-FedAvg, DP-Fed-LS, DP-FedSGD and DP-Helmet share: one vector of ``dimension`` real
+coordinates per agent, clipped, scaled by 2^b, summed with distributed integer noise.
+
+:class:`ModelUpdateAlgorithm` is their skeleton: the scale search at plan time (the smallest
+scale whose rounding inflates the sensitivity by ≤ 0.1 %, lowered while the whole population's
+sum would not fit the ring), client sampling, the task's common fields, the encoding (the
+agent's share of the noise: ``common.per_agent_noise``), the charges and the agent's first
+checks. A subclass supplies its calibration, its task fields, its round event, its clip and
+its model step. The global model lives in :class:`CoordinatorState` as bytes
+(``learning.params`` format); every round rebuilds the architecture from the job's seed.
+"""
+
+from __future__ import annotations
+
+import abc
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import Field
+from typing_extensions import TypeVar
+
+from dpfl.accounting import DpEvent
+from dpfl.learning.algorithms import common
+from dpfl.learning.algorithms.base import (
+    Algorithm,
+    AlgorithmError,
+    ClientCharge,
+    CoordinatorData,
+    CoordinatorState,
+    JobPlan,
+    PlanDetails,
+    RoundTask,
+    TaskParams,
+)
+from dpfl.learning.errors import LearningError
+from dpfl.learning.jobs import JobSpec, ModelUpdateJob
+from dpfl.secagg.encoding import EncodingConfig
+from dpfl.secagg.randomness import RandomSource, SystemRandomSource
+
+__all__ = [
+    "ModelUpdateAlgorithm",
+    "ModelUpdatePlan",
+    "ModelUpdateTask",
+    "initial_model_state",
+    "load_model",
+    "stepped_model",
+]
+
+
+class ModelUpdatePlan(PlanDetails):
+    """The plan of a model-update job: the vector's length d and its rounded sensitivities
+    (ring units)."""
+
+    dimension: int = Field(ge=1)
+    l1_sensitivity: float = Field(gt=0)
+    l2_sensitivity: float = Field(gt=0)
+
+
+class ModelUpdateTask(TaskParams):
+    """The task of a model-update round: what every such agent is told."""
+
+    dimension: int = Field(ge=1)
+
+
+SpecT = TypeVar("SpecT", bound=ModelUpdateJob, default=ModelUpdateJob)
+PlanT = TypeVar("PlanT", bound=ModelUpdatePlan, default=ModelUpdatePlan)
+TaskT = TypeVar("TaskT", bound=ModelUpdateTask, default=ModelUpdateTask)
+
+
+class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
+    """The shared coordinator side and agent-side checks of the model-update algorithms.
+
+    Args:
+        random_source: the CSPRNG of client sampling (default: the system CSPRNG; tests and
+            reproducible simulations pass a :class:`~dpfl.secagg.SeededRandomSource`).
+    """
+
+    #: The protected unit every charge names ("agent" or "record"; None: the job's).
+    unit: Literal["agent", "record"] | None = None
+
+    def __init__(self, *, random_source: RandomSource | None = None) -> None:
+        self._random = random_source if random_source is not None else SystemRandomSource()
+
+    # -- what a subclass defines -------------------------------------------------------------
+
+    @abc.abstractmethod
+    def round_event(self, plan: JobPlan, *, population: int) -> DpEvent:
+        """The event one committed round charges each charged client."""
+
+    @abc.abstractmethod
+    def _clip(self, spec: SpecT, details: PlanT) -> float:
+        """The encoding's clip (real units)."""
+
+    @abc.abstractmethod
+    def _task(self, spec: SpecT, plan: JobPlan, fields: dict[str, Any]) -> TaskT:
+        """The round's task: ``fields`` (the common ones) plus the algorithm's own."""
+
+    def _sampling_rate(self, spec: SpecT) -> float:
+        """The Poisson rate of :meth:`select` (1: every client of the population)."""
+        del spec
+        return 1.0
+
+    def _credits_others(self, details: PlanT) -> bool:
+        """Whether the charged event rests on the other agents' noise (then ``t`` is recorded)."""
+        return details.secure_aggregation
+
+    def _charged(
+        self, details: PlanT, population: Sequence[str], participants: Sequence[str]
+    ) -> list[str]:
+        """Who pays a committed round (default: its participants)."""
+        del details, population
+        return list(participants)
+
+    # -- coordinator side --------------------------------------------------------------------
+
+    def _fit_scale(
+        self, spec: SpecT, population: int, bits: int, make: Callable[[int], JobPlan]
+    ) -> JobPlan:
+        """``make(b)`` for the largest ``b ≤ bits`` whose sum of the whole population (each
+        agent with its noise share) fits the ring; ``bits`` itself when the job gives it. The
+        calibration record says which rule chose b."""
+        given = spec.secagg.scale_bits is not None
+        while True:
+            plan = make(bits)
+            survivors = max(1, math.ceil(population * (1.0 - spec.secagg.dropout_fraction)))
+            try:
+                self._encoding(
+                    spec, self.details(plan), participants=population, min_survivors=survivors
+                )
+                rule = {"scale_bits_rule": "given" if given else "inflation<=0.1%"}
+                return replace(plan, calibration={**plan.calibration, **rule})
+            except AlgorithmError:
+                if given or bits == 0:
+                    raise
+                bits -= 1
+
+    def select(
+        self, job: JobSpec, plan: JobPlan, *, round_number: int, population: Sequence[str]
+    ) -> list[str]:
+        spec = self.spec(job)
+        stream = self._random.stream(f"{self.name}/select/{spec.name}/{round_number}")
+        return common.poisson_sample(population, self._sampling_rate(spec), stream)
+
+    def round_task(
+        self, job: JobSpec, plan: JobPlan, state: CoordinatorState, *, round_number: int
+    ) -> RoundTask:
+        spec, d = self.spec(job), self.details(plan)
+        fields: dict[str, Any] = {
+            "algorithm": self.name,
+            "job": spec.name,
+            "round": round_number,
+            "noise": d.noise,
+            "noise_total": d.noise_total,
+            "noise_multiplier": plan.noise_multiplier,
+            "scale_bits": d.scale_bits,
+            "secure_aggregation": d.secure_aggregation,
+            "honest_fraction": d.honest_fraction,
+            "unit": spec.privacy.unit,
+            "delta": spec.privacy.delta,
+            "dimension": d.dimension,
+        }
+        return RoundTask(
+            params=self._task(spec, plan, fields),
+            vector_length=d.dimension,
+            model_version=state.model_version if state.model is not None else None,
+        )
+
+    def _encoding(
+        self, spec: SpecT, details: PlanT, *, participants: int, min_survivors: int
+    ) -> EncodingConfig:
+        noise = common.split_noise(
+            details,
+            dropout_fraction=spec.secagg.dropout_fraction,
+            participants=participants,
+            min_survivors=min_survivors,
+        )
+        return common.ring_encoding(
+            clip=self._clip(spec, details),
+            scale_bits=details.scale_bits,
+            participants=participants,
+            noise=noise,
+        )
+
+    def encoding(
+        self,
+        job: JobSpec,
+        plan: JobPlan,
+        task: RoundTask,
+        *,
+        participants: int,
+        min_survivors: int,
+    ) -> EncodingConfig:
+        spec, d = self.spec(job), self.details(plan)
+        if task.vector_length != d.dimension:
+            raise AlgorithmError("the task's vector length differs from the plan's dimension")
+        if not 1 <= min_survivors <= participants:
+            raise AlgorithmError(
+                f"min_survivors {min_survivors} must lie in [1, participants={participants}]"
+            )
+        return self._encoding(spec, d, participants=participants, min_survivors=min_survivors)
+
+    def invitation_events(
+        self, job: JobSpec, plan: JobPlan, *, round_number: int, population: Sequence[str]
+    ) -> tuple[DpEvent, ...]:
+        """``(round_event,)``: what :meth:`charges` charges any participant of any round."""
+        self.spec(job)
+        return (self.round_event(plan, population=len(population)),)
+
+    def charges(
+        self,
+        job: JobSpec,
+        plan: JobPlan,
+        *,
+        round_number: int,
+        population: Sequence[str],
+        participants: Sequence[str],
+    ) -> dict[str, ClientCharge]:
+        spec, d = self.spec(job), self.details(plan)
+        credits = self._credits_others(d)
+        charge = ClientCharge(
+            event=self.round_event(plan, population=len(population)),
+            unit=self.unit or spec.privacy.unit,
+            approximate=d.noise == "gaussian",
+            secure_aggregation=d.secure_aggregation,
+            honest_fraction=spec.privacy.honest_fraction if credits else 1.0,
+        )
+        return dict.fromkeys(self._charged(d, population, participants), charge)
+
+    # -- agent side --------------------------------------------------------------------------
+
+    def _claimed(
+        self,
+        task: TaskT,
+        events: Sequence[DpEvent],
+        encoding: EncodingConfig,
+        *,
+        clip: float,
+        num_clients: int,
+        min_survivors: int,
+        honest_fraction: float,
+        clip_from: str = "",
+    ) -> DpEvent:
+        """The checks every model-update agent makes first (honest fraction, survivors, one
+        event, the encoding's clip and scale are the task's: ``clip``, derived as
+        ``clip_from`` says); returns the claimed event."""
+        event = common.one_claimed_event(
+            events,
+            algorithm=self.name,
+            task_honest_fraction=task.honest_fraction,
+            honest_fraction=honest_fraction,
+            num_clients=num_clients,
+            min_survivors=min_survivors,
+        )
+        if encoding.clip != clip or encoding.scale_bits != task.scale_bits:
+            raise AlgorithmError(
+                f"the encoding (clip {encoding.clip:g}, scale 2^{encoding.scale_bits}) differs "
+                f"from the task (clip {clip:g}{clip_from}, scale 2^{task.scale_bits})"
+            )
+        return event
+
+
+# -- the global model ---------------------------------------------------------------------------
+
+
+def initial_model_state(
+    spec: JobSpec, data: CoordinatorData, *, algorithm: str, dimension: int
+) -> CoordinatorState:
+    """Version 0: the job's model initialised from its seed.
+
+    Raises:
+        AlgorithmError: the data gives a model of another size than the plan's.
+    """
+    from dpfl.learning.params import model_signature, model_to_bytes
+
+    net = common.build_model(spec.model, data.input_shape, data.num_classes, seed=spec.seed)
+    size = model_signature(net).num_parameters
+    if size != dimension:
+        raise AlgorithmError(
+            f"the data gives a model of {size} parameters, the plan was calibrated for {dimension}"
+        )
+    return CoordinatorState(
+        model=model_to_bytes(net, metadata={"model": spec.model, "algorithm": algorithm}),
+        model_version=0,
+        details={"round": 0},
+    )
+
+
+def load_model(spec: JobSpec, state: CoordinatorState, data: CoordinatorData) -> Any:
+    """The state's model as a module of the job's architecture.
+
+    Raises:
+        AlgorithmError: no model in the state, or bytes that do not load into it.
+    """
+    from dpfl.learning.params import model_from_bytes
+
+    if state.model is None:
+        raise AlgorithmError("the coordinator state holds no model")
+    net = common.build_model(spec.model, data.input_shape, data.num_classes, seed=spec.seed)
+    try:
+        model_from_bytes(state.model, model=net)
+    except LearningError as exc:
+        raise AlgorithmError(f"the stored model does not load: {exc}") from exc
+    return net
+
+
+def stepped_model(
+    spec: JobSpec,
+    net: Any,
+    step: npt.NDArray[np.float64],
+    data: CoordinatorData,
+    *,
+    algorithm: str,
+) -> tuple[bytes, dict[str, float]]:
+    """``θ + step`` as bytes, and its test metrics (``{}`` without a test split)."""
+    from dpfl.learning.params import assign_parameters, flatten_parameters, model_to_bytes
+
+    assign_parameters(net, flatten_parameters(net, dtype=np.float64) + step)
+    metrics = common.evaluate_on_test(net, data)
+    return model_to_bytes(net, metadata={"model": spec.model, "algorithm": algorithm}), metrics
