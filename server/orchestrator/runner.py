@@ -86,7 +86,7 @@ class JobRunner:
             load_job_data, spec, population=len(members), data_dir=self.services.data_dir
         )
         self.services.publish_public_data(self.job_id, job_data.public)
-        restored = await asyncio.to_thread(restore, store, self.job_id)
+        restored = await asyncio.to_thread(restore, store, self.job_id, algorithm)
         if restored is not None:
             ctx = JobContext(self.job_id, spec, algorithm, restored.plan, job_data.data)
             return ctx, restored.number, restored.attempts, restored.state
