@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -24,6 +24,7 @@ from dpfl.learning.algorithms.base import (
     CoordinatorData,
     CoordinatorState,
     JobPlan,
+    PlanDetails,
     RoundOutcome,
     RoundTask,
     TaskParams,
@@ -39,10 +40,25 @@ SCALE_BITS = 16
 MU_TOTAL = 4.0e9  # summed Skellam μ in ring units (z ≈ 1.4 at this scale): realistic noise work
 
 
-class RawVectorSum(Algorithm):
+class BenchPlan(PlanDetails):
+    """The benchmark's plan: the shared fields and the vector's length."""
+
+    dimension: int
+
+
+class BenchTask(TaskParams):
+    """The benchmark's task: the shared fields and the vector's length."""
+
+    dimension: int
+
+
+class RawVectorSum(Algorithm[JobSpec, BenchPlan, BenchTask]):
     """Benchmark-only: every agent contributes a random unit vector of ``dimension`` floats."""
 
     name = "dp-fedavg"  # the job's tag; both sides resolve it to this class
+    spec_type = JobSpec
+    plan_type = BenchPlan
+    task_type = BenchTask
 
     def __init__(self, dimension: int, *, with_model: bool = False) -> None:
         self.dimension = dimension
@@ -51,7 +67,16 @@ class RawVectorSum(Algorithm):
         self.with_model = with_model
 
     def plan(self, job: JobSpec, *, population: int, data: Any = None) -> JobPlan:
-        return JobPlan(1.0, {}, population, {"dimension": self.dimension})
+        details = BenchPlan(
+            noise="skellam",
+            noise_total=MU_TOTAL,
+            scale_bits=SCALE_BITS,
+            secure_aggregation=True,
+            honest_fraction=1.0,
+            corrupt_fraction=0.05,
+            dimension=self.dimension,
+        )
+        return JobPlan(1.0, {}, population, details)
 
     def initial_state(self, job: JobSpec, plan: JobPlan, data: Any) -> CoordinatorState:
         model = bytes(4 * self.dimension) if self.with_model else None
@@ -65,7 +90,20 @@ class RawVectorSum(Algorithm):
     def round_task(
         self, job: JobSpec, plan: JobPlan, state: CoordinatorState, *, round_number: int
     ) -> RoundTask:
-        params = {"algorithm": self.name, "dimension": self.dimension, "round": round_number}
+        params = BenchTask(
+            algorithm=self.name,
+            job=job.name,
+            round=round_number,
+            noise="skellam",
+            noise_total=MU_TOTAL,
+            noise_multiplier=1.0,
+            scale_bits=SCALE_BITS,
+            secure_aggregation=True,
+            honest_fraction=1.0,
+            unit="agent",
+            delta=job.privacy.delta,
+            dimension=self.dimension,
+        )
         return RoundTask(params=params, vector_length=self.dimension)
 
     def encoding(
@@ -119,7 +157,7 @@ class RawVectorSum(Algorithm):
             raise ValueError("wrong aggregate length")
         return RoundOutcome(state=state, metrics={"survivors": float(survivors)})
 
-    def agent_check(self, params: Mapping[str, Any], events: Any, encoding: Any, **_: Any) -> None:
+    def agent_check(self, params: TaskParams, events: Any, encoding: Any, **_: Any) -> None:
         return None
 
     def agent_compute(
