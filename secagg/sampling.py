@@ -139,8 +139,12 @@ def _decide_one_exp(
 
 def bernoulli_half(count: int, stream: RandomStream) -> BoolArray:
     """``count`` fair coins."""
+    return _bits(count, stream).astype(np.bool_)
+
+
+def _bits(count: int, stream: RandomStream) -> npt.NDArray[np.uint8]:
     raw = np.frombuffer(stream.read((count + 7) // 8), dtype=np.uint8)
-    return np.unpackbits(raw, bitorder="little")[:count].astype(np.bool_)
+    return np.unpackbits(raw, bitorder="little", count=count)
 
 
 def geometric_exp(scale: int, count: int, stream: RandomStream) -> IntArray:
@@ -207,9 +211,12 @@ def discrete_laplace_floats(scale: int, count: int, stream: RandomStream) -> Flo
     size = count
     while size:
         x = _geometric_floats(scale, size, stream)
-        negative = bernoulli_half(size, stream)
-        np.negative(x, out=x, where=negative)
-        retry = np.flatnonzero(negative & (x == 0.0))
+        bits = _bits(size, stream)
+        sign = bits.astype(np.float64)
+        sign *= -2.0
+        sign += 1.0
+        x *= sign  # a multiplication: much faster than a masked negation
+        retry = np.flatnonzero(bits.view(np.bool_) & (x == 0.0))
         if todo is None:
             out[:] = x
             todo = retry
