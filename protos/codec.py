@@ -11,6 +11,7 @@ these bytes arrive from the network.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
 import numpy as np
@@ -109,8 +110,9 @@ class VectorAssembler:
         _check_width(bit_width)
         self.expected_length = expected_length
         self.bit_width = bit_width
-        self._out = np.zeros(expected_length, dtype=np.uint64)
-        self._filled = np.zeros(expected_length, dtype=bool)
+        self._out: npt.NDArray[np.uint64] | None = None
+        #: [start, end) of every piece received (a handful: pieces are up to 1 MiB)
+        self._pieces: list[tuple[int, int]] = []
         self._count = 0
 
     def add(self, piece: pb.PackedVector) -> bool:
@@ -127,10 +129,16 @@ class VectorAssembler:
         end = piece.offset + piece.length
         if end > self.expected_length:
             raise CodecError(f"piece [{piece.offset}, {end}) exceeds length {self.expected_length}")
-        if self._filled[piece.offset : end].any():
+        if any(piece.offset < e and s < end for s, e in self._pieces):
             raise CodecError(f"piece [{piece.offset}, {end}) overlaps data already received")
-        self._out[piece.offset : end] = unpack(piece.data, piece.bit_width, piece.length)
-        self._filled[piece.offset : end] = True
+        values = unpack(piece.data, piece.bit_width, piece.length)
+        if piece.length == self.expected_length:  # the whole vector in one piece: keep it
+            self._out = values
+        else:
+            if self._out is None:
+                self._out = np.zeros(self.expected_length, dtype=np.uint64)
+            self._out[piece.offset : end] = values
+        self._pieces.append((piece.offset, end))
         self._count += piece.length
         return self.complete
 
@@ -141,15 +149,22 @@ class VectorAssembler:
     def result(self) -> npt.NDArray[np.uint64]:
         if not self.complete:
             raise CodecError(f"only {self._count} of {self.expected_length} values received")
+        if self._out is None:  # a vector of length 0
+            return np.zeros(0, dtype=np.uint64)
         return self._out
 
 
+@functools.lru_cache(maxsize=8)
 def _word_positions(
     length: int, bit_width: int
 ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.uint64]]:
-    """The 64-bit word where each value starts and its bit offset inside that word."""
+    """The 64-bit word where each value starts and its bit offset inside that word (read-only,
+    cached: every agent of a round sends a vector of the same length and width)."""
     offsets = np.arange(length, dtype=np.uint64) * np.uint64(bit_width)
-    return (offsets >> np.uint64(6)).astype(np.intp), offsets & np.uint64(63)
+    word, shift = (offsets >> np.uint64(6)).astype(np.intp), offsets & np.uint64(63)
+    word.flags.writeable = False
+    shift.flags.writeable = False
+    return word, shift
 
 
 def _pack_words(values: npt.NDArray[np.uint64], bit_width: int) -> bytes:

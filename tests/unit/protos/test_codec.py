@@ -112,3 +112,23 @@ def test_word_packing_needs_a_few_words_per_value() -> None:
         finally:
             tracemalloc.stop()
         assert peak < 70 * arr.size
+
+
+def test_positions_are_computed_once_per_shape_and_a_whole_piece_is_kept() -> None:
+    """Every agent's masked input has the round's length and width: the word positions are
+    computed once, and a vector that arrives in one piece is used as unpacked (no copy)."""
+    codec._word_positions.cache_clear()
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        arr = rng.integers(0, 2**41, size=3001, dtype=np.uint64)
+        (piece,) = codec.to_messages(arr, 41)
+        asm = codec.VectorAssembler(expected_length=arr.size, bit_width=41)
+        assert asm.add(piece)
+        np.testing.assert_array_equal(asm.result(), arr)
+        assert asm.result().flags.writeable
+    info = codec._word_positions.cache_info()
+    assert info.misses == 1  # pack once, then unpack: the same shape
+    assert info.hits == 9
+    empty = codec.VectorAssembler(expected_length=0, bit_width=41)
+    assert empty.complete
+    assert empty.result().size == 0
