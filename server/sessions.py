@@ -75,6 +75,8 @@ class RoundRoute(Protocol):
     """What the round engine registers for a job while a round runs."""
 
     job_id: str
+    #: the round's invitees
+    participants: frozenset[str]
 
     def deliver(self, agent_id: str, message: pb.AgentMessage) -> None:
         """Accept one message of the round, or raise a ``RoundMessageError``."""
@@ -199,6 +201,10 @@ class SessionRegistry:
         """An evicted agent was enabled again: it may open a stream (authentication decides)."""
         self._evicted.pop(agent_id, None)
 
+    def evicted_ids(self) -> set[str]:
+        """The agents shut out now."""
+        return set(self._evicted)
+
     def evicted(self, agent_id: str) -> str | None:
         """Why the agent was shut out, or None."""
         return self._evicted.get(agent_id)
@@ -209,6 +215,13 @@ class SessionRegistry:
 
     def get(self, agent_id: str) -> Session | None:
         return self._sessions.get(agent_id)
+
+    def in_round(self, agent_id: str, job_id: str) -> bool:
+        """Whether a round of ``job_id`` is running with ``agent_id`` among its invitees (who
+        were members when invited, and take part in the round whatever happens to the
+        population meanwhile)."""
+        route = self._routes.get(job_id)
+        return route is not None and agent_id in route.participants
 
     def verified_agent(self, metadata: Iterable[tuple[str, Any]] | None) -> Agent | None:
         """The agent whose current, open stream was authenticated with the credential in

@@ -22,6 +22,7 @@ from dpfl.server.store.base import Store
 from dpfl.server.store.ledger import Curve, CurveSum, PreparedCharge
 from dpfl.server.store.records import (
     Agent,
+    AgentStatus,
     AuditRecord,
     CredentialKind,
     EnrollmentToken,
@@ -106,8 +107,9 @@ class _MemoryTx(StoreTx):
     def get_agents(self, agent_ids: Sequence[str], *, lock: bool = False) -> dict[str, Agent]:
         return {a: _copy(self._s.agents[a]) for a in sorted(agent_ids) if a in self._s.agents}
 
-    def list_agents(self) -> list[Agent]:
-        return _copy(sorted(self._s.agents.values(), key=lambda a: (a.created_at, a.id)))
+    def list_agents(self, *, except_status: AgentStatus | None = None) -> list[Agent]:
+        agents = [a for a in self._s.agents.values() if a.status != except_status]
+        return _copy(sorted(agents, key=lambda a: (a.created_at, a.id)))
 
     def update_agent(self, agent: Agent) -> None:
         self._put(self._s.agents, agent.id, _copy(agent))

@@ -18,6 +18,7 @@ from dpfl.learning.jobs import parse_job
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.protos.dpfl.v1 import agent_pb2_grpc
 from dpfl.server.coordinator import Coordinator
+from dpfl.server.orchestrator.channel import RoundChannel
 from dpfl.server.settings import Settings
 from dpfl.server.store import AgentStatus
 
@@ -74,10 +75,28 @@ def test_downloads_on_a_live_stream_skip_the_credential_read_until_eviction(
                 for _ in range(3):  # along the stream: no credential transaction
                     assert await download(credential) == b"model-bytes"
                 assert reads == []
+                # an invitee of the job's running round: no membership read either
+                memberships: list[str] = []
+                agent_jobs = c.store.agent_jobs
+
+                def counted_jobs(agent: str) -> Any:
+                    memberships.append(agent)
+                    return agent_jobs(agent)
+
+                monkeypatch.setattr(c.store, "agent_jobs", counted_jobs)
+                assert await download(credential) == b"model-bytes"
+                assert memberships == [agent_id]  # no round running: read from the store
+                route = RoundChannel(job_id=job.id, number=1, participants=[agent_id])
+                c.registry.add_route(route)
+                assert await download(credential) == b"model-bytes"
+                assert memberships == [agent_id]
+                c.registry.remove_route(route)
+                assert reads == []
                 with pytest.raises(grpc.aio.AioRpcError) as wrong:  # another credential: store
                     await download("not-the-credential")
                 assert wrong.value.code() == grpc.StatusCode.UNAUTHENTICATED
                 assert reads == [agent_id]
+                c.registry.add_route(route)  # still invited, but shut out: refused at once
                 await c.agents.set_status(agent_id, AgentStatus.DISABLED, actor="test")
                 with pytest.raises(grpc.aio.AioRpcError) as shut:  # at once, no grace period
                     await download(credential)
