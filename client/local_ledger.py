@@ -10,8 +10,9 @@ Invariants:
 - **never under-counts**: record a round BEFORE sending the masked input (the earliest moment the
   coordinator can compute anything from it); a round that fails afterwards keeps its charge, and a
   redone round is a new ``attempt`` that is charged again;
-- **transactional and durable**: every write is one SQLite transaction (``synchronous=FULL``), so
-  a crash leaves either the whole record or nothing; the file survives restarts;
+- **transactional and durable**: every write is one SQLite transaction (write-ahead log,
+  ``synchronous=FULL``: synced before ``record`` returns), so a crash leaves either the whole
+  record or nothing; the file survives restarts;
 - **one row per release** (docs/accounting.md, "What the agent's local ledger records"): the
   task loop keys each contribution by a fresh random ``attempt`` id it draws itself, and stores
   the session id and the SHA-256 of the bytes it sends with it. A key is **idempotent** only for
@@ -181,6 +182,10 @@ class LocalLedger:
         self._lock = threading.RLock()
         try:
             self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            # write-ahead log: a commit appends to one file and syncs it once, where the
+            # rollback journal creates, syncs and deletes a journal and syncs the database too;
+            # with synchronous=FULL the commit is on disk before record() returns either way
+            self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA synchronous=FULL")
             self._conn.executescript(_SCHEMA)
             self._check_meta()

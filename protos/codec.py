@@ -11,6 +11,7 @@ these bytes arrive from the network.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 
 import numpy as np
@@ -20,9 +21,6 @@ from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 
 MAX_BIT_WIDTH = 64
 _ALIGNED = {8: "<u1", 16: "<u2", 32: "<u4", 64: "<u8"}
-#: Widest value that, shifted by its bit offset within a byte (≤ 7), still fits one 64-bit word:
-#: up to this width packing and unpacking work on whole words instead of single bits.
-_WORD_MAX_WIDTH = 56
 
 
 class CodecError(ValueError):
@@ -51,12 +49,7 @@ def pack(values: npt.ArrayLike, bit_width: int) -> bytes:
     u64 = arr.astype(np.uint64, copy=False)
     if bit_width in _ALIGNED:
         return u64.astype(_ALIGNED[bit_width]).tobytes()
-    if bit_width <= _WORD_MAX_WIDTH:
-        return _pack_words(u64, bit_width)
-    # Bit-pack: one row of bit_width little-endian bits per value, then pack rows LSB-first.
-    shifts = np.arange(bit_width, dtype=np.uint64)
-    bits = ((u64[:, None] >> shifts) & np.uint64(1)).astype(np.uint8)
-    return np.packbits(bits.reshape(-1), bitorder="little").tobytes()
+    return _pack_words(u64, bit_width)
 
 
 def unpack(data: bytes, bit_width: int, length: int) -> npt.NDArray[np.uint64]:
@@ -76,14 +69,7 @@ def unpack(data: bytes, bit_width: int, length: int) -> npt.NDArray[np.uint64]:
         )
     if bit_width in _ALIGNED:
         return np.frombuffer(data, dtype=_ALIGNED[bit_width]).astype(np.uint64)
-    if bit_width <= _WORD_MAX_WIDTH:
-        return _unpack_words(data, bit_width, length)
-    bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8), bitorder="little")
-    if bits[length * bit_width :].any():
-        raise CodecError("non-zero padding bits after the last value")
-    rows = bits[: length * bit_width].reshape(length, bit_width).astype(np.uint64)
-    shifts = np.arange(bit_width, dtype=np.uint64)
-    return np.bitwise_or.reduce(rows << shifts, axis=1) if length else np.zeros(0, np.uint64)
+    return _unpack_words(data, bit_width, length)
 
 
 def to_messages(
@@ -124,8 +110,9 @@ class VectorAssembler:
         _check_width(bit_width)
         self.expected_length = expected_length
         self.bit_width = bit_width
-        self._out = np.zeros(expected_length, dtype=np.uint64)
-        self._filled = np.zeros(expected_length, dtype=bool)
+        self._out: npt.NDArray[np.uint64] | None = None
+        #: [start, end) of every piece received (a handful: pieces are up to 1 MiB)
+        self._pieces: list[tuple[int, int]] = []
         self._count = 0
 
     def add(self, piece: pb.PackedVector) -> bool:
@@ -142,10 +129,16 @@ class VectorAssembler:
         end = piece.offset + piece.length
         if end > self.expected_length:
             raise CodecError(f"piece [{piece.offset}, {end}) exceeds length {self.expected_length}")
-        if self._filled[piece.offset : end].any():
+        if any(piece.offset < e and s < end for s, e in self._pieces):
             raise CodecError(f"piece [{piece.offset}, {end}) overlaps data already received")
-        self._out[piece.offset : end] = unpack(piece.data, piece.bit_width, piece.length)
-        self._filled[piece.offset : end] = True
+        values = unpack(piece.data, piece.bit_width, piece.length)
+        if piece.length == self.expected_length:  # the whole vector in one piece: keep it
+            self._out = values
+        else:
+            if self._out is None:
+                self._out = np.zeros(self.expected_length, dtype=np.uint64)
+            self._out[piece.offset : end] = values
+        self._pieces.append((piece.offset, end))
         self._count += piece.length
         return self.complete
 
@@ -156,46 +149,67 @@ class VectorAssembler:
     def result(self) -> npt.NDArray[np.uint64]:
         if not self.complete:
             raise CodecError(f"only {self._count} of {self.expected_length} values received")
+        if self._out is None:  # a vector of length 0
+            return np.zeros(0, dtype=np.uint64)
         return self._out
 
 
-def _bit_positions(
+@functools.lru_cache(maxsize=8)
+def _word_positions(
     length: int, bit_width: int
 ) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.uint64]]:
-    """The byte where each value starts and its bit offset inside that byte."""
+    """The 64-bit word where each value starts and its bit offset inside that word (read-only,
+    cached: every agent of a round sends a vector of the same length and width)."""
     offsets = np.arange(length, dtype=np.uint64) * np.uint64(bit_width)
-    return (offsets >> np.uint64(3)).astype(np.intp), offsets & np.uint64(7)
+    word, shift = (offsets >> np.uint64(6)).astype(np.intp), offsets & np.uint64(63)
+    word.flags.writeable = False
+    shift.flags.writeable = False
+    return word, shift
 
 
 def _pack_words(values: npt.NDArray[np.uint64], bit_width: int) -> bytes:
-    """Word-level packing: each value, shifted to its bit offset, covers at most 8 bytes.
+    """Packing on 64-bit words: each value's low part lands in its start word, the rest in the next.
 
-    The values occupy disjoint bit ranges, so OR-ing their bytes equals adding them; bincount adds
-    the byte contributions exactly (every partial sum stays below 256, exact in float64).
+    The values occupy disjoint bit ranges, so adding the parts that land in one word equals
+    OR-ing them (no carries); with ``bit_width`` ≤ 64 every word up to the last value's start
+    word holds some value's start, so one ``add.reduceat`` over the runs of equal start words
+    sums the low parts and another the high parts. A handful of passes over the vector.
     """
     size = packed_size(values.size, bit_width)
     if values.size == 0:
         return b""
-    start, shift = _bit_positions(values.size, bit_width)
-    lanes = (values << shift).view(np.uint8).reshape(-1, 8)  # little-endian bytes of each word
-    out = np.zeros(size + 8, dtype=np.float64)
-    for j in range(8):
-        out += np.bincount(start + j, weights=lanes[:, j], minlength=size + 8)
-    return out[:size].astype(np.uint8).tobytes()
+    word, shift = _word_positions(values.size, bit_width)
+    low = values << shift
+    # v >> (64 − shift), written so that no shift count reaches 64 (shift 0 gives 0)
+    high = (values >> np.uint64(1)) >> (np.uint64(63) - shift)
+    runs = np.flatnonzero(np.diff(word)) + 1
+    starts = np.concatenate(([0], runs))
+    words = int(word[-1]) + 1
+    out = np.zeros(words + 1, dtype="<u8")
+    out[:words] = np.add.reduceat(low, starts)
+    out[1:] += np.add.reduceat(high, starts)
+    return out.view(np.uint8)[:size].tobytes()
 
 
 def _unpack_words(data: bytes, bit_width: int, length: int) -> npt.NDArray[np.uint64]:
-    """Word-level unpacking: gather the 8 bytes starting at each value's first byte, shift, mask."""
+    """Unpacking on 64-bit words: each value is its start word shifted down, OR the next word's
+    low bits shifted up, masked to ``bit_width`` bits."""
     if length == 0:
         return np.zeros(0, np.uint64)
-    padded = np.zeros(len(data) + 8, dtype=np.uint8)
-    padded[: len(data)] = np.frombuffer(data, dtype=np.uint8)
+    raw = np.frombuffer(data, dtype=np.uint8)
     tail = length * bit_width
-    if tail % 8 and int(padded[tail // 8]) >> (tail % 8):
+    if tail % 8 and int(raw[tail // 8]) >> (tail % 8):
         raise CodecError("non-zero padding bits after the last value")
-    start, shift = _bit_positions(length, bit_width)
-    words: npt.NDArray[np.uint64] = padded[start[:, None] + np.arange(8)].view("<u8").reshape(-1)
-    return (words >> shift) & np.uint64((1 << bit_width) - 1)
+    padded = np.zeros((len(data) + 15) // 8 * 8, dtype=np.uint8)
+    padded[: len(data)] = raw
+    words = padded.view("<u8").astype(np.uint64, copy=False)
+    word, shift = _word_positions(length, bit_width)
+    value = words[word] >> shift
+    # next << (64 − shift), written so that no shift count reaches 64 (shift 0 gives 0)
+    value |= (words[word + 1] << np.uint64(1)) << (np.uint64(63) - shift)
+    if bit_width < 64:
+        value &= np.uint64((1 << bit_width) - 1)
+    return value
 
 
 def _check_width(bit_width: int) -> None:

@@ -21,13 +21,14 @@ import numpy as np
 
 from .errors import ParameterError
 from .randomness import RandomStream
-from .sampling import FloatArray, IntArray, bernoulli_exp, discrete_laplace
+from .sampling import FloatArray, IntArray, bernoulli_exp, discrete_laplace, discrete_laplace_floats
 
 MAX_POISSON_MEAN = 2.0**50
 _SMALL = 32
 _LOG_FACTORIAL_TABLE = np.array([math.lgamma(n + 1) for n in range(_SMALL)], dtype=np.float64)
 _REL = 2.0**-46  # generous relative error of a handful of float64 operations
 _TRUNCATION = 4e-14  # Stirling series remainder after the n^-5 term, n ≥ 32, plus table ulps
+_ONE_TERM = 2.0**16  # from here 1/(12n) alone is S(n) within 10^-17 (see _log_acceptance_large)
 
 
 def _stirling_tail(n: FloatArray) -> FloatArray:
@@ -113,27 +114,77 @@ def poisson(lam: float, count: int, stream: RandomStream) -> IntArray:
     big_m = _envelope_log_max(lam, m, s)
     lam_exact, big_m_exact, s_exact = Fraction(lam), Fraction(big_m), Fraction(s)
     out = np.empty(count, dtype=np.int64)
-    todo = np.arange(count)
-    while todo.size:
-        k = discrete_laplace(s, todo.size, stream)
-        ok = (m + k) >= 0
-        kv = k[ok]
-        f, err = _log_pmf_ratio(lam, m, kv)
-        log_a = f + np.abs(kv) / s - big_m
-        err = err + _REL * (np.abs(kv) / s + abs(big_m))
+    todo: IntArray | None = None  # None: every index (the first pass, without index arrays)
+    size = count
+    while size:
+        k = discrete_laplace_floats(s, size, stream)
 
-        def exact(i: int, kv: IntArray = kv) -> tuple[Fraction, Fraction]:
+        large = m >= _SMALL and m + float(k.min()) >= _SMALL
+        ok = None if large else (m + k) >= 0
+        kv = k if ok is None else k[ok]
+
+        def exact(i: int, kv: FloatArray = kv) -> tuple[Fraction, Fraction]:
             ki = int(kv[i])
             return (
                 _exact_pmf_ratio(lam_exact, m, ki),
                 big_m_exact - Fraction(abs(ki)) / s_exact,
             )
 
-        accepted = np.zeros(todo.size, dtype=np.bool_)
-        accepted[np.flatnonzero(ok)] = bernoulli_exp(log_a, err, exact, stream)
-        out[todo[accepted]] = m + k[accepted]
-        todo = todo[~accepted]
+        if ok is None:
+            log_a, err = _log_acceptance_large(lam, m, s, big_m, k)
+            accepted = bernoulli_exp(log_a, err, exact, stream)
+        else:
+            f, err_f = _log_pmf_ratio(lam, m, kv.astype(np.int64))
+            log_a = f + np.abs(kv) / s - big_m
+            err_a = err_f + _REL * (np.abs(kv) / s + abs(big_m))
+            accepted = np.zeros(size, dtype=np.bool_)
+            accepted[np.flatnonzero(ok)] = bernoulli_exp(log_a, err_a, exact, stream)
+        k += m
+        if todo is None:
+            out[:] = k  # the rejected entries are overwritten by later passes
+            todo = np.flatnonzero(~accepted)
+        else:
+            out[todo[accepted]] = k[accepted]
+            todo = todo[~accepted]
+        size = todo.size
     return out
+
+
+def _log_acceptance_large(
+    lam: float, m: int, s: int, big_m: float, k: FloatArray
+) -> tuple[FloatArray, FloatArray]:
+    """log of the acceptance probability p(m+k)/p(m)·e^{|k|/s}/e^M when every m + k ≥ 32.
+
+    The large branch of :func:`_log_pmf_ratio` with the same per-entry error bound, computed in
+    place on the whole batch (no masks), so that :func:`bernoulli_exp` can decide with one
+    exponential per entry.
+    """
+    n1 = k + float(m)
+    lead = math.log1p((lam - m) / m)
+    r = np.log1p(k / m)
+    big_term = n1 * r
+    value = k * lead
+    value -= big_term
+    value += k
+    r *= 0.5
+    value -= r
+    if m + float(k.min()) >= _ONE_TERM:
+        # S(n) − 1/(12n) < 1/(360n³) ≤ 10^−17 here: inside _TRUNCATION's margin over the
+        # remainder it bounds, so one division per entry instead of the series
+        value -= np.divide(1.0 / 12.0, n1)
+    else:
+        value -= _stirling_tail(n1)
+    value += float(_stirling_tail(np.array(float(m))))
+    abs_k = np.abs(k, out=n1)
+    error = abs_k * (_REL * (2.0 + abs(lead) + 1.0 / s))
+    np.abs(big_term, out=big_term)
+    big_term *= _REL
+    error += big_term
+    error += _REL * (1.0 + abs(big_m)) + _TRUNCATION
+    abs_k /= s
+    value += abs_k
+    value -= big_m
+    return value, error
 
 
 def skellam(mu: float, count: int, stream: RandomStream) -> IntArray:

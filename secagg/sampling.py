@@ -10,6 +10,7 @@ answer, which avoids both leaky float samplers (Mironov 2012) and per-element Py
 from __future__ import annotations
 
 import decimal
+import math
 from collections.abc import Callable
 from fractions import Fraction
 
@@ -28,6 +29,8 @@ ExactProbability = Callable[[int], tuple[Fraction, Fraction]]
 _TOP_BITS = 52
 _SCALE = 2.0**-_TOP_BITS
 _EXP_SLACK = 2.0**-50
+_ONE_EXP_ERROR_MAX = 0.5
+_GEOMETRIC_MIN_TOP = 2.0**40  # the one-logarithm bracket needs U ≥ 2^−12
 
 
 class _LazyUniform:
@@ -66,7 +69,8 @@ class _LazyUniform:
 
 def _uniform_tops(count: int, stream: RandomStream) -> FloatArray:
     """The first 52 bits of ``count`` uniforms, as exact floats in [0, 2^52)."""
-    return (stream.uint64(count) >> np.uint64(64 - _TOP_BITS)).astype(np.float64)
+    words = np.frombuffer(stream.read(8 * count), dtype="<u8")
+    return (words >> np.uint64(64 - _TOP_BITS)).astype(np.float64)
 
 
 def bernoulli_exp(
@@ -87,49 +91,104 @@ def bernoulli_exp(
     if count == 0:
         return np.zeros(0, dtype=np.bool_)
     u_top = _uniform_tops(count, stream)
-    with np.errstate(over="ignore", under="ignore"):
-        p_lo = np.exp(log_p - error) * (1.0 - _EXP_SLACK)
-        p_hi = np.exp(log_p + error) * (1.0 + _EXP_SLACK)
-    u_lo = u_top * _SCALE
-    u_hi = (u_top + 1.0) * _SCALE
-    accept = u_hi <= p_lo
-    undecided = ~accept & (u_lo < p_hi)
+    if float(np.max(error)) <= _ONE_EXP_ERROR_MAX:
+        accept, undecided = _decide_one_exp(log_p, error, u_top)
+    else:
+        accept, undecided = _decide_per_entry(log_p, error, u_top)
     for i in np.flatnonzero(undecided):
         f, g = exact(int(i))
         accept[i] = _LazyUniform(int(u_top[i]), stream).below(f, g)
     return accept
 
 
+def _decide_per_entry(
+    log_p: FloatArray, error: FloatArray | float, u_top: FloatArray
+) -> tuple[BoolArray, BoolArray]:
+    with np.errstate(over="ignore", under="ignore"):
+        p_lo = np.exp(log_p - error) * (1.0 - _EXP_SLACK)
+        p_hi = np.exp(log_p + error) * (1.0 + _EXP_SLACK)
+    u_lo = u_top * _SCALE
+    u_hi = (u_top + 1.0) * _SCALE
+    accept = u_hi <= p_lo
+    return accept, ~accept & (u_lo < p_hi)
+
+
+def _decide_one_exp(
+    log_p: FloatArray, error: FloatArray | float, u_top: FloatArray
+) -> tuple[BoolArray, BoolArray]:
+    """One exponential per entry when every error bound e ≤ 1/2.
+
+    The computed p̂ = exp(log p̂) is within a factor e^{±e}(1 ± 2^−50) of p ≤ 1, so
+    |p − p̂| ≤ p̂(2e + 2^−49) =: Δ (e^e − 1 ≤ 1.3e for e ≤ 1/2) and p̂ < 2. With u = u_top·2^−52
+    exact and d = fl(u − p̂) within 2^−52 of u − p̂: U < p surely when d ≤ −(2^−52 + Δ + 2^−52),
+    and U ≥ p surely when d ≥ Δ + 2^−52; in between the exact comparison decides.
+    """
+    with np.errstate(over="ignore", under="ignore"):
+        p_hat = np.exp(log_p)
+    delta = np.multiply(error, 2.0)
+    delta += 2.0**-49
+    delta *= p_hat
+    delta += _SCALE
+    d = u_top * _SCALE
+    d -= p_hat
+    accept = d <= -(delta + _SCALE)
+    undecided = ~accept
+    undecided &= d < delta
+    return accept, undecided
+
+
 def bernoulli_half(count: int, stream: RandomStream) -> BoolArray:
     """``count`` fair coins."""
+    return _bits(count, stream).astype(np.bool_)
+
+
+def _bits(count: int, stream: RandomStream) -> npt.NDArray[np.uint8]:
     raw = np.frombuffer(stream.read((count + 7) // 8), dtype=np.uint8)
-    return np.unpackbits(raw, bitorder="little")[:count].astype(np.bool_)
+    return np.unpackbits(raw, bitorder="little", count=count)
 
 
 def geometric_exp(scale: int, count: int, stream: RandomStream) -> IntArray:
     """``count`` exact samples of X with P[X ≥ x] = exp(−x/scale), x = 0, 1, 2, ...
 
-    X = ⌊−scale·ln U⌋ for one uniform U per sample. The float logarithm brackets −scale·ln U
-    within a relative 2^−50 (a few ulps); when the bracket holds one integer, that is X. Otherwise
-    (the bracket straddles an integer: probability about 2^−50·X per sample) X is found exactly:
-    X ≥ x ⇔ U < exp(−x/scale), decided by the lazy uniform.
+    X = ⌊−scale·ln U⌋ for one uniform U per sample (:func:`_geometric_floats`).
     """
-    if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
-        raise ParameterError(f"the geometric scale must be an integer ≥ 1, got {scale!r}")
+    _check_scale("geometric", scale)
+    return _geometric_floats(scale, count, stream).astype(np.int64)
+
+
+def _geometric_floats(scale: int, count: int, stream: RandomStream) -> FloatArray:
+    """X = ⌊−scale·ln U⌋ as exact integer-valued floats, from the top 52 bits u of each U.
+
+    One logarithm per sample: c = −scale·ln((u + ½)·2^−52) is within scale·(½/u + 2^−49·8.4)
+    ≤ scale·2^−40.9 of every value −scale·ln U can take when u ≥ 2^40, so X = ⌊c⌋ whenever c is
+    farther than scale·2^−39 from an integer. The rest (u < 2^40, or c that close: probability
+    about 2^−38·scale each) are bracketed by two logarithms and, where the bracket straddles an
+    integer, decided exactly: X ≥ x ⇔ U < exp(−x/scale), by the lazy uniform.
+    """
     u_top = _uniform_tops(count, stream)
-    with np.errstate(divide="ignore"):
-        low = -scale * np.log((u_top + 1.0) * _SCALE) * (1.0 - _EXP_SLACK)
-        high = -scale * np.log(u_top * _SCALE) * (1.0 + _EXP_SLACK)
-    x_low = np.floor(low)
-    out = x_low.astype(np.int64)
+    c = np.log((u_top + 0.5) * _SCALE)
+    c *= -float(scale)
+    x = np.floor(c)
+    np.subtract(c, x, out=c)  # the fractional part, exact
+    width = scale * 2.0**-39
+    unsure = c <= width
+    unsure |= c >= 1.0 - width
+    unsure |= u_top < _GEOMETRIC_MIN_TOP
+    for i in np.flatnonzero(unsure):
+        x[i] = _geometric_one(scale, float(u_top[i]), stream)
+    return x
+
+
+def _geometric_one(scale: int, top: float, stream: RandomStream) -> float:
+    low = -scale * math.log((top + 1.0) * _SCALE) * (1.0 - _EXP_SLACK)
+    x = math.floor(low)
+    if top > 0 and math.floor(-scale * math.log(top * _SCALE) * (1.0 + _EXP_SLACK)) == x:
+        return float(x)
+    lazy = _LazyUniform(int(top), stream)
     scale_frac = Fraction(scale)
-    for i in np.flatnonzero(np.floor(high) != x_low):
-        lazy = _LazyUniform(int(u_top[i]), stream)
-        x = int(out[i])
-        while lazy.below(Fraction(1), Fraction(x + 1) / scale_frac):
-            x += 1
-        out[i] = x
-    return out
+    while lazy.below(Fraction(1), Fraction(x + 1) / scale_frac):
+        x += 1
+    return float(x)
 
 
 def discrete_laplace(scale: int, count: int, stream: RandomStream) -> IntArray:
@@ -140,14 +199,34 @@ def discrete_laplace(scale: int, count: int, stream: RandomStream) -> IntArray:
     magnitude with P ∝ exp(−x/scale), a random sign, and (sign −, magnitude 0) rejected so that 0
     is not counted twice.
     """
-    if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
-        raise ParameterError(f"the discrete Laplace scale must be an integer ≥ 1, got {scale!r}")
-    out = np.empty(count, dtype=np.int64)
-    todo = np.arange(count)
-    while todo.size:
-        x = geometric_exp(scale, todo.size, stream)
-        negative = bernoulli_half(todo.size, stream)
-        ok = ~(negative & (x == 0))
-        out[todo[ok]] = np.where(negative, -x, x)[ok]
-        todo = todo[~ok]
+    _check_scale("discrete Laplace", scale)
+    return discrete_laplace_floats(scale, count, stream).astype(np.int64)
+
+
+def discrete_laplace_floats(scale: int, count: int, stream: RandomStream) -> FloatArray:
+    """:func:`discrete_laplace` as exact integer-valued floats (what the samplers compute with)."""
+    _check_scale("discrete Laplace", scale)
+    out = np.empty(count, dtype=np.float64)
+    todo: IntArray | None = None  # None: every index, in order
+    size = count
+    while size:
+        x = _geometric_floats(scale, size, stream)
+        bits = _bits(size, stream)
+        sign = bits.astype(np.float64)
+        sign *= -2.0
+        sign += 1.0
+        x *= sign  # a multiplication: much faster than a masked negation
+        retry = np.flatnonzero(bits.view(np.bool_) & (x == 0.0))
+        if todo is None:
+            out[:] = x
+            todo = retry
+        else:
+            out[todo] = x
+            todo = todo[retry]
+        size = todo.size
     return out
+
+
+def _check_scale(what: str, scale: int) -> None:
+    if isinstance(scale, bool) or not isinstance(scale, int) or scale < 1:
+        raise ParameterError(f"the {what} scale must be an integer ≥ 1, got {scale!r}")

@@ -73,9 +73,13 @@ class AgentControl:
         """Apply every agent's stored status, and the revocation list, to the sessions."""
         if self.registry is None:
             return
-        agents = await asyncio.to_thread(self.store.list_agents)
-        for agent in agents:
+        # the few agents that are not active (not the whole population, every second), and
+        # readmission of the shut-out ones that are active again
+        inactive = await asyncio.to_thread(self.store.list_agents, except_status=AgentStatus.ACTIVE)
+        for agent in inactive:
             self.apply(agent)
+        for agent_id in self.registry.evicted_ids() - {a.id for a in inactive}:
+            self.registry.readmit(agent_id)
         if self.revoked_serial is not None:
             for agent_id in self.registry.connected():
                 session = self.registry.get(agent_id)

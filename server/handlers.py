@@ -224,7 +224,7 @@ def authenticate(
             (one message for all); or, with a verified client certificate, an agent bound to
             another certificate name.
     """
-    agent_id, credential = _credentials(metadata)
+    agent_id, credential = credentials(metadata)
     agent = store.authenticate_agent(agent_id, credential)
     check_certificate_binding(agent, certificate_cn)
     return agent
@@ -242,13 +242,13 @@ def authenticate_member(
     Raises:
         InvalidCredential: as :func:`authenticate`.
     """
-    agent_id, credential = _credentials(metadata)
+    agent_id, credential = credentials(metadata)
     agent, jobs = store.authenticate_member(agent_id, credential)
     check_certificate_binding(agent, certificate_cn)
     return agent, jobs
 
 
-def _credentials(metadata: Metadata | None) -> tuple[str, str]:
+def credentials(metadata: Metadata | None) -> tuple[str, str]:
     """(agent id, credential) from an RPC's metadata, checked for form only."""
     pairs = list(metadata or ())
     agent_id = _metadata_value(pairs, AGENT_ID_HEADER)

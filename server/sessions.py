@@ -20,6 +20,11 @@ dead TCP peer minutes later), whereas the newcomer has just proved its credentia
 (whatever stage it is in), and it cannot open a new stream while it stays shut out, since its
 authentication fails and the registry refuses it.
 
+**Downloads along a stream.** A model download presenting the credential an agent's current
+stream was authenticated with is trusted as that stream is (:meth:`SessionRegistry.verified_agent`),
+without a credential read per download; eviction closes the stream, so from then on downloads
+go to the store again and are refused.
+
 **Disconnect detection.** When a stream ends (the agent closed it, the transport broke, or it was
 replaced), :meth:`SessionRegistry.close` tells every registered route, so a round never waits for
 an agent that is gone until the stage deadline.
@@ -32,6 +37,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
+import hmac
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
@@ -68,6 +75,8 @@ class RoundRoute(Protocol):
     """What the round engine registers for a job while a round runs."""
 
     job_id: str
+    #: the round's invitees
+    participants: frozenset[str]
 
     def deliver(self, agent_id: str, message: pb.AgentMessage) -> None:
         """Accept one message of the round, or raise a ``RoundMessageError``."""
@@ -93,6 +102,9 @@ class Session:
     reason: str = ""
     #: serial number of the verified client certificate (mutual TLS), for the revocation list
     certificate_serial: int | None = None
+    #: the agent record and SHA-256 of the credential the stream was authenticated with
+    agent: Agent | None = None
+    credential_digest: bytes = b""
 
     def send(self, message: pb.CoordinatorMessage) -> bool:
         """Queue a message; False when the session is closed (the agent will not get it)."""
@@ -189,6 +201,10 @@ class SessionRegistry:
         """An evicted agent was enabled again: it may open a stream (authentication decides)."""
         self._evicted.pop(agent_id, None)
 
+    def evicted_ids(self) -> set[str]:
+        """The agents shut out now."""
+        return set(self._evicted)
+
     def evicted(self, agent_id: str) -> str | None:
         """Why the agent was shut out, or None."""
         return self._evicted.get(agent_id)
@@ -199,6 +215,36 @@ class SessionRegistry:
 
     def get(self, agent_id: str) -> Session | None:
         return self._sessions.get(agent_id)
+
+    def in_round(self, agent_id: str, job_id: str) -> bool:
+        """Whether a round of ``job_id`` is running with ``agent_id`` among its invitees (who
+        were members when invited, and take part in the round whatever happens to the
+        population meanwhile)."""
+        route = self._routes.get(job_id)
+        return route is not None and agent_id in route.participants
+
+    def verified_agent(self, metadata: handlers.Metadata | None) -> Agent | None:
+        """The agent whose current, open stream was authenticated with the credential in
+        ``metadata``; None otherwise (no stream, another credential, malformed metadata).
+
+        Lets a download that rides along an agent's live stream skip the credential's read
+        transaction. It is exactly as fresh as the stream: disabling, revoking or evicting the
+        agent closes the stream (:meth:`evict`), after which this answers None at once and the
+        caller authenticates against the store, which refuses.
+        """
+        try:
+            agent_id, credential = handlers.credentials(metadata)
+        except InvalidCredential:
+            return None
+        session = self._sessions.get(agent_id)
+        if session is None or session.agent is None or session.closed.is_set():
+            return None
+        if agent_id in self._evicted:
+            return None
+        digest = hashlib.sha256(credential.encode()).digest()
+        if not hmac.compare_digest(digest, session.credential_digest):
+            return None
+        return session.agent
 
     def connected(self) -> set[str]:
         """Ids of the agents with an open stream."""
@@ -323,6 +369,8 @@ async def serve_stream(
         raise InvalidCredential("the Hello names another agent than the credential")
     session = registry.open(agent.id, first.hello)
     session.certificate_serial = certificate_serial
+    session.agent = agent
+    session.credential_digest = hashlib.sha256(handlers.credentials(metadata)[1].encode()).digest()
 
     async def read() -> None:
         try:

@@ -219,10 +219,23 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             metadata = context.invocation_metadata()
             certificate_cn = peer_certificate_cn(context)
 
+            # an agent downloading along its live, authenticated stream is trusted as that
+            # stream is (evicting the agent ends both); otherwise the store authenticates it
+            live = self.registry.verified_agent(metadata)
+            # an invitee of the job's running round is a member for that round's download
+            invited = live is not None and self.registry.in_round(live.id, request.job_id)
+
             def serve() -> list[pb.DownloadChunk]:  # one worker-thread hop for both steps
-                agent, jobs = handlers.authenticate_member(
-                    self.store, metadata, certificate_cn=certificate_cn
-                )
+                jobs: frozenset[str] | None = None
+                if live is not None:
+                    agent = live
+                    handlers.check_certificate_binding(agent, certificate_cn)
+                    if invited:
+                        jobs = frozenset({request.job_id})
+                else:
+                    agent, jobs = handlers.authenticate_member(
+                        self.store, metadata, certificate_cn=certificate_cn
+                    )
                 return list(
                     handlers.download(self.store, agent, request, blobs=self.blobs, jobs=jobs)
                 )

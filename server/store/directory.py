@@ -102,10 +102,12 @@ class DirectoryMixin(StoreCore):
         with self._transaction(write=False) as tx:
             return self._agent_of(tx, agent_id)
 
-    def list_agents(self, *, status: AgentStatus | None = None) -> list[Agent]:
-        """Every agent (optionally of one status), oldest first."""
+    def list_agents(
+        self, *, status: AgentStatus | None = None, except_status: AgentStatus | None = None
+    ) -> list[Agent]:
+        """Every agent (optionally of one status, or but one status), oldest first."""
         with self._transaction(write=False) as tx:
-            agents = tx.list_agents()
+            agents = tx.list_agents(except_status=except_status)
         return [a for a in agents if status is None or a.status == status]
 
     def set_agent_budget(self, agent_id: str, budget: Budget | None) -> Agent:

@@ -45,6 +45,7 @@ from dpfl.server.store.models import (
 )
 from dpfl.server.store.records import (
     Agent,
+    AgentStatus,
     AuditRecord,
     CredentialKind,
     EnrollmentToken,
@@ -116,8 +117,10 @@ class _SqlTx(StoreTx):
             query = query.with_for_update()
         return {row.id: agent_record(row) for row in self._s.scalars(query)}
 
-    def list_agents(self) -> list[Agent]:
+    def list_agents(self, *, except_status: AgentStatus | None = None) -> list[Agent]:
         query = sa.select(AgentRow).order_by(AgentRow.created_at, AgentRow.id)
+        if except_status is not None:
+            query = query.where(AgentRow.status != except_status.value)
         return [agent_record(r) for r in self._s.scalars(query)]
 
     def update_agent(self, agent: Agent) -> None:

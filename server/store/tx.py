@@ -21,6 +21,7 @@ from typing import Any
 from dpfl.server.store.ledger import Curve, CurveSum, PreparedCharge
 from dpfl.server.store.records import (
     Agent,
+    AgentStatus,
     AuditRecord,
     CredentialKind,
     EnrollmentToken,
@@ -78,8 +79,8 @@ class StoreTx(abc.ABC):
         """The agents that exist among ``agent_ids`` (locked in id order when ``lock``)."""
 
     @abc.abstractmethod
-    def list_agents(self) -> list[Agent]:
-        """Every agent, oldest first (ties by id)."""
+    def list_agents(self, *, except_status: AgentStatus | None = None) -> list[Agent]:
+        """Every agent (but those of ``except_status``), oldest first (ties by id)."""
 
     @abc.abstractmethod
     def update_agent(self, agent: Agent) -> None: ...

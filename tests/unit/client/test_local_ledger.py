@@ -242,3 +242,18 @@ def test_verify_detects_a_tampered_curve_and_foreign_files(tmp_path: Path) -> No
     junk.write_bytes(b"this is not a database" * 100)
     with pytest.raises(LocalLedgerError, match="cannot open"):
         LocalLedger(junk)
+
+
+def test_commits_go_to_a_synced_write_ahead_log(tmp_path: Path) -> None:
+    """One synced append per record (WAL, synchronous=FULL), visible to a fresh connection."""
+    import sqlite3
+
+    with LocalLedger.open(tmp_path) as ledger:
+        assert ledger._conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert ledger._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+        assert ledger.record(job_id="j", round=1, events=[SKELLAM])
+        other = sqlite3.connect(tmp_path / "ledger.sqlite")
+        try:
+            assert other.execute("SELECT COUNT(*) FROM charges").fetchone()[0] == 1
+        finally:
+            other.close()
