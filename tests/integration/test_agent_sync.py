@@ -7,7 +7,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from support.databases import MemoryBackend, PostgresBackend, SqliteBackend
+from support.databases import PostgresBackend, SqliteBackend
 
 from dpfl.server.agents_control import AgentControl
 from dpfl.server.sessions import SessionRegistry
@@ -46,10 +46,6 @@ class AgentSync:
 
         asyncio.run(main())
         assert returned == [2, 1]  # the inactive agents, not the 30
-
-
-class TestMemorySync(MemoryBackend, AgentSync):
-    pass
 
 
 class TestSqliteSync(SqliteBackend, AgentSync):
