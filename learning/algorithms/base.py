@@ -23,7 +23,7 @@ from dpfl.accounting import DpEvent
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpec
 from dpfl.secagg.encoding import EncodingConfig, encode
-from dpfl.secagg.randomness import RandomStream
+from dpfl.secagg.randomness import RandomSource, RandomStream
 
 __all__ = [
     "AgentData",
@@ -223,6 +223,13 @@ class Algorithm(abc.ABC):
 
         Must draw from a CSPRNG (amplification by sampling rests on the secrecy of the sample).
         """
+
+    def with_random_source(self, source: RandomSource) -> Algorithm:
+        """This algorithm drawing its coordinator-side randomness (the client sample of
+        :meth:`select`) from ``source``: a simulation passes a seeded source so that one seed
+        replays the whole run. The default, for algorithms that draw nothing: ``self``."""
+        del source
+        return self
 
     def releases_every_sample(self, job: JobSpec, plan: JobPlan) -> bool:
         """Whether every sample :meth:`select` draws must be released, even one of 0 or 1

@@ -82,6 +82,10 @@ class DpFedAvg(Algorithm):
     def __init__(self, *, random_source: RandomSource | None = None) -> None:
         self._random = random_source if random_source is not None else SystemRandomSource()
 
+    def with_random_source(self, source: RandomSource) -> Algorithm:
+        """A copy whose client sampling draws from ``source``."""
+        return type(self)(random_source=source)
+
     # -- coordinator side --------------------------------------------------------------------
 
     def _job(self, job: JobSpec) -> DpFedAvgJob:

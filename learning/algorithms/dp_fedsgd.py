@@ -77,6 +77,10 @@ class DpFedSgd(Algorithm):
     def __init__(self, *, random_source: RandomSource | None = None) -> None:
         self._random = random_source if random_source is not None else SystemRandomSource()
 
+    def with_random_source(self, source: RandomSource) -> Algorithm:
+        """A copy whose client sampling draws from ``source``."""
+        return type(self)(random_source=source)
+
     def _job(self, job: JobSpec) -> DpFedSgdJob:
         if not isinstance(job, DpFedSgdJob):
             raise AlgorithmError(f"{self.name} cannot run a {type(job).__name__}")
