@@ -52,6 +52,7 @@ from dpfl.server.store import Agent, Store
 
 __all__ = [
     "HELLO_TIMEOUT_S",
+    "REFUSAL_GRACE_S",
     "RoundRoute",
     "Session",
     "SessionRegistry",
@@ -60,6 +61,8 @@ __all__ = [
 
 #: Seconds an agent has to send its ``Hello`` after opening the stream.
 HELLO_TIMEOUT_S = 30.0
+#: Seconds a refused stream waits for the agent's opening message before its status is sent.
+REFUSAL_GRACE_S = 2.0
 _ROUND_KINDS = (
     "invitation_response",
     "advertise_keys",
@@ -326,6 +329,23 @@ class SessionRegistry:
         return None
 
 
+async def _await_opening(
+    inbound: AsyncIterator[pb.AgentMessage | RoundMessageError], timeout: float
+) -> None:
+    """Let the stream's opening message (the agent's ``Hello``) arrive before a refusal is
+    answered, for at most ``timeout`` seconds.
+
+    A ``grpc.aio`` client whose write is still in flight when the call's status arrives reports
+    ``INTERNAL`` ("Internal error from Core", ``Failed "execute_batch"``) in place of the status
+    the coordinator sent (grpc/grpc#36066): an agent that writes its ``Hello`` and then reads
+    would, under load, take a refused credential for a broken transport and retry. Once the
+    ``Hello`` has arrived here, the agent's write has completed and the refusal reaches it.
+    """
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(timeout):
+            await anext(inbound)
+
+
 async def serve_stream(
     *,
     store: Store,
@@ -345,15 +365,21 @@ async def serve_stream(
     ``certificate_serial`` its serial number (kept on the session for the revocation list).
 
     Errors before the first yielded message (authentication, a missing or foreign ``Hello``)
-    are raised as typed errors for the adapter to turn into a status.
+    are raised as typed errors for the adapter to turn into a status; a refused credential is
+    raised once the opening message has arrived (:func:`_await_opening`), within
+    :data:`REFUSAL_GRACE_S`.
 
     Raises:
         InvalidCredential: bad metadata, or a ``Hello`` naming another agent.
         MalformedMessage: the first message is not a ``Hello``, or none came in time.
     """
-    agent: Agent = await asyncio.to_thread(
-        lambda: handlers.authenticate(store, metadata, certificate_cn=certificate_cn)
-    )
+    try:
+        agent: Agent = await asyncio.to_thread(
+            lambda: handlers.authenticate(store, metadata, certificate_cn=certificate_cn)
+        )
+    except Exception:
+        await _await_opening(inbound, min(hello_timeout, REFUSAL_GRACE_S))
+        raise
     try:
         async with asyncio.timeout(hello_timeout):
             first = await anext(inbound)

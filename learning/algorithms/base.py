@@ -17,7 +17,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Generic, Literal
+from typing import Any, ClassVar, Generic, Literal, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -29,7 +29,7 @@ from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpec, describe_error
 from dpfl.secagg.encoding import EncodingConfig, encode
-from dpfl.secagg.randomness import RandomStream
+from dpfl.secagg.randomness import RandomSource, RandomStream
 
 __all__ = [
     "AgentData",
@@ -415,6 +415,13 @@ class Algorithm(abc.ABC, Generic[SpecT, PlanT, TaskT]):
 
         Must draw from a CSPRNG (amplification by sampling rests on the secrecy of the sample).
         """
+
+    def with_random_source(self, source: RandomSource) -> Self:
+        """This algorithm drawing its coordinator-side randomness (the client sample of
+        :meth:`select`) from ``source``: a simulation passes a seeded source so that one seed
+        replays the whole run. The default, for algorithms that draw nothing: ``self``."""
+        del source
+        return self
 
     def releases_every_sample(self, job: JobSpec, plan: JobPlan) -> bool:
         """Whether every sample :meth:`select` draws must be released, even one of 0 or 1

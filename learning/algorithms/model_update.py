@@ -16,7 +16,7 @@ import abc
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -84,6 +84,10 @@ class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
 
     def __init__(self, *, random_source: RandomSource | None = None) -> None:
         self._random = random_source if random_source is not None else SystemRandomSource()
+
+    def with_random_source(self, source: RandomSource) -> Self:
+        """A copy whose client sampling draws from ``source``."""
+        return type(self)(random_source=source)
 
     # -- what a subclass defines -------------------------------------------------------------
 

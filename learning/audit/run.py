@@ -8,7 +8,10 @@ calibration), ``select`` (client sampling), ``encoding`` (per-agent noise shares
 CSPRNG), ``charges`` (the ledger's events) and ``finish_round``. The secure aggregation is not
 run: what it reveals is exactly the modular sum of the agents' ring vectors (the masks cancel),
 so the round's ring vectors are summed directly, decoded with the round's encoding, and that
-aggregate is what the white-box auditor sees (:mod:`dpfl.learning.audit.canaries`).
+aggregate is what the white-box auditor sees (:mod:`dpfl.learning.audit.canaries`). Each
+sample is released, skipped or replaced by the noise alone by the coordinator's own policy
+(:func:`dpfl.learning.algorithms.release.release_for`), so the audited mechanism and its ledger
+are the ones the coordinator runs and charges.
 
 ε_upper is the ledger's ε for a canary's unit: the algorithm's charges composed over the rounds
 at the job's δ (the largest over the canaries' units). ε_lower comes from
@@ -36,16 +39,25 @@ from dpfl.learning.algorithms.base import (
     ClientCharge,
     CoordinatorData,
     JobPlan,
+    RoundTask,
     get_algorithm,
 )
 from dpfl.learning.algorithms.dp_fedavg import FedAvgFamily
 from dpfl.learning.algorithms.dp_fedsgd import DpFedSgd
 from dpfl.learning.algorithms.dp_helmet import DpHelmet
+from dpfl.learning.algorithms.release import Release, release_for, secure_sum
 from dpfl.learning.algorithms.voting import VotingAlgorithm
 from dpfl.learning.audit import fedavg, fedsgd, helmet, voting
 from dpfl.learning.audit.canaries import ADD_REMOVE, CanaryDesign, CanarySet
 from dpfl.learning.jobs import JobSpec
-from dpfl.secagg import RoundParameters, SeededRandomSource, ThreatModel, decode
+from dpfl.secagg import (
+    EncodingConfig,
+    RoundParameters,
+    SeededRandomSource,
+    ThreatModel,
+    decode,
+    encode,
+)
 from dpfl.secagg.encoding import to_ring
 
 __all__ = [
@@ -195,6 +207,34 @@ def _model_vector(job: JobSpec, state: Any, data: CoordinatorData) -> npt.NDArra
     )
 
 
+def _round_encoding(
+    alg: AnyAlgorithm, job: JobSpec, plan: JobPlan, task: RoundTask, carriers: int
+) -> tuple[EncodingConfig, int]:
+    """The encoding of a round whose noise ``carriers`` real agents share, and the
+    ``min_survivors`` they check it with, chosen as the coordinator's round engine chooses them:
+    secure aggregation from two agents, the plain transport (``min_survivors = 1``) for one; with
+    none, the noise one agent would carry alone (:meth:`Algorithm.noise_alone_encoding` where
+    every sample is released)."""
+    if carriers == 0:
+        if alg.releases_every_sample(job, plan):
+            return alg.noise_alone_encoding(job, plan, task), 1
+        return alg.encoding(job, plan, task, participants=1, min_survivors=1), 1
+    if not secure_sum(job, summands=carriers):
+        return alg.encoding(job, plan, task, participants=carriers, min_survivors=1), 1
+    probe = RoundParameters.choose(
+        num_clients=carriers,
+        vector_length=task.vector_length,
+        ring_bits=64,
+        corrupt_fraction=job.secagg.corrupt_fraction,
+        dropout_fraction=job.secagg.dropout_fraction,
+        model=ThreatModel.SEMI_HONEST,
+    )
+    encoding = alg.encoding(
+        job, plan, task, participants=carriers, min_survivors=probe.min_survivors
+    )
+    return encoding, probe.min_survivors
+
+
 def _epsilon(events: Sequence[DpEvent], delta: float) -> float:
     event = ComposedEvent(tuple(events)) if events else NoPrivacyEvent()
     return float(compute_epsilon(event, delta=delta).epsilon)
@@ -229,7 +269,8 @@ def run_audit(
             ``catch_all``, also m, each then tested at half the level.
         coordinates: the coordinates canaries may use (default: all of the released vector).
         data: the coordinator's data and the agents' (default: the job's data spec).
-        algorithm: the algorithm instance (default: the job's).
+        algorithm: the algorithm instance (default: the job's, its client sampling drawn from
+            ``seed``).
         device: where agents compute.
         catch_all: add r = m to the planned count (a union bound over the two), which catches
             a mechanism far leakier than planned at the price of half the level.
@@ -242,8 +283,12 @@ def run_audit(
         raise AlgorithmError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if agents < 2:
         raise AlgorithmError(f"an audit needs at least 2 agents, got {agents}")
-    alg = algorithm if algorithm is not None else get_algorithm(job.algorithm)
     rng = SeededRandomSource(seed)
+    alg = (
+        algorithm
+        if algorithm is not None
+        else get_algorithm(job.algorithm).with_random_source(rng.child("audit/select"))
+    )
     coordinator_data, agent_data = data if data is not None else federation(job, agents)
     real = tuple(agent_data)[:agents]
     if len(real) < agents:
@@ -292,35 +337,29 @@ def run_audit(
     completed = 0
     for round_number in range(1, job.rounds + 1):
         invited = list(alg.select(job, plan, round_number=round_number, population=population))
+        if release_for(alg, job, plan, invited=len(invited)) is Release.SKIP:
+            continue  # as the coordinator's round engine: nothing sent, nothing charged
         real_invited = [a for a in invited if a in real_set]
-        if len(real_invited) < 2:
-            continue
         task = alg.round_task(job, plan, state, round_number=round_number)
-        probe = RoundParameters.choose(
-            num_clients=len(real_invited),
-            vector_length=task.vector_length,
-            ring_bits=64,
-            corrupt_fraction=job.secagg.corrupt_fraction,
-            dropout_fraction=job.secagg.dropout_fraction,
-            model=ThreatModel.SEMI_HONEST,
-        )
-        encoding = alg.encoding(
-            job,
-            plan,
-            task,
-            participants=len(real_invited),
-            min_survivors=probe.min_survivors,
-        )
+        encoding, min_survivors = _round_encoding(alg, job, plan, task, len(real_invited))
         claimed = alg.invitation_events(job, plan, round_number=round_number, population=population)
         mask = np.uint64((1 << encoding.ring_bits) - 1) if encoding.ring_bits < 64 else None
         total = np.zeros(task.vector_length, dtype=np.uint64)
+        if not real_invited:
+            # an empty sample, or canaries alone (they add no noise): the noise alone stands
+            # for the sum's, drawn as the coordinator draws it for an empty sample
+            total = encode(
+                np.zeros(task.vector_length),
+                config=encoding,
+                stream=rng.stream(f"audit/noise-alone/{round_number}"),
+            )
         for agent_id in real_invited:
             alg.agent_check(
                 task.params,
                 claimed,
                 encoding,
                 num_clients=len(real_invited),
-                min_survivors=probe.min_survivors,
+                min_survivors=min_survivors,
                 honest_fraction=task.params.honest_fraction,
             )
             contribution = alg.agent_contribution(
@@ -373,7 +412,7 @@ def run_audit(
         share = len(real_invited) / agents
         difference = 2 * half if replace_one else design.amplitude
         expected_signal += difference * design.presence_rate * share / scale
-        noise_variance += len(real_invited) * encoding.noise.variance / scale**2
+        noise_variance += max(1, len(real_invited)) * encoding.noise.variance / scale**2
         outcome = alg.finish_round(
             job,
             plan,
@@ -388,7 +427,7 @@ def run_audit(
         if outcome.done:
             break
     if completed == 0:
-        raise AlgorithmError("no round ran: too few agents were sampled")
+        raise AlgorithmError("no round ran: every sample was too small for secure aggregation")
     if mode == BLACK_BOX and direction is not None:
         moved = _model_vector(job, state, coordinator_data) - initial
         scores = direction * cset.signs * moved[cset.coordinates]

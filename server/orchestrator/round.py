@@ -54,6 +54,7 @@ from dpfl.learning.algorithms.base import (
     JobPlan,
     RoundTask,
 )
+from dpfl.learning.algorithms.release import Release, minimum_accepted, release_for, secure_sum
 from dpfl.learning.jobs import JobSpec
 from dpfl.protos import secagg_wire as wire
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
@@ -74,12 +75,7 @@ from dpfl.server.handlers import MalformedMessage, RoundMessageError, error_mess
 from dpfl.server.ledger_charges import store_charge
 from dpfl.server.orchestrator.channel import RoundChannel
 from dpfl.server.orchestrator.hooks import NO_HOOKS, FaultHooks
-from dpfl.server.orchestrator.sampling import (
-    Release,
-    attempt_sample,
-    minimum_accepted,
-    release_for,
-)
+from dpfl.server.orchestrator.sampling import attempt_sample
 from dpfl.server.orchestrator.state import round_record
 from dpfl.server.sessions import SessionRegistry
 from dpfl.server.settings import StageDeadlines
@@ -354,7 +350,7 @@ class _RoundRun:
         )
         self.task = task
         await self.invite(task)
-        if self.ctx.spec.secagg.enabled and len(self.accepted) >= 2:
+        if secure_sum(self.ctx.spec, summands=len(self.accepted)):
             total, encoding, summed = await self.secure_rounds(task.vector_length)
         else:
             # without secure aggregation, or one agent of a sample that must be released: the
@@ -620,7 +616,7 @@ class _RoundRun:
         n = len(self.accepted)
         encoding = self._encoding(1)
         nonce = os.urandom(32)
-        if self.ctx.spec.secagg.enabled and n != 1:  # pragma: no cover - execute() routes
+        if secure_sum(self.ctx.spec, summands=n):  # pragma: no cover - execute() routes
             raise RuntimeError(f"a plain round of a secure job sums one agent, not {n}")
         session_id = compute_session_id(job_id=self.ctx.job_id, round=self.rnd.number, nonce=nonce)
         await self._note_setup(

@@ -11,7 +11,8 @@ the release of ``M(S)`` for a sample S drawn exactly as the event says, so:
   charged as a release of its own sample; the next one draws afresh (charged again, a new
   independent release). A sample is kept only while the population is a subset of the one it
   was drawn from, so the charge's ratio never falls below the draw's.
-- **no skip** (:func:`release_for`): when :meth:`Algorithm.releases_every_sample` holds, an
+- **no skip** (:func:`~dpfl.learning.algorithms.release.release_for`, the pure policy the
+  audit and the simulations share): when :meth:`Algorithm.releases_every_sample` holds, an
   empty sample releases the coordinator's noise alone (``M(∅)``) and one agent is summed in the
   plain transport with the whole noise; only algorithms whose charge does not rest on the
   secrecy of the sample skip a sample too small for secure aggregation.
@@ -22,12 +23,12 @@ the policy can be driven many times without running rounds.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from dpfl.learning.algorithms.base import Algorithm, JobPlan
+from dpfl.learning.algorithms.release import Release, minimum_accepted, release_for
 from dpfl.learning.jobs import JobSpec
 from dpfl.server.store import Round
 
@@ -103,27 +104,3 @@ def attempt_sample(
         invited=tuple(sorted(drawn_sample)),
         kept=False,
     )
-
-
-class Release(enum.Enum):
-    """How an attempt releases its sample."""
-
-    SKIP = "skip"  # nothing sent or charged (only where the charge credits no sampling)
-    NOISE_ALONE = "noise_alone"  # the empty sample: M(∅), the coordinator's noise alone
-    ROUND = "round"  # invite the sample and sum what the accepting agents send
-
-
-def release_for(algorithm: Algorithm, spec: JobSpec, plan: JobPlan, *, invited: int) -> Release:
-    """How an attempt with ``invited`` sampled clients proceeds."""
-    if algorithm.releases_every_sample(spec, plan):
-        return Release.ROUND if invited > 0 else Release.NOISE_ALONE
-    return Release.ROUND if invited >= minimum_accepted(algorithm, spec, plan) else Release.SKIP
-
-
-def minimum_accepted(algorithm: Algorithm, spec: JobSpec, plan: JobPlan) -> int:
-    """The fewest accepting clients an attempt is summed with: two under secure aggregation
-    (its smallest graph), one without it or when every sample is released (a lone agent is
-    summed in the plain transport, carrying the whole noise)."""
-    if not spec.secagg.enabled or algorithm.releases_every_sample(spec, plan):
-        return 1
-    return 2

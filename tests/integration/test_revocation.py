@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -62,23 +61,29 @@ class StubbornAgent(WireAgent):
         await super()._handle(stub, message, state)
 
     async def _retry(self, pieces: list[pb.AgentMessage]) -> None:
-        """Reconnect three times with the cached credential and send the input again."""
+        """Reconnect three times with the cached credential and send the input again.
+
+        Each attempt writes its ``Hello`` and waits for the coordinator's verdict before it
+        writes more, as an agent does: a ``grpc.aio`` write still in flight when the refusal
+        arrives turns the call's status into INTERNAL on the client (grpc/grpc#36066), which
+        would hide the coordinator's answer. A stream that stays open gets the input anew.
+        """
         self.retries = []
         for _ in range(3):
             async with grpc.aio.insecure_channel(self.address) as channel:
                 stub = agent_pb2_grpc.AgentServiceStub(channel)
-
-                async def outbound() -> AsyncIterator[pb.AgentMessage]:
-                    yield pb.AgentMessage(hello=pb.Hello(agent_id=self.agent_id))
-                    for piece in pieces:
-                        yield piece
-                    await asyncio.sleep(2)
-
-                call = stub.Connect(outbound(), metadata=metadata(self.agent_id, self.credential))
+                call = stub.Connect(metadata=metadata(self.agent_id, self.credential))
                 try:
-                    async for _ in call:
-                        pass
-                    self.retries.append(grpc.StatusCode.OK)
+                    await call.write(pb.AgentMessage(hello=pb.Hello(agent_id=self.agent_id)))
+                    verdict = asyncio.ensure_future(call.code())
+                    done, _ = await asyncio.wait({verdict}, timeout=2.0)
+                    if not done:  # accepted: send the input anew, then close the stream
+                        for piece in pieces:
+                            await call.write(piece)
+                        await call.done_writing()
+                        async for _ in call:
+                            pass
+                    self.retries.append(await verdict)
                 except grpc.aio.AioRpcError as exc:
                     self.retries.append(exc.code())
             await asyncio.sleep(0.2)

@@ -1,6 +1,8 @@
 """Test-only: run an algorithm's whole job in one process, the way the shells will run it.
 
-plan → initial state → per round: select → round task → secure-aggregation parameters → encoding
+plan → initial state → per round: select → the coordinator's release policy
+(``dpfl.learning.algorithms.release``: skip, the noise alone for an empty sample, or a sum, plain
+for one agent) → round task → secure-aggregation parameters → encoding
 → per agent (JSON round trips of params, events and encoding as on the wire): agent_check,
 agent_charge into the agent's own ledger, agent_contribution (by default agent_compute, then
 the REAL encoding with real per-agent integer noise from a CSPRNG) → the sum
@@ -35,8 +37,10 @@ from dpfl.learning.algorithms.base import (
     CoordinatorData,
     CoordinatorState,
     JobPlan,
+    RoundTask,
     get_algorithm,
 )
+from dpfl.learning.algorithms.release import Release, release_for, secure_sum
 from dpfl.learning.data import federate, load_dataset, partition_from_config
 from dpfl.learning.jobs import JobSpec, job_to_dict, parse_job
 from dpfl.secagg import (
@@ -45,9 +49,11 @@ from dpfl.secagg import (
     SeededRandomSource,
     ThreatModel,
     decode,
+    encode,
     simulate,
 )
 from dpfl.secagg.messages import Stage
+from dpfl.secagg.randomness import RandomSource
 from dpfl.secagg.server_states import ServerReadyToUnmask
 
 __all__ = [
@@ -174,30 +180,41 @@ def run_job(
     result = HarnessResult(job=job, plan=plan, state=state, rounds=[], population=population)
     for round_number in range(1, job.rounds + 1):
         invited = tuple(alg.select(job, plan, round_number=round_number, population=population))
-        if len(invited) < 2:  # secure aggregation needs two; nothing is released or charged
+        release = release_for(alg, job, plan, invited=len(invited))
+        if release is Release.SKIP:  # the coordinator's policy: nothing released or charged
             result.rounds.append(RoundRecord(round_number, invited, (), {}, None, skipped=True))
             continue
         task = alg.round_task(job, plan, result.state, round_number=round_number)
-        probe = RoundParameters.choose(
-            num_clients=len(invited),
-            vector_length=task.vector_length,
-            ring_bits=64,
-            corrupt_fraction=job.secagg.corrupt_fraction,
-            dropout_fraction=job.secagg.dropout_fraction,
-            model=ThreatModel.SEMI_HONEST,
-        )
+        if release is Release.NOISE_ALONE:
+            if _noise_alone(result, alg, coordinator_data, task, round_number, rng):
+                break
+            continue
+        secure = secure_sum(job, summands=len(invited))
+        params: RoundParameters | None = None
+        min_survivors = 1  # the plain transport: a lone agent of the sample, or a plain job
+        if secure:
+            probe = RoundParameters.choose(
+                num_clients=len(invited),
+                vector_length=task.vector_length,
+                ring_bits=64,
+                corrupt_fraction=job.secagg.corrupt_fraction,
+                dropout_fraction=job.secagg.dropout_fraction,
+                model=ThreatModel.SEMI_HONEST,
+            )
+            min_survivors = probe.min_survivors
         encoding = alg.encoding(
-            job, plan, task, participants=len(invited), min_survivors=probe.min_survivors
+            job, plan, task, participants=len(invited), min_survivors=min_survivors
         )
-        params = RoundParameters(
-            num_clients=len(invited),
-            degree=probe.degree,
-            threshold=probe.threshold,
-            ring_bits=encoding.ring_bits,
-            vector_length=task.vector_length,
-            min_survivors=probe.min_survivors,
-            encoding=encoding,
-        )
+        if secure:
+            params = RoundParameters(
+                num_clients=len(invited),
+                degree=probe.degree,
+                threshold=probe.threshold,
+                ring_bits=encoding.ring_bits,
+                vector_length=task.vector_length,
+                min_survivors=min_survivors,
+                encoding=encoding,
+            )
         claimed_json = [
             event_to_json(e)
             for e in alg.invitation_events(
@@ -213,8 +230,8 @@ def run_job(
                 wire_params,
                 claimed,
                 wire_encoding,
-                num_clients=params.num_clients,
-                min_survivors=params.min_survivors,
+                num_clients=len(invited),
+                min_survivors=min_survivors,
                 honest_fraction=wire_params.honest_fraction,
             )
             # the agent records its own charge before it sends its masked input
@@ -252,7 +269,7 @@ def run_job(
                 result.ledger.setdefault(client, []).append(charge)
 
         drops = (dropouts or {}).get(round_number, {})
-        if job.secagg.enabled:
+        if params is not None:
             holder: dict[str, frozenset[int]] = {}
 
             def before_unmask(ready: ServerReadyToUnmask, holder: Any = holder) -> None:
@@ -303,6 +320,43 @@ def run_job(
         if round_outcome.done:
             break
     return result
+
+
+def _noise_alone(
+    result: HarnessResult,
+    alg: Algorithm,
+    data: CoordinatorData,
+    task: RoundTask,
+    round_number: int,
+    rng: RandomSource,
+) -> bool:
+    """An empty sample released as the coordinator releases it: the population charged, then
+    the noise alone (:meth:`Algorithm.noise_alone_encoding`) decoded and finished with; whether
+    the job is done."""
+    job, plan = result.job, result.plan
+    charges = alg.charges(
+        job, plan, round_number=round_number, population=result.population, participants=[]
+    )
+    for client, charge in charges.items():
+        result.ledger.setdefault(client, []).append(charge)
+    encoding = alg.noise_alone_encoding(job, plan, task)
+    total = encode(
+        np.zeros(task.vector_length),
+        config=encoding,
+        stream=rng.stream(f"noise-alone/{round_number}"),
+    )
+    outcome = alg.finish_round(
+        job,
+        plan,
+        result.state,
+        data,
+        round_number=round_number,
+        aggregate=decode(total, config=encoding),
+        survivors=0,
+    )
+    result.state = outcome.state
+    result.rounds.append(RoundRecord(round_number, (), (), dict(outcome.metrics), encoding))
+    return outcome.done
 
 
 def make_job(**overrides: Any) -> JobSpec:

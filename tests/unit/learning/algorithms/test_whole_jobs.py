@@ -110,3 +110,29 @@ def test_pate_fl_charges_only_the_agents_whose_votes_were_summed() -> None:
     assert len(result.ledger["agent-0002"]) == 1  # only round 2
     assert len(result.ledger["agent-0005"]) == 2
     assert len(second.participants) == 10
+
+
+@pytest.mark.slow
+def test_dp_fedavg_releases_samples_of_zero_and_one_agents_as_the_coordinator_does() -> None:
+    """The harness follows the coordinator's release policy (``dpfl.learning.algorithms.release``):
+    with q = 0.3 of 4 agents this seed samples 1, 2, 0 and 1 agents. No round is skipped, every
+    agent is charged the sampled event for each of the four rounds, a lone agent is summed in
+    the plain transport carrying the whole noise, and the empty sample releases the noise alone."""
+    job = make_job(name="harness-small-samples", rounds=4)
+    algorithm = DpFedAvg(random_source=SeededRandomSource(b"harness-small-samples-0"))
+    result = run_job(job, num_agents=4, algorithm=algorithm)
+    assert [len(r.invited) for r in result.rounds] == [1, 2, 0, 1]
+    assert not any(r.skipped for r in result.rounds)
+    assert [len(r.participants) for r in result.rounds] == [1, 2, 0, 1]
+    for client in result.population:
+        assert len(result.ledger[client]) == 4
+        assert result.epsilon(client) <= job.privacy.target_epsilon
+    task = algorithm.round_task(job, result.plan, result.state, round_number=1)
+    alone = algorithm.noise_alone_encoding(job, result.plan, task)
+    for record in result.rounds:
+        assert record.encoding is not None
+        if len(record.invited) <= 1:
+            assert record.encoding.noise == alone.noise
+    lone = result.rounds[0].participants[0]
+    assert len(result.agent_ledgers[lone]) >= 1
+    assert all(not math.isnan(r.metrics["accuracy"]) for r in result.rounds)
