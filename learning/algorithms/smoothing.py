@@ -1,8 +1,8 @@
 """Laplacian smoothing of a vector: ``x = A_σ⁻¹ v`` with ``A_σ = I + σ·L``.
 
 Derivation: docs/algorithms.md#dp-fed-ls. L is the Laplacian of the periodic chain, so ``A_σ``
-is circulant and is inverted by FFT in O(d log d). σ = 0 returns a copy of the input; the mean is preserved. Smoothing is
-post-processing of the released noisy sum and costs no privacy.
+is circulant and is inverted by FFT in O(d log d). σ = 0 returns a copy of the input; the mean
+is preserved. Smoothing is post-processing of the released noisy sum and costs no privacy.
 """
 
 from __future__ import annotations
