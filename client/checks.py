@@ -1,21 +1,13 @@
 """What the agent checks before it takes part in a round: the invitation, then the setup.
 
 The agent does not trust the coordinator
-(docs/architecture.md#rule-3-budgets-are-enforced-on-both-sides). Both checks are pure functions of
-the messages, the algorithm and the accepted task; :mod:`dpfl.client.rounds` turns their refusals
-into a declined invitation or an ``Error`` on the wire.
-
-- :func:`parse_invitation`: a known algorithm, ``params_json`` a JSON object,
-  ``privacy_events_json`` a non-empty JSON array of events (one event object is read as an array
-  of one), and ``Algorithm.agent_charge`` of them: the events this agent would record. Anything
-  else declines the invitation (:class:`InvitationDeclined`) before the local gate is asked.
-- :func:`check_setup`: the setup's mode (masked, or plain: ``degree = threshold = 0``) must be
-  the task's ``secure_aggregation`` flag (:func:`dpfl.client.plain.check_mode`, no downgrade);
-  the parameters must be well formed (``RoundParameters.from_setup``, or
-  :class:`~dpfl.client.plain.PlainParameters`), with an encoding and a valid honest fraction; and
-  ``Algorithm.agent_check`` must find that the encoding's noise delivers the claimed events (its
-  share over the honest survivors, or the whole noise alone without secure aggregation). A
-  refusal is a :class:`SetupRefused` carrying its wire code.
+(docs/architecture.md#rule-3-budgets-are-enforced-on-both-sides). :func:`parse_invitation`
+declines an invitation it cannot account for (:class:`InvitationDeclined`) before the local gate
+is asked; :func:`check_setup` refuses a setup whose mode differs from the task's
+``secure_aggregation`` flag, whose parameters are malformed, or whose noise does not deliver the
+claimed events (``Algorithm.agent_check``), with a :class:`SetupRefused` carrying its wire code.
+Both are pure; :mod:`dpfl.client.rounds` turns their refusals into messages
+(docs/agent.md#what-the-agent-refuses).
 """
 
 from __future__ import annotations

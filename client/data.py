@@ -1,37 +1,11 @@
 """The agent's ``--data`` spec: a silo's own data set, or agent i's share of a simulated federation.
 
-Grammar::
-
-    DATA    := DATASET [ "#" SHARE ]
-    DATASET := any data set spec of dpfl.learning.load_dataset:
-               digits | mnist | fashion-mnist | usps | npz:PATH | csv:PATH[?label=COL&...] ...
-               (options of the data set itself, e.g. digits?test_fraction=0.2, stay here)
-    SHARE   := KEY=VALUE ( "&" KEY=VALUE )*     keys, in any order:
-        index=I             required; this agent's index, 0 <= I < N
-        agents=N            required; the number of agents the data set is split among
-        partition=SCHEME    iid (default) | shards | dirichlet
-        classes_per_agent=K shards only (required there)
-        alpha=A             dirichlet only (required there); min_samples=M, max_attempts=T optional
-        seed=S              the job's data.seed: seed of the public split and the partition (0)
-        public_fraction=F   share of the training split held out as public data, [0, 1) (0)
-
-Examples::
-
-    digits                                       a silo holding the whole digits training split
-    csv:/silo/records.csv?label=outcome          a silo's own table, label column "outcome"
-    digits#index=7&agents=100&partition=shards&classes_per_agent=3&seed=0
-
-Without ``#`` the agent trains on the data set's whole training split (a real silo). With ``#``
-it rebuilds the same federation the coordinator's simulation builds
-(:func:`dpfl.learning.data.load_agent_dataset`: the public split is held out first, then the
-remaining records are partitioned) and keeps part ``I``; the split is a pure function of the spec,
-so simulated agents need no data transfer. ``#`` is the separator because a data set's own spec
-already uses ``?``, ``&`` and ``:``; it is also how :class:`dpfl.learning.data.Federation` names an
-agent's share. A path containing ``#`` therefore cannot be used (rename the file).
-
-:func:`simulated_data_spec` and :func:`data_spec_for_job` build the string; ``dpfl simulate``
-passes one per agent. :meth:`DataSource.__str__` renders the canonical form (keys in the order of
-the grammar), so equal sources render equally.
+Grammar and examples: docs/agent.md (section ``--data``). Without ``#`` the agent trains on the
+data set's whole training split; with ``#`` it rebuilds the federation a simulation builds
+(:func:`dpfl.learning.data.load_agent_dataset`) and keeps part ``I``, a pure function of the spec,
+so simulated agents need no data transfer. ``#`` separates because data set specs already use
+``?``, ``&`` and ``:`` (a path containing ``#`` cannot be used). :meth:`DataSource.__str__`
+renders the canonical form, so equal sources render equally.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """The agent's typed errors (one base, :class:`AgentError`) and the exit codes of ``dpfl-agent``.
 
-Every error the agent raises on bad input or a refused operation is an :class:`AgentError`, so the
-CLI maps the whole family to an exit code with ``err.exit_code`` (no ``isinstance`` ladder), and the
-task loop maps a refusal to the wire ``ErrorCode`` it answers with.
-
-| class               | exit | meaning                                                          |
-|---------------------|------|------------------------------------------------------------------|
-| AgentError          | 1    | root of all below                                                |
-| DataSpecError       | 2    | a ``--data`` spec that is malformed or cannot be loaded          |
-| StateDirError       | 3    | a state directory that is corrupt, foreign, unreadable or unsafe |
-| EnrollmentError     | 4    | enrolment refused or impossible (no token, token rejected)       |
-| TransportError      | 5    | the coordinator cannot be reached, or refused the credential     |
-| DownloadError       | 5    | a blob arrived truncated, oversized or with a wrong digest       |
-
-Invariant: messages name the offending value or file and never contain a secret (credentials and
-tokens are never echoed back).
+Each class carries its ``exit_code`` (AgentError 1, DataSpecError 2, StateDirError 3,
+EnrollmentError 4, TransportError and DownloadError 5), so the CLI maps the whole family without an
+``isinstance`` ladder and the task loop maps a refusal to its wire ``ErrorCode``. Messages name the
+offending value or file and never contain a secret.
 """
 
 from __future__ import annotations

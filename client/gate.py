@@ -1,22 +1,12 @@
 """The agent's own privacy decisions: accept or decline a round, and charge it before taking part.
 
-docs/architecture.md#rule-3-budgets-are-enforced-on-both-sides: budgets are enforced before
-participation by the agent itself, from its own local ledger, because the agent does not trust the
-coordinator's arithmetic. The task loop
-asks a :class:`Gate` twice per round:
-
-1. :meth:`Gate.review` when an invitation arrives: the local policy (allowed algorithms, minimum
-   noise, maximum ε per job and in total) and the local ledger decide, from the events the agent
-   itself would record (:meth:`Algorithm.agent_charge` of the claimed events);
-2. :meth:`Gate.charge` right before the masked input is sent: the events are committed to the
-   local ledger, re-checked against the budget in the same transaction, so that two jobs running
-   at once cannot together overspend. If this raises, nothing is sent.
-
-The charge happens before sending because from then on the aggregate may become computable; a
-round that fails afterwards keeps its charge (the ledger never under-counts). Each contribution
-is charged under a key the agent controls (an attempt id it draws itself, never the
-coordinator's session nonce), with the digest of the bytes it sends: a key already recorded
-lets only those same bytes out again.
+The agent enforces its budgets from its own local ledger
+(docs/architecture.md#rule-3-budgets-are-enforced-on-both-sides). The task loop asks a
+:class:`Gate` twice per round: :meth:`Gate.review` when an invitation arrives (policy and ledger
+decide from ``Algorithm.agent_charge``), and :meth:`Gate.charge` right before the input is sent,
+committing and re-checking in one transaction so that concurrent jobs cannot overspend together.
+Charging before sending keeps the ledger from under-counting; the key and digest rules are in
+docs/accounting.md#what-the-agents-local-ledger-records-per-attempt.
 """
 
 from __future__ import annotations

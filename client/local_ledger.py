@@ -1,31 +1,12 @@
-"""The agent's own privacy ledger: SQLite in its state directory
-(docs/architecture.md#rule-3-budgets-are-enforced-on-both-sides).
+"""The agent's own privacy ledger: SQLite in its state directory.
 
-The agent does not trust the coordinator's arithmetic: before taking part it asks this ledger
-whether the round would exceed its policy, and it records what it spent — the events that
-``Algorithm.agent_charge`` returns — itself.
-
-Invariants:
-
-- **never under-counts**: record a round BEFORE sending the masked input (the earliest moment the
-  coordinator can compute anything from it); a round that fails afterwards keeps its charge, and a
-  redone round is a new ``attempt`` that is charged again;
-- **transactional and durable**: every write is one SQLite transaction (write-ahead log,
-  ``synchronous=FULL``: synced before ``record`` returns), so a crash leaves either the whole
-  record or nothing; the file survives restarts;
-- **one row per release** (docs/accounting.md, "What the agent's local ledger records"): the
-  task loop keys each contribution by a fresh random ``attempt`` id it draws itself, and stores
-  the session id and the SHA-256 of the bytes it sends with it. A key is **idempotent** only for
-  a byte-identical record: the same events and the same ``sent_sha256`` again is a no-op (a
-  resend of the same bytes releases nothing new); different events or a different contribution
-  under a recorded key are refused (:class:`LocalLedgerError`), so nothing new is ever sent
-  under a key that is already charged;
-- **recomputable** (rule 2): every row stores its events' JSON and their RDP curve on the fixed
-  :data:`dpfl.accounting.ORDERS` grid; :meth:`LocalLedger.verify` recomputes each curve from the
-  events. Data-dependent parts are stored as their guaranteed counterparts.
-
-ε at δ sums the rows' RDP curves (RDP composes additively, across jobs too, since they use the
-same data) and converts with :func:`dpfl.accounting.epsilon_from_rdp`; both are upper bounds.
+The agent does not trust the coordinator's arithmetic
+(docs/architecture.md#rule-3-budgets-are-enforced-on-both-sides): it records what it spends
+(``Algorithm.agent_charge``) before sending, one durable transaction per write (WAL,
+``synchronous=FULL``), one row per release keyed by an attempt id it draws itself
+(docs/accounting.md#what-the-agents-local-ledger-records-per-attempt). Each row keeps its events
+and their RDP curve, so :meth:`LocalLedger.verify` can recompute it; ε at δ converts the summed
+curves with :func:`dpfl.accounting.epsilon_from_rdp`.
 """
 
 from __future__ import annotations

@@ -1,30 +1,12 @@
 """The agent's side of a round without secure aggregation (``secagg.enabled: false``).
 
-docs/architecture.md, "Without secure aggregation": the coordinator marks a plain round by a
-setup with ``degree = threshold = 0`` and ``min_survivors = 1``; the agent acknowledges it with an
-``AdvertiseKeysResponse`` without keys; there is no share-keys stage; the ``MaskedInputRequest``
-carries no shares and the agent answers it with its encoded, noised vector UNMASKED; there is no
-unmask stage, ``RoundResult`` ends the round. This module holds the pure parts (validation and
-the small state machine); :mod:`dpfl.client.rounds` drives them with the same training, local
-charge and transport as a masked round.
-
-Invariants:
-
-- **no downgrade, no silent upgrade**: a plain setup is taken only when the accepted invitation's
-  task says ``secure_aggregation: false`` (exactly that boolean); a task that says true, or says
-  nothing, was reviewed as a masked round and its vector is never sent in the clear. A masked
-  setup for a task that says false is refused too: the claimed events and the policy check were
-  made for another mechanism (:func:`check_mode`, :class:`ModeMismatchError`).
-- the claimed events are checked against the setup by ``Algorithm.agent_check`` with the task's
-  flag: without secure aggregation each agent's own noise must carry the WHOLE claimed noise, and
-  no event may rest on client-sampling amplification (the coordinator sees who sent what);
-- the setup is validated as strictly as a masked one: the session id is
-  SHA-256(job ‖ round ‖ nonce) (so it cannot be replayed into another round), the index lies in
-  [0, n), ``min_survivors`` is 1, the ring has 1 to 64 bits, the encoding is present, uses that
-  ring and cannot wrap with n summands;
-- one acknowledgement and one vector per attempt: a repeated request is ``DUPLICATE``, a
-  share-keys or unmask request ``WRONG_STAGE``, another session ``STALE_ROUND``, a
-  masked-input request that carries shares aborts the round (``PROTOCOL_ABORT``).
+The pure parts of the plain round of
+docs/architecture.md#without-secure-aggregation-secaggenabled-false: validation of the setup
+(marked by ``degree = threshold = 0``) as strict as a masked one, and the small state machine of
+one acknowledgement and one unmasked vector per attempt. :func:`check_mode` allows no downgrade
+and no silent upgrade: a plain setup only for a task whose ``secure_aggregation`` is exactly
+false, and a masked one only otherwise (:class:`ModeMismatchError`). :mod:`dpfl.client.rounds`
+drives them with the same training, local charge and transport as a masked round.
 """
 
 from __future__ import annotations

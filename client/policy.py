@@ -1,33 +1,11 @@
 """The agent's local privacy policy: which tasks it accepts, checked before every round.
 
-Loaded from YAML (``dpfl-agent run --policy FILE``); without a file the defaults below apply.
-Every field is optional and unknown fields are errors (a typo must not silently widen a policy)::
-
-    allowed_algorithms: [dp-fedavg, pate-fl]   # default: every registered one
-    max_epsilon_per_job: 10.0                  # ε of one job at `delta`, after the round
-    max_epsilon_total: 30.0                    # ε over all jobs at `delta` (RDP curves add)
-    delta: 1.0e-5                              # the δ both budgets are measured at
-    min_noise_multiplier: 0.5                  # per release: noise std / L2 sensitivity
-    allowed_coordinators: null                 # list of coordinator ids, null = any
-    allowed_jobs: null                         # fnmatch patterns on job id or name, null = any
-    require_secure_aggregation: false          # decline rounds summed without masking
-    max_honest_fraction: 1.0                   # decline coordinators assuming more honest agents
-    allow_approximate: true                    # accept Gaussian-noise rounds (approximate ε)
-
-The defaults accept the demo jobs: their population-level ε is 4, but an agent records its rounds
-without amplification by client sampling (``Algorithm.agent_charge``), which costs a DP-FedAvg
-agent of the demo about 6 ε at δ = 1e-5.
-
-``allow_approximate`` is about what the AGENT records. A DP-FedSGD job that opted in to the
-sum-dominating accounting (task ``accounting: sum-dominating``) announces, and both ledgers
-record, the local-DP event of the agent's own noise share (``DpFedSgd.agent_charge``;
-``agent_check`` refuses a setup whose share does not back it), which is a proven bound: such a
-task is not approximate unless its noise is Gaussian. Its ε is typically much larger than the
-job's claimed figure (which is not a bound and never reaches a ledger), so the budgets decide.
-
-:meth:`Policy.decide` never raises on what the coordinator sent: anything it cannot account for
-is a decline that names the rule. The ε checks use the events the ALGORITHM says the agent must
-record (``agent_charge``) and the agent's own :class:`~dpfl.client.local_ledger.LocalLedger`.
+Loaded from YAML (``dpfl-agent run --policy FILE``); every field is optional and unknown fields
+are errors, so a typo cannot silently widen a policy. The ε checks use the events the algorithm
+says the agent must record (``agent_charge``, without amplification by client sampling) and the
+agent's own :class:`~dpfl.client.local_ledger.LocalLedger`. :meth:`Policy.decide` never raises on
+what the coordinator sent: anything it cannot account for is a decline naming the rule
+(docs/agent.md#what-the-agent-refuses).
 """
 
 from __future__ import annotations

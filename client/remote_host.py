@@ -1,19 +1,10 @@
-"""A group of simulated agents hosted in a worker process of their own (``dpfl simulate
---backend ray``: one :class:`RemoteAgentHost` per Ray actor).
+"""A group of simulated agents in a worker process of its own (``dpfl simulate --backend ray``).
 
-The class itself does not depend on Ray: the simulation's driver wraps it with ``ray.remote``
-(``dpfl.cli.ray_backend``), and every method is a coroutine so that Ray runs it as an async actor
-whose event loop keeps the agents' streams alive between calls. Each host:
-
-- opens one gRPC channel to the coordinator's address (real gRPC, plaintext like the loopback
-  simulations; a channel multiplexes the hosted agents' streams),
-- enrols each of its agents over that channel with the enrollment token the driver issued,
-- loads each agent's data shard itself from its ``--data`` spec (the driver never ships data),
-- hosts the agents in an :class:`~dpfl.client.simulation.AgentHost`, which caps torch and BLAS
-  threads for the process (``torch_threads``: the CPUs Ray granted the actor, at least 1).
-
-When the process dies, the agents' streams break and the coordinator counts them as dropouts of
-the rounds in flight; nothing else about the federation changes.
+:class:`RemoteAgentHost` does not import Ray: ``dpfl.cli.ray_backend`` wraps it with
+``ray.remote``, and its methods are coroutines so the actor's event loop keeps the agents' streams
+alive between calls. Each host opens one gRPC channel, enrols its agents, loads their data shards
+itself (the driver never ships data) and runs them in an
+:class:`~dpfl.client.simulation.AgentHost`. If the process dies, its agents count as dropouts.
 """
 
 from __future__ import annotations

@@ -1,30 +1,11 @@
 """Agents hosted in a simulation's process: ``dpfl simulate`` and ``dpfl demo`` start N of these.
 
-Each :class:`SimulatedAgent` is a complete agent (task loop, local policy, its own SQLite ledger in
-its own state directory, the reconnecting runner) that differs from ``dpfl-agent run`` only in
-where it runs and in how it reaches the coordinator, which the caller's connector decides:
-
-- in process (``--transport inproc``): ``dpfl.cli.inproc.InProcessCoordinator.connector(...)``,
-  an :class:`~dpfl.client.transport.InProcessConnector` over the coordinator's transport-free
-  handlers (``dpfl.cli`` is the only package that may import both sides);
-- over gRPC on loopback (``--transport grpc``): ``GrpcTransport(address, insecure=True)`` (one
-  per agent, or shared: a channel multiplexes streams) and ``transport.connector(agent_id=...,
-  credential=...)``; or ``dpfl-agent run`` subprocesses for full process isolation.
-
-:func:`start_simulated_agent` starts one agent; :class:`AgentHost` hosts many in one process, the
-one way the simulations start theirs. Data: ``data_spec`` is a ``--data`` spec;
-:func:`dpfl.client.data.data_spec_for_job` gives agent i's share of a job's data set.
-
-**Training threads.** With many agents in one process, several trainings run at once on few
-cores, and torch's intra-op threads would oversubscribe them (OpenMP spin-waiting makes each step
-many times slower, see :mod:`dpfl.learning.device`). An :class:`AgentHost` therefore runs under
-:func:`dpfl.learning.device.cpu_threads` (1 by default) from its creation to :meth:`AgentHost.close`
-and trains on its own executor. Torch fixes a thread's intra-op count when that thread first runs
-an operator, from the count set at that moment: threads created inside the host's lifetime (its
-executor's, and those of asyncio's default executor when the host is created before the event
-loop's first ``to_thread``) train with one thread, which ``tests/integration/test_agent_host.py``
-checks from inside an agent's training. Two hosts alive at once in one process must be closed in
-the reverse order of their creation (the thread counts are restored like nested contexts).
+Each :class:`SimulatedAgent` is a complete agent (task loop, policy, its own ledger and state
+directory) that differs from ``dpfl-agent run`` only in where it runs and how the caller's
+connector reaches the coordinator (in process or gRPC on loopback).
+:class:`AgentHost` hosts many in one process and caps torch's intra-op threads so that concurrent
+trainings do not oversubscribe the cores (docs/agent.md#embedding-agents-simulations-tests); two
+hosts alive at once must be closed in the reverse order of their creation.
 """
 
 from __future__ import annotations

@@ -1,28 +1,11 @@
 """The agent's state directory: its identity and credential, kept across restarts.
 
-Layout of ``--state-dir DIR`` (created with mode 0700 when missing)::
-
-    DIR/agent.json     identity: agent id, credential, API token, coordinator address and id,
-                       name, enrolment time (mode 0600; written once, at enrolment)
-    DIR/ledger.sqlite  the local privacy ledger (dpfl.client.local_ledger)
-    DIR/.lock          held (flock) by the one agent process using the directory
-
-Invariants:
-
-- ``agent.json`` is written atomically (a 0600 temporary file in DIR, fsync, ``os.replace``, fsync
-  of DIR), so a crash leaves either the old file or the new one, never a torn one;
-- a file that is not valid JSON of this format, misses a field, has a field of the wrong type, or
-  is readable by other users is refused with a :class:`StateDirError` naming the file and the
-  problem; it is never silently replaced (the credential cannot be recovered, and the ledger
-  beside it must stay tied to the same agent);
-- a directory holding other files but no ``agent.json`` is refused as foreign (``--state-dir`` was
-  pointed at the wrong place), and one enrolled with another coordinator address is refused too.
-  The local ledger alone does not make a directory foreign: it records what the silo's DATA has
-  spent, so an agent that lost or gave up its credential re-enrols and keeps its ledger;
-- at most one process uses a directory at a time (:meth:`StateDir.lock`), since two agents with one
-  credential and one ledger would each spend budget the other does not see in time.
-
-Secrets never appear in ``repr`` or error messages.
+Layout: docs/agent.md#the-state-directory. ``agent.json`` is written atomically and never silently
+replaced: a corrupt, incomplete, foreign or world-readable file is a :class:`StateDirError`
+naming the file, since the credential cannot be recovered and the ledger beside it must stay tied
+to the silo's data. One process at a time holds a directory (:meth:`StateDir.lock`), since two
+agents sharing a ledger would spend budget the other does not see. Secrets never appear in
+``repr`` or error messages.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """How the agent reaches its coordinator: one interface, two implementations.
 
-The task loop (:mod:`dpfl.client.task`) only sees a :class:`CoordinatorLink`, one open task stream:
-``send`` an ``AgentMessage``, ``receive`` the next ``CoordinatorMessage`` (None once the stream has
-ended) and ``download`` a blob. A :class:`Connector` opens a fresh link, sending ``Hello`` first.
-
-- :class:`GrpcTransport` / :class:`GrpcConnector` / :class:`GrpcLink`: ``grpc.aio`` to a real
-  coordinator; ``Enroll`` without credentials, every other RPC with the metadata
-  ``x-dpfl-agent-id`` and ``authorization: Bearer <credential>``; TLS (or mutual TLS) through a
-  ``grpc.ChannelCredentials``, plaintext only when ``insecure=True`` is said explicitly.
-- :class:`InProcessConnector` / :class:`InProcessLink`: the same exchange without a socket, for
-  simulations and tests. It calls the coordinator's transport-free stream and download handlers
-  directly, with the same metadata a gRPC call would carry, so authentication, ``Hello`` first
-  and every check run exactly as over gRPC. Messages are copied through their serialized form, so
-  neither side can see the other's objects.
-
-Downloads arrive in chunks (``DownloadChunk``); :func:`assemble_blob` refuses gaps, overlaps, a
-size that changes or exceeds the limit, and a missing or wrong SHA-256 (set on the last chunk).
-
-A refused credential is final (:class:`CredentialRejectedError`: reconnecting cannot help); any
-other end of a stream is a broken link, after which the agent reconnects with :class:`Backoff`.
+The task loop sees only a :class:`CoordinatorLink` (one open task stream) opened by a
+:class:`Connector`. :class:`GrpcConnector` speaks ``grpc.aio`` to a real coordinator (TLS unless
+``insecure=True`` is said); :class:`InProcessConnector` calls the coordinator's transport-free
+handlers with the same metadata and serialized copies of the messages, so every check runs as
+over gRPC. :func:`assemble_blob` refuses malformed or mis-hashed downloads. A refused credential
+is final (:class:`CredentialRejectedError`); any other broken stream is retried with
+:class:`Backoff`.
 """
 
 from __future__ import annotations

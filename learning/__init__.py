@@ -1,23 +1,10 @@
 """Models, data sets, partitioning, local (DP) training and one module per algorithm.
 
-Each module of ``learning.algorithms`` keeps an algorithm's agent side, coordinator side and the
-privacy events it charges together; ``server`` and ``client`` only call into them.
-
-The building blocks the algorithms share:
-
-- :mod:`.data` -- data sets behind one spec registry (``digits``, ``mnist``, ``fashion-mnist``,
-  ``usps``, ``npz:PATH``, ``csv:PATH``), partitioners (``iid``, ``shards``, ``dirichlet``) and the
-  public split of voting algorithms; torch-free;
-- :mod:`.models` -- ``logreg``, ``mlp``, ``cnn`` sized from the data, Opacus-compatible;
-- :mod:`.params` -- flat parameter vectors, signatures and the safe byte format for downloads;
-- :mod:`.training` -- plain SGD, the DP-FedAvg local update, evaluation, teachers and students;
-- :mod:`.dpsgd` -- DP-SGD with Opacus per-sample clipping and Poisson sampling (DP-FedSGD);
-- :mod:`.features` -- fixed public feature extractors (DP-Helmet, Private-kNN-FL);
-- :mod:`.device` -- ``cuda`` when available, else the CPU;
-- :mod:`.errors` -- :class:`LearningError` and its subclasses.
-
-The names below are importable from ``dpfl.learning`` directly; they are resolved on first use,
-so importing the package (e.g. for ``dpfl.learning.jobs``) does not load torch.
+Each module of ``learning.algorithms`` keeps an algorithm's agent side, coordinator side and
+privacy events together; ``server`` and ``client`` only call into them
+(docs/architecture.md#packages). The shared building blocks are ``data``, ``models``, ``params``,
+``training``, ``dpsgd``, ``features``, ``device`` and ``errors``. The names below are resolved on
+first use, so importing the package (e.g. for ``dpfl.learning.jobs``) does not load torch.
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
 """DP-SGD with Opacus per-sample gradients: the record-level local training of DP-FedSGD.
 
-One step (Abadi et al. 2016, as in docs/algorithms.md#dp-fedsgd): draw a Poisson batch (each local
-record independently with probability ``p``), compute every record's gradient, clip each to L2 norm
-``C`` (factor ``min(1, C / (‖g‖ + 1e-6))``, Opacus's rule, so a clipped norm is strictly below
-``C``), sum, add noise, and take ``θ ← θ − γ · (Σ clipped + noise) / (p · M)`` where ``p · M`` is
-the *expected* batch size (dividing by the realised size would make the sensitivity data-dependent).
-
-Noise is explicit, in the units of the summed clipped gradients: ``noise_std`` is the per-step
-standard deviation THIS agent adds (the algorithm decides it: the whole ``C·σ``, or a share of
-it under secure aggregation, see ``dpfl.learning.algorithms.common.per_agent_noise``); Opacus's
-own optimizer would always add the full ``C·σ``. Integer (Skellam) noise in the
-secure-aggregation domain is supplied by the algorithm through ``noise_sampler``. Batch sampling
-and Gaussian noise draw from OS entropy unless seeded: a known seed reveals which records were
-sampled and cancels amplification by sampling, so seeds are for tests only.
-
-Per-sample gradients come from Opacus's grad-sample engines, selectable by ``grad_sample_mode``:
-``ew`` (default; PyTorch's ExpandedWeights, which computes per-sample weight gradients *instead*
-of the batch gradient), ``hooks`` (Opacus's module hooks, which compute them *in addition*; the
-widest layer support), ``functorch`` (vmap of per-sample grads) and ``ghost`` (fast gradient
-clipping: per-sample norms, then a second backward pass on the reweighted loss). ``ew`` is the
-default because it was the fastest on CPU for the zoo's models (``docs/performance.md``); it
-covers Linear, Conv, GroupNorm, LayerNorm and Embedding layers -- use ``hooks`` for anything
-else. All four are checked against a one-record-at-a-time ground truth (``test_dpsgd.py``).
+One step as in docs/algorithms.md#dp-fedsgd: Poisson batch, per-record clipping to ``C``, sum, this
+agent's noise (``noise_std``, or integer noise from ``noise_sampler``), divided by the expected
+batch size so the sensitivity is not data-dependent. Sampling and noise draw from OS entropy
+unless seeded (seeds are for tests only). ``grad_sample_mode`` selects Opacus's per-sample engine
+(``ew`` by default, ``hooks``, ``functorch``, ``ghost``); the choice is measured in
+docs/performance.md#learning-dp-sgd-step-cost-benchmarksdpsgdpy.
 """
 
 from __future__ import annotations

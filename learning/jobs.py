@@ -1,19 +1,9 @@
 """Job specifications: one pydantic model per algorithm, parsed from YAML or JSON.
 
-A job document names its ``algorithm``; that tag selects the variant (a discriminated union of
-the registered algorithms' variants, :mod:`dpfl.learning.algorithms.registry`), and each
-variant, defined in its algorithm's module, fixes the shape of ``params``. Every model refuses
-unknown fields, so a typo is an error rather than a silently ignored setting, and every field has
-a default that runs.
-
-Invariants:
-
-- a parsed :class:`JobSpec` is frozen and fully validated: positive clip norms, rates in (0, 1],
-  δ in (0, 1), ε > 0, an honest fraction in (0, 1], a protected unit that the algorithm supports,
-  a public split for the voting algorithms, exactly one round for DP-Helmet;
-- noise is either given (``privacy.noise_multiplier``, or ``params.sigma`` for voting) or derived
-  from ``privacy.target_epsilon`` by calibration; a job with neither is refused;
-- every problem is reported as ``path.to.field: what is wrong`` in a :class:`JobSpecError`.
+The ``algorithm`` tag selects the variant (a discriminated union over the registry). Every model
+refuses unknown fields and has a default that runs; a parsed :class:`JobSpec` is frozen and fully
+validated, noise is either given or derived from ``privacy.target_epsilon``, and every problem is
+reported as ``path.to.field: what is wrong`` in a :class:`JobSpecError`.
 """
 
 from __future__ import annotations

@@ -1,20 +1,10 @@
 """The model zoo: ``logreg``, ``mlp`` and ``cnn``, sized from a data set's input shape and classes.
 
-Every model is DP-SGD ready: no BatchNorm (it mixes samples of a batch, which breaks per-sample
-clipping) and no buffers, only ``Linear``/``Conv2d`` layers with parameter-free activations and
-pooling, all supported by Opacus's per-sample gradient samplers. ``tanh`` is the default
-activation: bounded activations keep gradients (and so the clipping bias) small under DP-SGD
-(Papernot et al., "Tempered Sigmoid Activations for Deep Learning with Differential Privacy",
-AAAI 2021).
-
-The CNN is a stack of ``conv3x3 -> tanh -> avgpool2`` blocks (2 blocks for inputs under 16 pixels,
-else 3; 16/32/32 channels) and one linear head. Convolutions run at full resolution before each
-pooling, which makes the non-private step dominated by convolution arithmetic while the per-sample
-gradients stay small (21k parameters for 28x28 inputs): see ``docs/performance.md`` for why this
-design keeps a DP-SGD step within twice a plain one on CPU.
-
-Models are specified like data sets: ``NAME[?KEY=VALUE&...]`` -- ``mlp?hidden=256,128``,
-``cnn?channels=8,16&activation=relu``. Initialisation is a pure function of the seed.
+Every model is DP-SGD ready: no BatchNorm and no buffers, only layers Opacus's per-sample
+samplers support, with ``tanh`` by default (bounded activations keep the clipping bias small:
+Papernot et al., AAAI 2021). The CNN's shape keeps a DP-SGD step cheap on CPU
+(docs/performance.md#learning-dp-sgd-step-cost-benchmarksdpsgdpy). Models are specified like data
+sets (``mlp?hidden=256,128``); initialisation is a pure function of the seed.
 """
 
 from __future__ import annotations

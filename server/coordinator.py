@@ -1,19 +1,10 @@
 """The coordinator process: gRPC server, REST app and orchestrator on one asyncio loop.
 
-One :class:`Coordinator` owns (or borrows) one store and serves two ports: the agents' gRPC
-``AgentService`` and the REST API/dashboard (uvicorn hosting
-:func:`dpfl.server.api.app.create_app`). Both share the store, the session registry and the
-metrics. Start-up order, so that ``GET /healthz`` answering 200 means both listen:
-
-1. open the store and abort the rounds a previous process left unfinished
-   (``abort_interrupted_rounds``: committed ones keep their charge);
-2. start the gRPC server (its health check is registered with the app);
-3. start the REST app;
-4. relaunch every running job (each redoes its interrupted round as a new attempt).
-
-:meth:`Coordinator.close` stops the runners (aborting their rounds, leaving the jobs running for
-the next start), ends every agent stream, and stops both servers. :meth:`Coordinator.crash` is
-the tests' coordinator crash: everything stops and nothing more is written to the store.
+One :class:`Coordinator` owns (or borrows) one store and serves the agents' gRPC
+``AgentService`` and the REST API, sharing the store, sessions and metrics. It starts in the
+order of docs/architecture.md#the-coordinator-process, so ``/healthz`` answering 200 means both
+ports listen. :meth:`Coordinator.close` stops the runners, leaving jobs running for the next
+start; :meth:`Coordinator.crash` is the tests' crash, after which nothing more is written.
 """
 
 from __future__ import annotations

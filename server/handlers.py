@@ -1,24 +1,11 @@
 """Transport-free handlers of the agent protocol: ``(request, store, ...) -> response``.
 
-The gRPC servicer (:mod:`dpfl.server.grpc`) and the in-process link of simulations are thin
-adapters over these functions (docs/architecture.md#handlers-free-of-transport-typed-errors): they
-only turn metadata and protobufs into arguments and map the typed errors raised here to a status
-(``err.grpc_status``, see :mod:`dpfl.server.errors`) or to an ``Error`` message
-(``err.error_code``).
-
-Invariants:
-
-- every function validates its input before touching the store, and a refused request leaves the
-  store unchanged (each store call is one transaction);
-- authentication compares the credential in constant time (``Store.authenticate_agent``) and
-  answers a forged agent id, a wrong credential and a disabled agent with the same
-  ``UNAUTHENTICATED`` message, so a caller learns nothing about which one it was;
-- under mutual TLS an agent is bound to the common name of the client certificate it enrolled
-  with: a later RPC whose verified certificate names someone else is ``UNAUTHENTICATED`` even with
-  the right credential, so a stolen credential is useless without the agent's private key;
-- a download is served only to an agent that is a member of the job (NOT_FOUND otherwise, the
-  same answer as for a job that does not exist, so job ids cannot be probed);
-- no secret is ever echoed back in an error.
+The gRPC servicer and the in-process link are thin adapters over these functions
+(docs/architecture.md#handlers-free-of-transport-typed-errors). Every handler validates before
+touching the store, so a refused request changes nothing; authentication is constant-time and
+answers every failure alike, binds an agent to its certificate's common name under mutual TLS,
+serves downloads only to job members (NOT_FOUND otherwise, so ids cannot be probed), and never
+echoes a secret.
 """
 
 from __future__ import annotations

@@ -1,30 +1,9 @@
 """Prometheus metrics of one coordinator: rounds, stage latency, connected agents, privacy spent.
 
-Invariants:
-
-- every :class:`Metrics` owns its own ``CollectorRegistry`` (never prometheus-client's global
-  default registry), so two coordinators or two tests in one process never share a counter;
-- the orchestrator reports events through four small methods (:meth:`Metrics.round_finished`,
-  :meth:`Metrics.stage_latency`, :meth:`Metrics.agents_connected`, or :meth:`Metrics.observe_round`
-  for a finished round record); privacy figures are never pushed: they are read from the store
-  at scrape time, so ``/metrics`` can never disagree with the ledger;
-- a scrape never fails because the database does: the store-derived gauges are then left out and
-  ``dpfl_store_up`` is 0.
-
-Exposed series (Prometheus text format):
-
-================================================  =========  ======================================
-``dpfl_rounds_completed_total{job_id}``           counter    rounds whose aggregate was applied
-``dpfl_rounds_aborted_total{job_id}``             counter    rounds given up (charged or not)
-``dpfl_stage_latency_seconds{stage}``             histogram  duration of each round stage
-``dpfl_agents_connected``                         gauge      agents with an open ``Connect`` stream
-``dpfl_client_epsilon_max``                       gauge      largest ε spent by any client (each at
-                                                             its budget's δ, else 1e-5)
-``dpfl_clients``                                  gauge      enrolled clients
-``dpfl_clients_over_budget``                      gauge      clients whose ε exceeds their budget
-``dpfl_jobs{status}``                             gauge      jobs per status
-``dpfl_store_up``                                 gauge      1 when the last scrape read the store
-================================================  =========  ======================================
+Each :class:`Metrics` owns its ``CollectorRegistry``, so two coordinators in one process never
+share a counter. The orchestrator reports round events; privacy figures are read from the store
+at scrape time, so ``/metrics`` never disagrees with the ledger, and a failing database only
+leaves those gauges out (``dpfl_store_up`` 0). The series are listed in docs/api.md.
 """
 
 from __future__ import annotations

@@ -1,36 +1,12 @@
 """Agent sessions: one ``Connect`` stream per agent, outbound queues, inbound routing.
 
-A :class:`Session` is the coordinator's end of one agent's stream: an outbound queue the
-round engine writes to, and the agent's ``Hello``. The :class:`SessionRegistry` holds the current
-session of every connected agent and routes each inbound round message to the
-:class:`RoundRoute` of its job (the round engine's collector for the job's current round), which
-checks it against (job, round, stage, session) and either accepts it or raises a
-:class:`~dpfl.server.handlers.RoundMessageError`; the registry then answers the agent with an
-``Error`` carrying the error's code. A refused message changes nothing.
-
-**One stream per agent, the newest wins.** When an agent opens a second ``Connect`` stream while
-its first is still open, the first is closed (the agent receives an ``Error`` saying it was
-replaced) and every round in flight sees the agent disconnect: it counts as a dropout of that
-round, exactly as if the old stream had broken. Refusing the newcomer instead would lock out an
-agent whose old stream is half-open after a network failure (the coordinator may only notice a
-dead TCP peer minutes later), whereas the newcomer has just proved its credential.
-
-**Eviction.** An agent an administrator disables or revokes is shut out at once
-(:meth:`SessionRegistry.evict`): its stream is closed, every running round counts it as gone
-(whatever stage it is in), and it cannot open a new stream while it stays shut out, since its
-authentication fails and the registry refuses it.
-
-**Downloads along a stream.** A model download presenting the credential an agent's current
-stream was authenticated with is trusted as that stream is (:meth:`SessionRegistry.verified_agent`),
-without a credential read per download; eviction closes the stream, so from then on downloads
-go to the store again and are refused.
-
-**Disconnect detection.** When a stream ends (the agent closed it, the transport broke, or it was
-replaced), :meth:`SessionRegistry.close` tells every registered route, so a round never waits for
-an agent that is gone until the stage deadline.
-
-:func:`serve_stream` is the whole ``Connect`` exchange, free of transport: the gRPC servicer and
-the in-process link of simulations both run it.
+A :class:`Session` is the coordinator's end of one agent's stream; the :class:`SessionRegistry`
+routes each inbound round message to its job's :class:`RoundRoute`, which accepts it or raises a
+:class:`~dpfl.server.handlers.RoundMessageError` (a refused message changes nothing). The newest
+stream of an agent wins, an evicted agent is shut out at once, downloads on a live stream's
+credential are trusted without a store read, and a closed stream is reported to every round
+(docs/architecture.md#wire-details-both-sides-rely-on). :func:`serve_stream` is the whole
+transport-free ``Connect`` exchange.
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
 """The coordinator's settings: ``DPFL_*`` environment variables, an optional YAML file, defaults.
 
-Precedence, highest first: keyword arguments (command-line flags), environment variables, the YAML
-file given to :func:`load_settings`, the defaults below. Nested values use ``__`` in environment
-variables (``DPFL_STAGE_DEADLINES__UNMASK=20``).
-
-Invariants:
-
-- no instance is created at import time; the process builds one (``load_settings``) and passes it
-  down, so tests never have to undo global state;
-- the settings refuse to exist with an insecure admin token (empty, shorter than 16 characters,
-  a well-known word such as ``changeme``, too few distinct characters, mostly a sequence or
-  keyboard walk, or under 128 bits of entropy estimated from its alphabet and length), naming
-  the fix;
-- an optional metrics token (``DPFL_METRICS_TOKEN``) may read ``/metrics`` only; it is held to
-  the same strength rules and must differ from the admin token;
-- the TLS certificate and key are given together or not at all, and must exist;
-- mutual TLS is on exactly when ``require_client_cert`` is set, which needs the client CA (and a
-  client CA without ``require_client_cert`` is refused: gRPC either requires and verifies client
-  certificates or does not ask for any, so a CA alone would silently do nothing).
-
-Whether a coordinator without TLS may serve at all is decided by ``dpfl-coordinator serve``
-(``--insecure``), not here: simulations and tests build plaintext loopback coordinators
-programmatically.
+Precedence: keyword arguments, environment (nested with ``__``), the YAML file of
+:func:`load_settings`, defaults. No instance exists at import time. The settings refuse a weak
+admin or metrics token (naming the fix), a TLS certificate without its key, and a client CA
+without ``require_client_cert`` (gRPC would silently not ask for client certificates);
+see docs/deploy.md#how-the-connections-are-secured. Whether plaintext may serve is decided by
+``dpfl-coordinator serve --insecure``.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
-"""A small private PKI for one federation: a CA, the coordinator's server certificate and one
-client certificate per agent (for mutual TLS).
+"""A small private PKI for one federation: a CA, the coordinator's certificate, one per agent.
 
-Why our own CA rather than a public one: agents must trust exactly the coordinator of their
-federation, not any host a public CA vouches for, and the coordinator must recognise exactly the
-agents it issued certificates to. Keys are ECDSA P-256 (supported by every gRPC and TLS stack);
-private keys are written with mode 0600 and never overwritten unless asked to.
-
-Certificate profile:
-- CA: basicConstraints CA=true, pathlen 0; keyUsage keyCertSign + cRLSign.
-- coordinator: SANs from the given host names / IP addresses, extendedKeyUsage serverAuth.
-- agent: CN = the agent's name (also a DNS-safe SAN), extendedKeyUsage clientAuth.
-
-Agent keys should never leave their silo: ``dpfl-agent keygen`` makes the key and a certificate
-signing request (CSR) there, and :func:`sign_agent_csr` (``dpfl-coordinator certs sign``) turns
-the CSR into a certificate with the agent profile above, whatever else the CSR asks for (only its
-public key and common name are used). Revoked certificates go on the CA's certificate revocation
-list, ``crl.pem`` (:func:`revoke_certificates`, ``dpfl-coordinator certs revoke``), which the
-coordinator checks on every RPC (``dpfl.server.grpc.crl``).
+Our own CA, so that agents trust exactly their federation's coordinator and the coordinator
+exactly the agents it certified. Keys are ECDSA P-256, written with mode 0600 and never
+overwritten unless asked. :func:`sign_agent_csr` signs a CSR made on the silo with the agent
+profile, using only its public key and common name; :func:`revoke_certificates` maintains
+``crl.pem``, which the coordinator checks on every RPC (docs/deploy.md#2-certificates).
 """
 
 from __future__ import annotations

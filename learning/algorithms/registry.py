@@ -1,19 +1,12 @@
 """The one registry of algorithms: job tags, job-spec variants and implementations.
 
-An algorithm is a module exposing ``ALGORITHM``, an
-:class:`~dpfl.learning.algorithms.base.Algorithm` instance whose ``spec_type`` is its job
-variant. The registry finds them in two places, by the same rule: every module of the
-``dpfl.learning.algorithms`` package, and every module named by an entry point of the group
-``dpfl.algorithms`` (a plugin distribution). The job-spec union
-(:func:`dpfl.learning.jobs.parse_job`), the agent's default policy, the CLI and
-:func:`get_algorithm` all read it, so a new module is the whole registration.
-
-The modules are found once per process (reading every distribution's entry points takes
-milliseconds, and ``parse_job`` and every invitation ask); :func:`refresh` forgets them, for a
-plugin installed into the running process.
-
-Invariant: tags are unique; a module whose ``ALGORITHM`` disagrees with its job variant's
-``algorithm`` tag is refused.
+An algorithm is a module exposing ``ALGORITHM`` (an
+:class:`~dpfl.learning.algorithms.base.Algorithm` whose ``spec_type`` is its job variant), found
+in the ``dpfl.learning.algorithms`` package or through the ``dpfl.algorithms`` entry-point group.
+Job parsing, the agent's default policy, the CLI and :func:`get_algorithm` all read it, so a new
+module is the whole registration (docs/adding-an-algorithm.md). Modules are found once per
+process; :func:`refresh` forgets them. Tags are unique, and a module whose tag disagrees with its
+job variant is refused.
 """
 
 from __future__ import annotations

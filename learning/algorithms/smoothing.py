@@ -1,18 +1,8 @@
-"""Laplacian smoothing of a vector: ``x = A_σ⁻¹ v`` with ``A_σ = I + σ·L``
-(docs/algorithms.md#dp-fed-ls).
+"""Laplacian smoothing of a vector: ``x = A_σ⁻¹ v`` with ``A_σ = I + σ·L``.
 
-L is the Laplacian of the 1-D periodic chain on d nodes (``2I − P − Pᵀ`` for the cyclic shift P:
-diagonal 2, first off-diagonals −1, corners −1; for d = 2 the two −1's of each row fall on the
-same entry, for d = 1 L = 0). ``A_σ`` is circulant, so the discrete Fourier transform
-diagonalises it: its eigenvalue at frequency k is ``1 + σ·(2 − 2·cos(2πk/d))`` ≥ 1, and
-
-    A_σ⁻¹ v = ifft( fft(v) / (1 + σ·(2 − 2·cos(2πk/d))) ),
-
-in O(d log d) (rfft/irfft for real input). Invariants: σ = 0 is the identity (bit for bit: the
-input is returned as a copy without a transform); the mean is preserved (the k = 0 eigenvalue is
-1); the result is the unique solution of ``(I + σL)x = v`` (``test_dp_fed_ls.py`` checks it
-against a dense solve). Smoothing is post-processing of the released noisy sum: it costs no
-privacy (Liang et al., "Exploring Private Federated Learning with Laplacian Smoothing", 2020).
+Derivation: docs/algorithms.md#dp-fed-ls. L is the Laplacian of the periodic chain, so ``A_σ``
+is circulant and is inverted by FFT in O(d log d). σ = 0 returns a copy of the input; the mean
+is preserved. Smoothing is post-processing of the released noisy sum and costs no privacy.
 """
 
 from __future__ import annotations

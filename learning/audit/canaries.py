@@ -1,20 +1,9 @@
 """Canaries for white-box and black-box audits: what one canary adds to a round's sum.
 
-A canary is a unit of the job's protected kind (a record, or an agent) whose contribution to the
-released sum is a Dirac vector: ``sign · amplitude`` at its own coordinate (SNJ 2023's
-"gradient/update canaries"). The amplitude is read off the event the round CHARGES (its L1 and
-L2 sensitivities, in ring units), so a canary never moves the sum by more than the accounting
-allows for one unit: every pair "canary in / canary out" is a neighbouring pair of the charged
-relation, and the audit's lower bound applies to the charged ε.
-
-- add/remove relations: an included canary adds ``s·A``; an excluded one is absent (A = the
-  smaller of ⌊Δ₁⌋, ⌊Δ₂⌋).
-- replace-one relations: every canary is present; included adds ``+s·h``, excluded ``−s·h``,
-  h = ⌊A/2⌋ (the two differ by 2h ≤ the charged sensitivity).
-
-The score of a canary is ``s ·`` (the sum over rounds of the released aggregate at its
-coordinate): it never uses which rounds the canary took part in (the sample is secret from those
-that the amplified charge protects against), so it is a function of the released outputs only.
+A canary is one unit of the job's protected kind whose contribution is a Dirac vector at its own
+coordinate, with an amplitude read off the event the round charges, so "canary in / canary out"
+is a neighbouring pair of the charged relation and the audit's lower bound applies to the charged
+ε. Its score uses only the released aggregates. Details: docs/audit.md#canaries-learningaudit.
 """
 
 from __future__ import annotations

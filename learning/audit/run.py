@@ -1,21 +1,12 @@
 """Run a job in simulation with canaries and audit it (``dpfl audit``).
 
-The job runs through the algorithm's own coordinator and agent functions, in one process, with
-the code paths a deployment runs for everything the privacy rests on: ``plan`` (noise
-calibration), ``select`` (client sampling), ``encoding`` (per-agent noise shares),
-``agent_check`` (the agent's refusal of a setup whose noise does not back the claim),
-``agent_contribution`` (local computation, rounding and the agent's integer noise from a
-CSPRNG), ``charges`` (the ledger's events) and ``finish_round``. The secure aggregation is not
-run: what it reveals is exactly the modular sum of the agents' ring vectors (the masks cancel),
-so the round's ring vectors are summed directly, decoded with the round's encoding, and that
-aggregate is what the white-box auditor sees (:mod:`dpfl.learning.audit.canaries`). Each
-sample is released, skipped or replaced by the noise alone by the coordinator's own policy
-(:func:`dpfl.learning.algorithms.release.release_for`), so the audited mechanism and its ledger
-are the ones the coordinator runs and charges.
-
-ε_upper is the ledger's ε for a canary's unit: the algorithm's charges composed over the rounds
-at the job's δ (the largest over the canaries' units). ε_lower comes from
-:func:`dpfl.accounting.audit.epsilon_lower_from_scores`.
+The job runs through the algorithm's own coordinator and agent functions, the code paths a
+deployment runs for everything the privacy rests on; secure aggregation is replaced by the modular
+sum it reveals, and each sample is released, skipped or replaced by the noise alone by the
+coordinator's own policy (:func:`dpfl.learning.algorithms.release.release_for`). ε_upper is the
+ledger's ε for a canary's unit, ε_lower comes from
+:func:`dpfl.accounting.audit.epsilon_lower_from_scores`
+(docs/audit.md#which-code-path-is-audited-learningauditrunpy).
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """Loaders of a silo's own files: ``npz:PATH`` (numpy arrays) and ``csv:PATH`` (a table).
 
-``npz:PATH`` holds arrays ``x`` and ``y`` and optionally ``x_test`` and ``y_test``; ``x`` of shape
-``(n, d)`` is tabular, ``(n, H, W)`` a one-channel image set, ``(n, C, H, W)`` images. Files are
-opened with ``allow_pickle=False``: a data file can never execute code.
-
-``csv:PATH`` is a comma-separated table, one record per row, all columns numeric except possibly
-the label. The label column is named by ``?label=NAME`` (or a 0-based column index) and is the last
-column otherwise. The first row is a header when one of its cells is not a number in a column
-whose second-row cell is (``?header=true|false`` overrides the guess).
-
-Options common to both: ``classes=K`` fixes the number of classes (integer labels) or
-``classes=a,b,c`` fixes the class names and their order (named labels) -- set it in a federation so
-that every silo maps labels identically even when one lacks a class; ``test_fraction=F`` and
-``seed=S`` hold out a stratified test split when the file has none (default: no test split);
-``scale=X`` divides every feature by X (e.g. 255 for raw pixels).
+``npz`` holds ``x``, ``y`` and optionally ``x_test``, ``y_test``, opened with
+``allow_pickle=False`` so a data file can never execute code. ``csv`` is numeric apart from the
+label column (``?label=NAME``, else the last one), with a guessed header. Options common to both:
+``classes=`` (fix the label mapping so every silo of a federation agrees), ``test_fraction=``,
+``seed=`` and ``scale=``.
 """
 
 from __future__ import annotations

@@ -1,30 +1,10 @@
 """The coordinator's REST API and dashboard as a FastAPI app, built by :func:`create_app`.
 
 Nothing is created at import time: the process (``dpfl-coordinator serve``, a test, a
-simulation) builds the store, settings, job control and metrics and passes them in, and the app
-keeps them on ``app.state`` for the dependencies of :mod:`dpfl.server.api.deps`.
-
-Routes (auth: *public*, *admin* = the settings' admin token, *metrics* = the metrics token or the
-admin token, *own* = the admin or the client's own API token; every error is JSON
-``{"detail", "code"}``):
-
-==========================================================  ======  ============================
-``GET /``, ``/static/*``                                    public  the dashboard
-``GET /healthz``, ``GET /readyz``                           public  probes
-``GET /api/v1/openapi.json``                                public  the OpenAPI document
-``GET /api/docs``, ``/api/docs/assets/*``                   public  Swagger UI over it (offline)
-``GET /metrics``                                            metrics Prometheus text format
-``GET /api/v1/clients``                                     admin   ε spent and remaining
-``GET /api/v1/clients/{id}``                                own     record, spending, jobs
-``GET /api/v1/clients/{id}/budget?delta=&tight=``           own     ε per job and total, events
-``GET /api/v1/clients/{id}/history?delta=``                 own     cumulative ε per ledger entry
-``POST /api/v1/jobs`` (YAML or JSON body)                   admin   submit a job
-``GET /api/v1/jobs?status=``, ``GET /api/v1/jobs/{id}``     admin   jobs
-``POST /api/v1/jobs/{id}/start``, ``.../stop``              admin   through ``JobControl``
-``GET /api/v1/jobs/{id}/rounds?number=``                    admin   rounds and their attempts
-``GET /api/v1/jobs/{id}/models``                            admin   model versions
-``GET /api/v1/jobs/{id}/models/{version}``                  admin   the bytes, SHA-256 headers
-==========================================================  ======  ============================
+simulation) builds the store, settings, job control and metrics and passes them in; the app keeps
+them on ``app.state`` for :mod:`dpfl.server.api.deps`. Routes, their authentication and the JSON
+error shape are documented in docs/api.md (the OpenAPI document at ``/api/v1/openapi.json`` lists
+them all).
 """
 
 from __future__ import annotations

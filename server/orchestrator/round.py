@@ -1,37 +1,13 @@
-"""The round engine: one round of one job, exactly the sequence of docs/architecture.md.
+"""The round engine: one round of one job, in the sequence of
+docs/architecture.md#a-round-over-the-wire.
 
-population within budget → the attempt's sample (:mod:`.sampling`: drawn once per round and kept
-across its uncommitted attempts) → round record → invitations (with the events the
-agent will be charged) → acceptance until the deadline → ``RoundParameters.choose`` and
-``Algorithm.encoding`` → the secagg server state machine, stage by stage, each closed when every
-present participant answered or at its deadline, each recorded with ``store.record_stage`` →
-**ledger commit** (``store.commit_round`` with ``Algorithm.charges``) → only then
-``begin_unmask`` → unmask → decode → ``Algorithm.finish_round`` → new model version with
-``complete_round`` → ``RoundResult`` to the participants.
-
-Invariants:
-
-- nothing that makes the aggregate computable (an unmask request; without secure aggregation,
-  the request for any vector) happens before the commit is durable (ledger rule 1);
-- an abort before the commit charges nothing; after it the charge stays (``abort_round``);
-- a cancelled engine writes nothing more to the store: cancellation is how a test crashes the
-  coordinator, and how shutdown interrupts a round (the caller decides what to record, and a
-  restarted coordinator aborts interrupted rounds itself);
-- **without secure aggregation** (``secagg.enabled: false``) the same stages' transport runs with
-  plain encoded vectors: ``AdvertiseKeysRequest`` carries a setup with ``degree = threshold = 0``
-  (the marker of a plain round) and is answered by an empty acknowledgement, share keys and
-  unmask are skipped, ``MaskedInputResponse`` carries the agent's encoded vector *unmasked*,
-  and the coordinator sums them itself. The coordinator sees every vector, so the charges are
-  the algorithm's ``secure_aggregation=False`` events, recorded as such in the ledger, and the
-  commit comes BEFORE any vector is requested: it charges every agent that acknowledged the
-  setup (an agent that then sends nothing is over-counted, never the reverse); a refused commit
-  aborts the round with no vector requested, and a vector from an agent that was not charged is
-  refused unread;
-- **every sample released** where the charge credits client sampling
-  (``Algorithm.releases_every_sample``): an empty sample releases the coordinator's noise alone,
-  charged like any round; a lone accepting agent is summed in the plain transport
-  (``num_clients = 1``) with the whole noise; nothing is skipped (docs/accounting.md, "Client
-  sampling: every sample is released").
+Nothing that makes the aggregate computable (an unmask request; without secure aggregation, any
+vector request) happens before the ledger commit is durable (ledger rule 1); an abort before the
+commit charges nothing, after it the charge stays. A cancelled engine writes nothing more.
+Rounds without secure aggregation are
+docs/architecture.md#without-secure-aggregation-secaggenabled-false; where the charge credits
+client sampling every sample is released
+(docs/accounting.md#client-sampling-every-sample-is-released).
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """Which clients a round attempt invites, and how a round releases a small sample.
 
-docs/accounting.md, "Client sampling: every sample is released", proves why; in short, the
-client-sampled charge (``PoissonSampledEvent(q, M)``, ``SampledWithoutReplacementEvent``) bounds
-the release of ``M(S)`` for a sample S drawn exactly as the event says, so:
-
-- **one draw per round, kept across its attempts** (:func:`attempt_sample`): an attempt that
-  aborted before its ledger commit released nothing, and the next attempt invites the same
-  sample again (those of it still in the population). Drawing afresh would release the first
-  sample that got through, a draw conditioned on the aborts. An attempt that committed was
-  charged as a release of its own sample; the next one draws afresh (charged again, a new
-  independent release). A sample is kept only while the population is a subset of the one it
-  was drawn from, so the charge's ratio never falls below the draw's.
-- **no skip** (:func:`~dpfl.learning.algorithms.release.release_for`, the pure policy the
-  audit and the simulations share): when :meth:`Algorithm.releases_every_sample` holds, an
-  empty sample releases the coordinator's noise alone (``M(∅)``) and one agent is summed in the
-  plain transport with the whole noise; only algorithms whose charge does not rest on the
-  secrecy of the sample skip a sample too small for secure aggregation.
-
-Everything here is a pure function of its arguments (and of ``Algorithm.select``'s CSPRNG), so
-the policy can be driven many times without running rounds.
+The client-sampled charge bounds the release of a sample drawn exactly as its event says
+(docs/accounting.md#client-sampling-every-sample-is-released), so a round draws once and keeps
+the sample across its uncommitted attempts (:func:`attempt_sample`), and, where
+``Algorithm.releases_every_sample`` holds, never skips a small sample
+(:func:`~dpfl.learning.algorithms.release.release_for`, shared with the audit and the simulations).
+Everything here is a pure function of its arguments and ``Algorithm.select``'s CSPRNG.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """What a restarted coordinator needs to redo a round: the job's plan and the state before it.
 
-Every round attempt stores, in its record's ``noise`` object (written at ``start_round``, before
-anything is sent), the job's :class:`~dpfl.learning.algorithms.base.JobPlan` and the algorithm's
-:class:`~dpfl.learning.algorithms.base.CoordinatorState` before the round (its model by version
-number: the bytes are the store's model versions; its details; its binary attachments in
-base64). Later the round's secure-aggregation parameters and encoding are added to it.
-
-Recovery (:func:`restore`), after ``abort_interrupted_rounds``:
-
-- a round number with an unfinished (now aborted) attempt is redone from that attempt's stored
-  plan and state: the same noise, the same model (docs/algorithms.md#invariants-of-every-algorithm,
-  3);
-- otherwise the job continues after its last completed round, from the model version that round
-  stored, with the details and attachments of that round's starting state advanced by the
-  algorithm's own ``finish_round``-free bookkeeping: ``details["round"]``. Algorithms whose
-  between-round state holds more than the model and the round number lose that extra state if
-  the coordinator dies in the instant between completing one round and starting the next (two
-  consecutive transactions); the model itself is never lost.
+Every attempt stores, in its record's ``noise`` object before anything is sent, the job's
+:class:`~dpfl.learning.algorithms.base.JobPlan` and the
+:class:`~dpfl.learning.algorithms.base.CoordinatorState` before the round. :func:`restore`
+redoes an interrupted round from them, or continues after the last completed round
+(docs/architecture.md#round-attempts-in-the-store).
 """
 
 from __future__ import annotations

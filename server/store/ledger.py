@@ -1,19 +1,10 @@
 """Ledger arithmetic shared by every store backend (pure: no I/O, no transactions).
 
-The three rules of docs/architecture.md#the-privacy-ledger rest on this module:
-
-1. never under-count: a round's charges are validated completely (every event accounted, every
-   curve finite or +inf, never NaN or negative) *before* the backend writes anything, so a bad
-   charge cannot leave a half-written round;
-2. every entry keeps the mechanism's parameters (the event's JSON form) beside its cached RDP curve
-   on ``dpfl.accounting.ORDERS``; :func:`prepare_charges` refuses an event whose JSON form does not
-   parse back to the same event, and :func:`recompute` is what ``verify_ledger`` compares with;
-3. budgets are checked on composed curves: RDP curves of the same client add across rounds and
-   jobs, and ε at δ is the improved RDP conversion of the sum (``epsilon_from_rdp``).
-
-Data-dependent events (PATE/kNN with margins) are split: the guaranteed counterpart is the charged
-event; the data-dependent curve is kept as the elementwise minimum of both bounds (each is an
-upper bound on the Rényi divergence at every order, so the minimum is too).
+The rules of docs/architecture.md#the-privacy-ledger rest here: charges are validated completely
+before anything is written, every entry's event JSON must parse back to the same event
+(:func:`recompute` is what ``verify_ledger`` compares with), and budgets compare converted sums of
+RDP curves. A data-dependent curve is kept as the elementwise minimum of both upper bounds; the
+guaranteed counterpart is what is charged.
 """
 
 from __future__ import annotations

@@ -1,39 +1,11 @@
 """A client's total that holds whichever neighbouring relations its jobs used (pure arithmetic).
 
-The ledger adds a client's RDP curves across rounds and jobs. That sum is a valid bound when
-every entry is stated for the same neighbouring relation: add/remove (Poisson sampling of records
-or clients, agent-level voting) or replace-one (fixed-size client sampling, DP-Helmet, instance
-level voting); docs/accounting.md lists which algorithm uses which. A replace-one statement does
-not imply an add/remove one, and an add/remove one implies a replace-one one only through two
-steps (remove the record, then add its replacement). The ledger does not store each entry's
-relation (nor can it be read off the event: a bare Skellam release is either), so
-:func:`replace_one_curve` gives a figure that is valid for ANY mix, by converting the whole
-total as if every entry were add/remove:
-
-**Weak triangle inequality** (Mironov 2017, "Rényi Differential Privacy", Prop. 11): for
-distributions P, Q, R, α > 1 and p, q > 1 with 1/p + 1/q = 1,
-
-    D_α(P‖R) ≤ (α − 1/p)/(α − 1) · D_{pα}(P‖Q) + D_{q(α − 1/p)}(Q‖R).
-
-(Hölder's inequality on ``∫P^α R^{1−α} = ∫(P^α Q^{−a})(Q^a R^{1−α})`` with a = α − 1/p.) With P
-and R the outputs on two data sets that differ in one record of this client and Q the output
-with that record removed, an add/remove curve ε bounds both terms, so
-``F_p(ε)(α) = (α − 1/p)/(α − 1)·ε(pα) + ε(q(α − 1/p))`` bounds the replace-one divergence; the
-minimum over several p is still a bound. Orders off the grid are read at the next grid order
-above (Rényi divergences are non-decreasing in α: van Erven & Harremoës 2014, Thm. 3), +inf past
-the last one.
-
-**Why converting everything is safe.** Let E = env(ε), ``env(ε)(α) = min_{β ≥ α} ε(β)``: a valid
-bound wherever ε is (monotonicity again), non-decreasing, and ``env(a + b) ≥ env(a) + env(b)``.
-For non-decreasing E, ``F_p(E) ≥ E`` (the coefficient is ≥ 1 and both orders are ≥ α), and each
-F_p is linear, so ``min_p F_p(E_R + E_A) ≥ E_R + min_p F_p(E_A)``: the conversion of the whole
-total dominates "replace-one entries as they are, add/remove entries converted", which is a
-valid replace-one bound by composition. The agent-level entries fit the same statement: two data
-sets that differ in one record are two data sets of the agent (replace-one), and an agent-level
-add/remove guarantee (the agent's contribution or none) converts the same way. So
-:func:`replace_one_curve` of a client's total is an RDP bound for "replace one record of this
-client" whatever its jobs' relations and units. It is conservative (about 4× the RDP of a
-Gaussian's add/remove curve, the exact cost of doubling its sensitivity).
+Summing RDP curves is valid only for one relation, and the ledger does not store each entry's
+relation, so :func:`replace_one_curve` converts the whole total as if every entry were
+add/remove, with RDP's weak triangle inequality (Mironov 2017, Prop. 11). The result bounds
+"replace one record of this client" for any mix of relations and units, at about 4× a Gaussian's
+add/remove RDP. Derivation and why converting everything is safe:
+docs/accounting.md#d-adding-curves-across-jobs-neighbouring-relations.
 """
 
 from __future__ import annotations

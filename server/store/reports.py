@@ -1,23 +1,9 @@
 """Reading the ledger: ε per client and per job, budget checks, and verification.
 
-Every ε here is recomputed on demand (never stored as a number, so it cannot go stale):
-``verify_ledger`` proves the curve cache right by recomputing every curve from the stored event
-parameters (rule 2) and every running sum from the entries.
-
-Which bound each figure is (docs/accounting.md, "Which bound each ledger figure is"):
-
-- a client's ε in one job (``JobEpsilon``, ``job_epsilons``) is the smaller of the job's summed
-  RDP curve converted and, when every event of the job has a tight path, the tight figure of the
-  same events composed (``compute_epsilon``: exact Gaussian profile or pessimistic PLD); both
-  bound the whole job, so their minimum does. Computed from the stored events, cached per
-  (multiset of events, δ): a population charged the same rounds shares one computation;
-- totals across jobs, budgets, ``replace_one_epsilon``, the history and per-entry figures stay
-  RDP (curves add across jobs; the conversion of the weak triangle inequality needs curves);
-  ``client_budget(tight=True)`` reports the min with the tight composition of every entry, which
-  holds under the same one-relation condition as the RDP sum, but budgets never use it.
-
-Budgets are enforced on the *guaranteed* curves; the data-dependent figures (PATE/kNN margins)
-are reported beside them and used only where the caller opts in.
+Every ε is recomputed on demand, never stored, and ``verify_ledger`` recomputes every cached curve
+and running sum. A client's ε in one job is the smaller of its RDP figure and, where every event
+has one, its tight figure; totals, budgets and history stay RDP
+(docs/accounting.md#which-bound-each-ledger-figure-is). Budgets use the guaranteed curves only.
 """
 
 from __future__ import annotations

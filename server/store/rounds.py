@@ -1,38 +1,10 @@
 """Rounds and the ledger commit: the part of the store the orchestrator drives.
 
-Life cycle of one attempt at one round (:class:`~dpfl.server.store.records.RoundStatus`)::
-
-    running --commit_round--> committed --complete_round--> completed
-       |                          |
-       +------abort_round---------+--------> aborted
-
-Rules (docs/architecture.md#the-privacy-ledger):
-
-- **charge before unmasking.** ``commit_round`` writes every ledger entry of the round, updates the
-  running sums and marks the round committed in ONE transaction; the coordinator calls it after
-  the masked inputs arrived and before it asks for unmasking shares (the earliest moment the
-  aggregate becomes computable). A failure anywhere in it writes nothing and the round stays
-  running: no unmasking may follow.
-- **a committed charge is never undone.** Aborting a committed round keeps its entries.
-- **idempotent per (round attempt, client).** Repeating ``commit_round`` with the same charges
-  (a retry after a lost acknowledgement) returns the stored entries and writes nothing;
-  different charges for a committed round are a ``Conflict``. The database enforces one entry per
-  (round attempt, client) with a unique key.
-- **restart = new attempt, charged again.** After a coordinator crash, an attempt left running
-  was never charged and nothing could be unmasked (its masked inputs died with the process;
-  without secure aggregation no vector is requested before the commit): it is aborted without
-  charge. An attempt left *committed* may have been unmasked (the shares might have been sent
-  before the crash), or its vectors read: it is aborted and its charge stays. Redoing the round
-  number starts a new attempt whose agents add *fresh* noise to a *new* update, i.e. a new
-  release of their data, so it is charged again. This double charge is deliberate and
-  conservative: the ledger cannot know whether the first aggregate was ever computed, so it
-  assumes it was.
-- **no charge goes missing.** ``commit_round`` refuses a charge list that leaves out a client whose
-  masked input was received (``survivors['masked_input']`` when recorded; else, for a round
-  without secure aggregation, which commits before requesting any vector, the
-  ``advertise_keys`` survivors it is about to ask; else ``accepted``);
-  recording ``masked_input``/``unmask`` survivors after the commit that were not charged is a
-  ``Conflict``.
+An attempt goes ``running → committed → completed``, or to ``aborted``. ``commit_round`` charges
+every client whose input was received, in one transaction, before the aggregate can be computed;
+a committed charge is never undone; a repeated commit with the same charges is a no-op; a
+restarted round is a new attempt, charged again. The rules and why:
+docs/architecture.md#round-attempts-in-the-store.
 """
 
 from __future__ import annotations
