@@ -1,18 +1,9 @@
 """Privacy accounting: events, RDP curves, composition, conversion to (ε, δ), tight PLD bounds,
 noise calibration and the closed-form bounds of the algorithms' papers.
 
-Pure math: depends on numpy, scipy and dp_accounting only (never torch, gRPC or SQL), so that the
-ledger, the agents' policies and the ``dpfl privacy`` CLI stay light. Every ε this package reports
-is an upper bound.
-
-Layout: :mod:`~dpfl.accounting.events` (immutable events) and
-:mod:`~dpfl.accounting.serialization` (their JSON form); :mod:`~dpfl.accounting.rdp` (curves and the
-RDP → (ε, δ) conversion) over the pure bounds in :mod:`~dpfl.accounting.rdp_gaussian`,
-:mod:`~dpfl.accounting.rdp_subsampling` and :mod:`~dpfl.accounting.rdp_mechanisms`;
-:mod:`~dpfl.accounting.accountant` (the thin stateful accountant); :mod:`~dpfl.accounting.tight`
-(exact Gaussian profile, pessimistic PLD); :mod:`~dpfl.accounting.report` (``compute_epsilon``: the
-smallest valid bound and which method gave it); :mod:`~dpfl.accounting.calibration` and
-:mod:`~dpfl.accounting.closed_form` (noise calibration, the papers' closed forms side by side).
+Pure math (numpy, scipy, dp_accounting; never torch, gRPC or SQL), so that the ledger, the
+agents' policies and the ``dpfl privacy`` CLI stay light. Every ε this package reports is an
+upper bound. Module layout: docs/accounting.md#package-layout.
 """
 
 from .accountant import RdpAccountant

@@ -1,19 +1,10 @@
 """One-run privacy auditing: from correct guesses about random canaries to a lower bound on ε.
 
-Steinke, Nasr & Jagielski 2023 ("Privacy auditing with one (1) training run", NeurIPS; the
-(ε, δ) theorem is stated in full in docs/audit.md): m canaries are each included
-independently with probability 1/2; an auditor makes r guesses (abstaining on the others) from
-the released outputs. If the mechanism is (ε, δ)-DP with respect to each canary, the number W of
-correct guesses satisfies, for every v,
-
-    P[W ≥ v] ≤ β_ε(v) + 2mδ · max_{1 ≤ i ≤ v} (β_ε(v−i) − β_ε(v)) / i,
-
-with ``β_ε(u) = P[Binomial(r, e^ε/(1+e^ε)) ≥ u]``. The right-hand side is the p-value of the
-hypothesis "the mechanism is (ε, δ)-DP" given v correct guesses; ε_lower is the largest ε whose
-hypothesis, and that of every smaller ε, is rejected at level 1 − confidence.
-
-Pure math (numpy/scipy only). Binomial tails are summed exactly in log space here, so that far
-tails (p-values of 1e-30) are not lost to cancellation.
+Steinke, Nasr & Jagielski 2023 ("Privacy auditing with one (1) training run"): ε_lower is the
+largest ε whose (ε, δ)-DP hypothesis, and that of every smaller ε, is rejected at level
+1 − confidence given v correct guesses out of r. Binomial tails are summed exactly in log space
+so that far tails are not lost to cancellation. Theorem and proof:
+docs/audit.md#from-guesses-to-ε-accountingauditpy.
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """One-run auditing against a trade-off curve (f-DP) instead of a single (ε, δ) pair.
 
-The guessing game is the one of :mod:`dpfl.accounting.audit` (m canaries, each included with
-probability 1/2; r guesses, abstention on the rest; v of them correct). The conversion here is
-the f-DP one-run bound in the spirit of Mahloujifar, Melis & Chaudhuri 2024/2025 ("Auditing
-f-Differential Privacy in One Run"): if the mechanism is f-DP with respect to every canary,
-then P[W ≥ v] ≥ τ forces a total guess mass that the recursion of :func:`minimal_guess_mass`
-bounds from below; when that exceeds r/m, P[W ≥ v] < τ and the hypothesis "f-DP" is rejected at
-level τ. docs/audit.md states the theorem and proves it in full.
-
-Two families of hypotheses:
-
-- **μ-GDP** (:func:`gdp_mu_lower_bound`): f = G_μ, the Gaussian trade-off; μ_L is then turned
-  into ε at δ with the exact GDP conversion (:func:`gdp_epsilon`). The statement is "the
-  mechanism is not μ-GDP for any μ ≤ μ_L", a lower bound within the Gaussian family;
-- **(ε, δ)-DP** (:func:`fdp_epsilon_lower_bound`): f = f_{ε,δ}, the same claim as the
-  Steinke–Nasr–Jagielski bound, through this recursion.
-
-Pure math (numpy/scipy); every hypothesis grid is processed as one vector.
+Same guessing game as :mod:`dpfl.accounting.audit`; the conversion is the f-DP one-run bound
+(Mahloujifar, Melis & Chaudhuri, "Auditing f-Differential Privacy in One Run"), for two families:
+μ-GDP (:func:`gdp_mu_lower_bound`, then ε at δ by :func:`gdp_epsilon`) and (ε, δ)-DP
+(:func:`fdp_epsilon_lower_bound`). Pure math; every hypothesis grid is processed as one vector.
+Theorem and proof: docs/audit.md#a-tighter-conversion-the-f-dp-one-run-bound-accountingaudit_fdppy.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """Privacy events: immutable values describing what one release did with the protected data.
 
-An event states its mechanism, its parameters, its **neighbouring relation** and its
-**sensitivity** explicitly, so that an ε can always be recomputed from it (the ledger stores
-events, see docs/architecture.md#rule-2-every-event-can-be-recomputed). Invariants:
-
-- every event is a frozen, slotted dataclass; its fields are validated (and normalised to plain
-  ``float``/``int``/``tuple``) on construction, so an event that exists is well formed, and equal
-  events hash equally (the RDP curves are cached by event);
-- sensitivities are in the units of the noise (``GaussianEvent.sigma`` and ``sensitivity`` are
-  both absolute; their ratio is the noise multiplier);
-- the neighbouring relation is the one of the enclosing sampling event: Poisson sampling
-  (:class:`PoissonSampledEvent`) pairs with add/remove-one, so the inner sensitivity is the
-  add/remove sensitivity (``C`` for a sum of records clipped to norm ``C``); sampling without
-  replacement (:class:`SampledWithoutReplacementEvent`) pairs with replace-one, so the inner
-  sensitivity is the replace-one sensitivity (``2·C`` for the same sum). A bare Gaussian at the top
-  level is valid for whichever relation its ``sensitivity`` was computed under. Voting events carry
-  their own relation in ``level`` (agent: add/remove one agent; instance: replace one record);
-- JSON forms (:mod:`dpfl.accounting.serialization`) never lose a field: fields are only ever
-  added, with defaults.
+An event states its mechanism, parameters, neighbouring relation and sensitivity explicitly, so
+that an ε can always be recomputed from it
+(docs/architecture.md#rule-2-every-event-can-be-recomputed).
+Events are frozen and validated on construction; the invariants (units of sensitivity, which
+relation goes with which sampling event, the JSON form) are in
+docs/accounting.md#events-and-their-invariants.
 """
 
 from __future__ import annotations

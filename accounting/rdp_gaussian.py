@@ -1,30 +1,10 @@
 """Exact RDP of the Poisson-subsampled Gaussian mechanism at integer and fractional orders.
 
-Setting (Mironov, Talwar & Zhang 2019, "Rényi Differential Privacy of the Sampled Gaussian
-Mechanism", §3): add/remove-one neighbouring, each record sampled with probability ``q``,
-Gaussian noise of std ``z`` on a unit-sensitivity sum. With ``μ0 = N(0, z²)`` and
-``μ = (1−q)·μ0 + q·N(1, z²)`` the RDP at order α is ``log(A_α)/(α−1)`` with
-``A_α = E_{x∼μ0}[(μ(x)/μ0(x))^α]`` (their Thm. 5: the other direction is never larger). Writing
-``y(x) = q·(exp((2x−1)/(2z²)) − 1)`` we have ``E_{μ0}[y] = 0`` and therefore
-
-    A_α − 1 = E_{μ0}[ h_α(y) ],    h_α(y) = (1+y)^α − 1 − α·y ≥ 0,
-
-an expectation of a non-negative function: no cancellation, full relative precision even when the
-RDP is tiny.
-
-- Integer α: ``A_α − 1 = Σ_{i=2..α} C(α,i)·q^i·(1−q)^{α−i}·(exp((i²−i)/(2z²)) − 1)`` exactly (the
-  binomial expansion, MTZ19 §3.3), summed in log space and inflated by a relative 1e-11 to cover
-  floating-point rounding.
-- Fractional α: the expectation is computed by the trapezoid rule on the real line, which
-  converges geometrically for integrands analytic in a strip; the step is chosen so that the
-  discretisation error is below 1e-15 relative (see :func:`_trapezoid_step`), and the result is
-  inflated by a relative 1e-10 to stay an upper bound. It is then capped by the convexity bound
-  from the neighbouring integer orders (``(α−1)·RDP(α)`` is convex in α), which is what remains
-  when the grid would be too fine (``z`` below ~0.05).
-
-dp_accounting's fractional orders sum the absolute values of an alternating series (safe, but above
-this value); Opacus sums it with signs. Both are cross-checked in the tests, as is an mpmath
-numerical integral.
+Mironov, Talwar & Zhang 2019, written as the expectation of a non-negative function so that there
+is no cancellation: integer orders by the binomial expansion in log space, fractional orders by
+the trapezoid rule, each inflated slightly to stay an upper bound and capped by convexity between
+integer orders. Derivation and error bounds:
+docs/accounting.md#exact-rdp-of-the-subsampled-gaussian.
 """
 
 from __future__ import annotations

@@ -1,21 +1,10 @@
 """RDP bounds of the discrete and voting mechanisms of dpfl (pure functions of parameters).
 
-- :func:`skellam_rdp`: the multidimensional Skellam mechanism, Agarwal, Kairouz & Liu 2021 ("The
-  Skellam Mechanism for Differentially Private Federated Learning", NeurIPS), Theorem 3.5 with
-  Corollary 3.6 (multidimensional; sensitivities Δ1 in L1 and Δ2 in L2, integer-valued query,
-  noise of variance V per coordinate): for integer α > 1,
-
-      ε(α) ≤ α·Δ2²/(2V) + min( ((2α−1)·Δ2² + 6·Δ1) / (4V²),  3·Δ1/(2V) ).
-
-  dpfl's ``Sk(mu)`` is ``Poisson(mu) − Poisson(mu)``, so ``V = 2·mu``. The paper states the bound
-  for integer orders; fractional orders are obtained by convexity
-  (:func:`~dpfl.accounting.rdp_subsampling.interpolate_fractional`), never by evaluating the
-  formula off the integers. As ``mu`` grows the bound tends to the Gaussian RDP ``α·Δ2²/(2V)``.
-- :func:`voting_rdp`: PATE-FL / Private-kNN-FL, data-independent (docs/algorithms.md#pate-fl,
-  #private-knn-fl).
+- :func:`skellam_rdp`: the multidimensional Skellam mechanism (Agarwal, Kairouz & Liu 2021),
+  integer orders only; docs/accounting.md#skellam-and-voting-rdp states the bound;
+- :func:`voting_rdp`: PATE-FL / Private-kNN-FL, data-independent (docs/algorithms.md#pate-fl);
 - :func:`data_dependent_voting_rdp`: the per-query data-dependent bound of
-  docs/algorithms.md#why-no-data-dependent-charge, with the min against the data-independent bound
-  per query and per order.
+  docs/algorithms.md#why-no-data-dependent-charge, capped by the data-independent one.
 """
 
 from __future__ import annotations

@@ -1,27 +1,10 @@
 """A fractional-order moment bound from integer-order ones, by a verified polynomial majorant.
 
-For a random variable X ≥ ``lower`` with ``E[1] = E[X] = 1`` and ``E[X^j] ≤ m_j`` at integers
-``j ≥ 2``, and any polynomial ``p(x) = c_0 + c_1·x + Σ_j c_j·x^j`` with ``c_j ≥ 0`` (j ≥ 2) and
-``p(x) ≥ x^α`` for every ``x ≥ lower``:
-
-    E[X^α] ≤ E[p(X)] = c_0 + c_1 + Σ_j c_j·E[X^j] ≤ c_0 + c_1 + Σ_j c_j·m_j.
-
-This is weak duality of the moment problem "maximise E[X^α] under those constraints"; it holds
-for every real α > 1. The coefficients come from the dual of a linear program over distributions
-on a grid (HiGHS), but the LP is only a heuristic for choosing them: soundness rests on the
-check of ``p ≥ x^α`` made here on the whole half-line, with the constant term raised by whatever
-deficit the check finds:
-
-- on ``[lower, X]``, a geometric grid of ratio 1 + 1e-3; on a cell ``[a, b]`` of width h,
-  ``g = p − x^α`` is at least ``min(g(a), g(a) + g'(a)·h) − M·h²/2`` (Taylor), with ``M`` a bound
-  on ``|g''|`` from the monotone terms at the ends of the cell, less a float64 rounding margin;
-- beyond ``X``, with N the largest j > α with ``c_N > 0``: X is chosen so that
-  ``c_N·X^{N−α}``, ``c_N·X^N/|c_0|`` and ``c_N·X^{N−1}/|c_1|`` are all ≥ 3, so ``c_N·x^N`` alone
-  exceeds ``x^α + |c_0| + |c_1|·x`` for every x ≥ X ≥ 1 (the other terms are ≥ 0).
-
-Used for the Poisson-subsampled Skellam (``X = 1 − γ + γL``, ``L = dP/dQ``; see
-docs/accounting.md, "Skellam at fractional orders"), where the convexity interpolation between
-integer orders is the only other bound and is about 10 % loose at the orders that matter.
+If ``p(x) ≥ x^α`` on the support and ``p`` has non-negative coefficients beyond degree 1, then
+``E[X^α] ≤ E[p(X)]``, bounded by the integer moments (weak duality). An LP (HiGHS) proposes the
+coefficients; soundness rests only on the check of ``p ≥ x^α`` on the whole half-line made here.
+Used for the Poisson-subsampled Skellam; derivation, check and numbers:
+docs/accounting.md#skellam-at-fractional-orders.
 """
 
 from __future__ import annotations

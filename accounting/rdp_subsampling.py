@@ -1,30 +1,10 @@
 """RDP amplification by subsampling for any inner mechanism, and the convexity extension.
 
-Pure functions of RDP curves. The inner mechanism is described by its RDP at the integer orders
-``2..A`` (``inner[m]`` for order ``m``; ``inner[0]`` and ``inner[1]`` are ignored).
-
-- :func:`poisson_general_rdp`: Zhu & Wang 2019 ("Poisson Subsampled Rényi Differential Privacy",
-  ICML), Theorem 6, the general upper bound for Poisson sampling with rate γ under add/remove-one
-  neighbouring, valid for any mechanism at integer α ≥ 2.
-- :func:`poisson_symmetric_rdp`: the exact binomial expansion of the "remove" direction (the
-  expression of the exact subsampled-Gaussian RDP of Mironov, Talwar & Zhang 2019, of Zhu & Wang's
-  tight bound for mechanisms meeting their condition, and of the Poisson RDP bound in Steinke 2022,
-  arXiv:2210.00597), valid in BOTH directions for mechanisms whose neighbouring pairs are
-  symmetric, by a lemma proven in its docstring and in docs/accounting.md; dpfl uses it for the
-  Skellam mechanism, an integer shift of a symmetric noise.
-- :func:`without_replacement_general_rdp`: Wang, Balle & Kasiviswanathan 2019 ("Subsampled Rényi
-  Differential Privacy and Analytical Moments Accountant", AISTATS), Theorem 9, for sampling
-  ``m`` of ``n`` records without replacement under replace-one neighbouring, integer α ≥ 2, with
-  ``ε(∞) = ∞`` (we never rely on a finite pure-DP bound of the inner mechanism).
-- :func:`without_replacement_gaussian_rdp`: the same setting for a Gaussian inner mechanism, the
-  tighter Theorem 27 of that paper through dp_accounting, capped by Theorem 9.
-- :func:`interpolate_fractional`: ``K(α) = (α−1)·D_α`` is convex in α for any pair of
-  distributions (it is a log-moment-generating function), and ``K(1) = 0``; so a bound at the two
-  integers around a fractional α bounds it there by linear interpolation of K (WBK19,
-  Corollary 10).
-
-Both general theorems are also capped by the inner curve itself: subsampling never increases the
-Rényi divergence (joint quasi-convexity of D_α over the mixture of subsets).
+Pure functions of RDP curves given at the integer orders ``2..A`` (``inner[m]`` for order ``m``):
+Poisson sampling (Zhu & Wang 2019; the exact symmetric expansion for symmetric pairs), sampling
+without replacement (Wang, Balle & Kasiviswanathan 2019, general and Gaussian), and fractional
+orders by convexity. Which theorem each function applies, and why:
+docs/accounting.md#subsampling-bounds-for-any-inner-mechanism.
 """
 
 from __future__ import annotations

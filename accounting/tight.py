@@ -1,29 +1,10 @@
 """Tight (ε, δ): the exact Gaussian privacy profile, and pessimistic PLD composition.
 
-Supported events reduce to (i) Gaussian mechanisms composed on the same data (Gaussian events and
-data-independent voting events: RDP exactly ``ρ·α``) and (ii) Poisson-subsampled compositions of
-Gaussians. Everything else (Skellam, sampling without replacement, the general subsampling bounds)
-has no tight path here and is reported by RDP only.
-
-- Only (i): the composition is exactly one Gaussian mechanism with ``μ = √(2·Σρ)`` (the privacy
-  loss of a Gaussian is Gaussian, and Gaussians add), whose privacy profile is known in closed form
-  (Balle & Wang 2018, "Improving the Gaussian Mechanism for Differential Privacy", Thm. 8):
-  ``δ(ε) = Φ(−ε/μ + μ/2) − e^ε·Φ(−ε/μ − μ/2)``. We solve it for ε and return a value whose δ is
-  verified ≤ the target. Method ``"analytic_gaussian"``.
-- With (ii): privacy loss distributions (Koskela et al. 2020; Doroshenko et al. 2022,
-  "Connect the Dots") through dp_accounting, with ``pessimistic_estimate=True``: the discretised
-  PLD dominates the true one, composition preserves domination and truncated tail mass is moved to
-  +∞, so the result is an upper bound for any grid. Identical steps are grouped and composed by FFT
-  self-convolution. Neighbouring relation: add/remove (both directions are composed and the worse
-  is reported). Method ``"pld"``.
-
-The PLD grid is chosen relative to the ε being computed (:func:`adaptive_pld_epsilon`): a fixed
-step is loose at small ε (q = 0.001, z = 4, 100 steps: 0.0110 at a 1e-3 step where the limit is
-0.0060) and needlessly slow at large ε. The excess of a pessimistic PLD over its limit shrinks
-about quadratically in the step once the step is fine enough, so the grid is refined until the
-change between two successive grids predicts a remaining excess ≤ :data:`PLD_RELATIVE_TOLERANCE`·ε.
-Every grid gives a valid upper bound, so the smallest value computed is returned whatever the
-estimate says; the estimate only decides how much work is spent on tightness.
+Compositions of Gaussians on the same data use the closed-form profile (``"analytic_gaussian"``);
+Poisson-subsampled Gaussians use dp_accounting's pessimistic PLD (``"pld"``) on a grid refined
+until the remaining excess is small. Every other event has no tight path and is reported by RDP
+only. Why each figure is an upper bound: docs/accounting.md#the-tight-path and
+docs/accounting.md#the-pld-grid-follows-ε.
 """
 
 from __future__ import annotations

@@ -1,19 +1,8 @@
 """White-box one-run audit of DP-FedSGD (one local step, record level, Skellam): ε_lower against
 the ledger's ε_upper. Prints ONE JSON line per point.
 
-Each point plans a job at ``target_epsilon`` = ε_upper, runs one round with 4 simulated agents
-through the algorithm's own plan/encoding/agent_check/agent_contribution (the real integer
-DP-SGD step and Skellam sampler; the secure sum is the modular sum it reveals), with m canary
-records of Dirac gradients on the silent features of a public synthetic data set
-(:mod:`dpfl.learning.audit.synthetic`), and converts the guesses with two bounds at 95 %
-confidence each (docs/audit.md): the Steinke–Nasr–Jagielski bound for the (ε, δ) claim
-(``epsilon_lower``) and the f-DP one-run bound for the μ-GDP claim (``epsilon_lower_gdp``, ε at δ
-of μ_lower-GDP). Target: ε_lower ≥ 0.5·ε_upper at ε_upper ∈ {1, 2, 4}, m ≤ 10 000, ≤ 10 minutes
-per point on 2 cores; ε_upper = 8 is reported as well. Both ratios are reported, each against
-its own claim. The headline figures guess the count the plan chooses before the run (no union
-bound); the CLI's default, which adds r = m under a union bound, is reported apart.
-
 Usage: ``python benchmarks/audit.py [--canaries M] [--seeds K] [--plot audit.png]``.
+Method, target and results: docs/audit.md#benchmark-benchmarksauditpy.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
 """Time of one DP-SGD step against one plain SGD step for the CNN on 28x28 inputs.
 
-Prints ONE JSON line. For every batch size and device it reports the median wall time of a plain
-step (forward, mean cross-entropy, backward, SGD update) and of a DP-SGD step (forward, per-sample
-gradients with each Opacus engine, per-sample clipping, Gaussian noise, update) and their ratio.
-Steps are interleaved (plain, then each engine, repeated) so that a load change on a shared
-machine hits all of them alike; the ratios are measured within one run.
-
-The target is ratio <= 2 on CPU for the default engine (``ew``) at the headline batch
-size. Usage: ``python benchmarks/dpsgd.py [--batch-sizes 64,128,256] [--repeats 30] [--threads N]``.
-
-``--accuracy`` (needs ``$DPFL_DATA_DIR`` with MNIST; minutes on CPU) also trains the same CNN on
-MNIST, once without privacy (SGD, momentum 0.9, batch 128) and once with DP-SGD (C = 1,
-σ = 1.0, Poisson rate 512/60000, learning rate 4), and adds their test accuracies and the DP run's
-ε at δ = 1e-5 (dpfl.accounting), to show that the fast CNN is still a sensible model.
+Prints ONE JSON line: per batch size and device, the median wall time of a plain step and of a
+DP-SGD step with each Opacus engine, interleaved so that load changes hit all alike, and their
+ratio (target ≤ 2 on CPU for ``ew``). ``--accuracy`` also trains both on MNIST.
+Usage: ``python benchmarks/dpsgd.py [--batch-sizes 64,128,256] [--repeats 30] [--threads N]``.
+Method and results: docs/performance.md#learning-dp-sgd-step-cost-benchmarksdpsgdpy.
 """
 
 from __future__ import annotations

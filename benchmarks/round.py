@@ -2,22 +2,10 @@
 
     python benchmarks/round.py --agents 50 --processes 4 --sizes 10000 100000 --rounds 3
 
-A real coordinator (store on a temporary SQLite file, round engine, gRPC server) in this
-process, and ``--agents`` real agents (``dpfl.client``: task loop, local policy and ledger,
-secagg client, gRPC transport) spread over ``--processes`` worker processes. The job sums raw
-vectors of each size (a benchmark-only algorithm plugged into both sides through the
-``algorithms`` resolvers: ``agent_compute`` returns a random unit vector, so training is
-excluded) with everything else as in production: invitations, secure aggregation with the
-solver's (k, t), Skellam noise shares encoded into the ring, the ledger commit before unmasking,
-decoding. Reported per size, as medians over the rounds: the coordinator's stage durations
-(``Round.stage_seconds``), the round's wall time from its start to its completion (the round
-overhead), and the coordinator process's CPU time per round (gRPC, unpacking, summing,
-reconstruction, ledger). Target: ≤ 3 s at 50 agents and 10⁵ parameters (docs/performance.md).
-
-On a 2-core machine the agents' own work (encoding with Skellam noise, masking with k + 1 PRG
-streams, packing) of all 50 agents shares the same two cores as the coordinator, so the wall time
-includes 50 agents' compute serialised on 2 cores, which a deployment runs in parallel on 50
-machines; ``coordinator_cpu_s_per_round`` isolates the coordinator's part.
+A real coordinator and real agents in worker processes summing random unit vectors (training
+excluded, everything else as in production). Target: ≤ 3 s at 50 agents and 10⁵ parameters.
+Method, JSON fields and results:
+docs/performance.md#a-whole-round-over-loopback-grpc-benchmarksroundpy.
 """
 
 from __future__ import annotations

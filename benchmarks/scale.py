@@ -2,26 +2,9 @@
 
     python benchmarks/scale.py --agents 100 300 1000 --sizes 10000 100000 --plot scale.png
 
-One coordinator in this process with a PostgreSQL ledger (a fresh database per run on the
-server at ``--postgres``, dropped at the end) and N real agents (``dpfl.client``: task loop,
-local policy and SQLite ledger, secagg client, gRPC transport) in ``--processes`` worker
-processes, for each N of ``--agents`` and each vector size of ``--sizes``. The agents contribute
-random unit vectors (``harness.federation.RawVectorSum``: training excluded; invitations, secure
-aggregation with the solver's (k, t), Skellam noise, the ledger commit, reconstruction and
-decoding as in production).
-
-Per point (medians over ``--rounds`` measured rounds after ``--warmup``): the round's wall time
-from start to completion, p50 and p99 of each stage's duration over the measured rounds, the
-coordinator process's CPU seconds per round and its resident memory (current and peak), and the
-protocol bytes per agent per round (serialized ``Connect`` messages both ways and model download
-chunks, counted at the coordinator; HTTP/2 and TLS framing excluded). The job keeps a model of
-the vector's size that every agent downloads each round, as in a real job. ``--plot`` draws
-round time against N per size.
-
-The agents' own work (Skellam encoding, masking with k + 1 PRG streams) runs on the same cores as
-the coordinator here, so on a small machine the wall time includes N agents' compute serialised,
-which a deployment spreads over N machines; ``coordinator_cpu_s_per_round`` isolates the
-coordinator's part and ``agents_cpu_s_per_round`` is what the worker processes spent.
+One coordinator with a PostgreSQL ledger and N real agents in worker processes summing random
+unit vectors, per N and vector size. Method, JSON fields and results:
+docs/performance.md#scale-100-to-1000-agents-benchmarksscalepy.
 """
 
 from __future__ import annotations

@@ -2,18 +2,9 @@
 
     python benchmarks/secagg.py --clients 1000 --dim 100000 --dropout 0.05 --json
 
-(k, t) come from the solver (γ = 5 %, δ = the dropout rate, semi-honest, σ = 40, η = 20); inputs are
-uniform ring vectors (r = 32 bits) drawn lazily per client; the dropouts are spread evenly over
-the four stages (so some clients drop after sending their masked input and are still counted).
-Reported, as medians over ``--repeat`` runs: per-client time per stage (mean and median over the
-clients), server time per stage, the server's unmask time (reconstruction + mask removal), the
-end-to-end time of all clients and the server in one process (wall clock, and the process's
-CPU time, which other load on a shared machine does not inflate), the peak RSS, whether the
-aggregate equals the plain sum of the survivors' inputs, and the speed targets. Also, outside
-the protocol, the time one agent takes to encode a real vector of this size with Skellam noise.
-
-Reference (same machine, n = 1000, L = 10⁵, k = 21): Flower 1.41 SecAgg+ takes 91.4 s for the
-server unmask and 215 s end to end (docs/performance.md).
+(k, t) from the solver, dropouts spread over the four stages, medians over ``--repeat`` runs.
+Setup, what the JSON line reports, targets and the comparison with Flower:
+docs/performance.md#secure-aggregation-benchmarkssecaggpy.
 """
 
 from __future__ import annotations

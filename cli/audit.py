@@ -1,22 +1,10 @@
 """``dpfl audit``: run a job in simulation with canaries and print ε_lower beside the ledger's ε.
 
-The job runs with N simulated agents through the algorithm's own coordinator and agent
-functions (:mod:`dpfl.learning.audit.run` says which code paths, and why the secure sum is
-taken directly); m canaries of the job's protected unit are each included with probability 1/2,
-and two one-run bounds turn the correct guesses into lower bounds at the chosen confidence
-(docs/audit.md): ε_lower, for the (ε, δ) claim (Steinke, Nasr & Jagielski 2023), and μ_lower with
-its ε at δ, for the μ-GDP claim (the f-DP one-run bound). With ``--database-url`` the run is
-stored as a completed job with its ledger and the audit is attached to it (REST
-``/api/v1/jobs/{id}/privacy-audits``, the dashboard's job view). With ``--json`` the command
-prints ONE line::
-
-    {"job", "algorithm", "mode", "unit", "relation", "canaries", "included", "guesses",
-     "correct", "confidence", "delta", "epsilon_lower", "epsilon_upper", "rounds", "design",
-     "seconds", "mu_lower", "epsilon_lower_gdp", "gdp_guesses", "gdp_correct",
-     "stored": null | {"job_id", "audit_id", "epsilon_upper_ledger"}}
-
-Exit codes: 0 audited; 2 bad input (job file, arguments, a job the canary design refuses, a
-database that cannot be reached or refuses the run).
+The job runs with N simulated agents through the algorithm's own coordinator and agent functions
+(:mod:`dpfl.learning.audit.run`); two one-run bounds turn the canary guesses into ε_lower (the
+(ε, δ) claim) and μ_lower with its ε at δ (the μ-GDP claim). ``--database-url`` stores the run
+and attaches the audit to it. The ``--json`` line and the exit codes:
+docs/audit.md#output---json-and-exit-codes.
 """
 
 from __future__ import annotations

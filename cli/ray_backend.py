@@ -1,21 +1,10 @@
 """``dpfl simulate --backend ray``: a simulation's agents hosted in Ray actors over a cluster.
 
 The coordinator runs in the driver (:class:`dpfl.cli.simulate.Simulation`); :class:`RayAgentPool`
-places the agents in groups of ``agents_per_actor`` into actors of
-:class:`dpfl.client.remote_host.RemoteAgentHost` spread over the cluster's nodes (Ray's
-``SPREAD`` strategy). Each actor enrols its agents and keeps their streams to the coordinator
-over real gRPC, and loads their data shards itself. Resources per actor are the per-agent
-figures times the agents it hosts: ``cpus_per_agent`` (default: the cluster's CPUs shared
-evenly among the agents) and ``gpus_per_agent`` (default: the cluster's GPUs shared evenly, at
-most one per agent, and none on a cluster without GPUs). A request the cluster can never satisfy
-is refused before any actor starts, instead of waiting for resources forever.
-
-An actor that dies takes its agents' streams down with it; the coordinator counts them as
-dropouts (secure aggregation tolerates up to the job's ``dropout_fraction``), and the pool never
-turns a dead actor into an error of the run: :meth:`RayAgentPool.close` ignores them.
-
-Ray is an optional dependency (``pip install 'dpfl[ray]'``); this module imports it lazily so
-that the other backends never need it.
+places the agents, ``agents_per_actor`` at a time, into
+:class:`dpfl.client.remote_host.RemoteAgentHost` actors spread over the nodes, each agent on its
+own gRPC stream. Ray is optional (``pip install 'dpfl[ray]'``) and imported lazily. Resources,
+refused requests and dead actors: docs/architecture.md#ray-backend.
 """
 
 from __future__ import annotations

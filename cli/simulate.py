@@ -1,28 +1,10 @@
 """``dpfl simulate``: a coordinator and N agents, on loopback gRPC, in-process, or in Ray actors.
 
-Both transports run the same things a deployment runs: the coordinator's store and ledger (a
-temporary SQLite file unless ``--database-url`` is given), its round engine and secagg server,
-and N real agents (``dpfl.client``: task loop, local policy and local ledger, secagg client),
-each with its share of the job's data (``DATASET#index=I&agents=N&...``, the same spec a
-``dpfl-agent run --data`` process uses to join a simulated federation). ``grpc`` connects every
-agent over a real loopback channel; ``inproc`` replaces the socket by in-process links that
-still copy every message through its serialized bytes (:mod:`dpfl.cli.inproc`). ``--backend
-ray`` keeps the coordinator in this process and hosts the agents in Ray actors spread over a
-cluster, each agent on its own gRPC stream (:mod:`dpfl.cli.ray_backend`).
-
-:class:`Simulation` is the library behind the command (and ``dpfl demo``): it enrols the agents
-and builds their links, and :class:`dpfl.client.simulation.AgentHost` starts and hosts them (one
-torch thread per training, see there). Tests use it to reach the agents
-(:class:`~dpfl.client.simulation.SimulatedAgent`: kill one at a chosen moment, read its ledger and
-events) and the coordinator (to crash and restart it).
-
-With ``--json`` the command ends with ONE line::
-
-    {"job", "algorithm", "rounds_completed", "accuracy", "epsilon": {client_id: ε}, "delta",
-     "noise_multiplier", "wall_s"}
-
-``accuracy`` is the last completed round's accuracy on the held-out test split; ``epsilon`` is
-each client's ε in the coordinator's ledger at the job's δ.
+Runs what a deployment runs (the coordinator's store, ledger, round engine and secagg server, and
+N real agents each with its data shard) over a loopback channel (``grpc``), in-process links that
+still serialize every message (``inproc``), or Ray actors (``--backend ray``). :class:`Simulation`
+is the library behind the command and ``dpfl demo``, and tests use it to reach the agents and the
+coordinator. Transports and the ``--json`` line: docs/architecture.md#simulation-dpfl-simulate.
 """
 
 from __future__ import annotations

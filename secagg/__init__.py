@@ -1,19 +1,8 @@
 """Secure summation in the style of Bell et al. (CCS 2020): the coordinator learns only the sum.
 
 Transport-free: pure state machines (state, inbound messages) -> (state, outbound messages), the
-primitives they use (X25519, HKDF-SHA256, AES-GCM, AES-CTR PRG, Shamir sharing over GF(2^521-1)),
-parameter selection, the ring encoding and the integer noise samplers. No I/O, no gRPC, no torch.
-
-Entry points:
-
-- parameters: :func:`choose_graph_parameters`, :class:`RoundParameters` (``.choose``,
-  ``.setup_for``, ``.from_setup``);
-- encoding and noise: :class:`EncodingConfig` (JSON for ``SecAggSetup.encoding_json``),
-  :func:`encode`, :func:`decode`, :func:`bit_budget`, :class:`NoiseSpec`;
-- state machines: :mod:`dpfl.secagg.client` (``new_client``, ``with_input``, ``step``) and
-  :mod:`dpfl.secagg.server` (``start_round``, ``receive``, ``close_stage``, ``begin_unmask``);
-- the whole protocol in one process: :func:`simulate`;
-- messages mirroring ``dpfl.v1``: :mod:`dpfl.secagg.messages`; errors: :mod:`dpfl.secagg.errors`.
+primitives they use, parameter selection, the ring encoding and the integer noise samplers. No
+I/O, no gRPC, no torch. Entry points: docs/secagg.md#package-entry-points.
 """
 
 from . import client, messages, server

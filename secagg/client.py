@@ -1,19 +1,10 @@
 """The client (agent) side of the protocol: one frozen state per stage, one pure step function.
 
-``step(state, request) -> (state, response | None)``. A client verifies every request
-(docs/secagg.md#stage-2-share-keys, #stage-4-unmask) and answers each stage at most once:
-
-- a message of another job, round or session raises :class:`StaleMessage`, one of an earlier stage
-  already answered raises :class:`DuplicateMessage`, one of a later stage raises
-  :class:`WrongStage`; the caller keeps its state (states are immutable) and may send an ``Error``;
-- a request whose *content* breaks the protocol (bad keys, too few neighbours, a share that fails
-  authentication or names other parties, inconsistent unmask sets) returns a :class:`ClientAborted`
-  state: the client leaves the round and never answers again.
-
-Keys are fresh every round (drawn when the setup arrives) and the private keys are dropped once the
-masked input is sent, so no s_i^SK is reused after its reconstruction could have happened. All
-randomness comes from the injected :class:`~dpfl.secagg.randomness.RandomSource`; a seeded source
-makes the whole transcript reproducible.
+``step(state, request) -> (state, response | None)``. A client verifies every request and answers
+each stage at most once: an out-of-place message raises (the caller keeps its state), a request
+whose content breaks the protocol returns a :class:`ClientAborted` state. Keys are fresh every
+round; all randomness comes from the injected source. The rules:
+docs/secagg.md#how-a-client-treats-a-request.
 """
 
 from __future__ import annotations

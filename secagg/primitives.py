@@ -1,18 +1,9 @@
-"""Key agreement, authenticated encryption of shares and the session identifier
-(docs/secagg.md#the-protocol).
+"""Key agreement, authenticated encryption of shares and the session identifier.
 
-- X25519 (RFC 7748) for both key pairs of a client; every derived key goes through HKDF-SHA256 with
-  the session id as salt and a length-prefixed info string (:mod:`dpfl.secagg.kdf`).
-- Share encryption key, *directional*: K_ij = HKDF(X25519(c_i^SK, c_j^PK), session, "enc" ‖ i ‖ j),
-  so the two directions of a pair never share a key.
-- Pairwise mask seed, *symmetric*: s_ij = HKDF(X25519(s_i^SK, s_j^PK), session, "mask" ‖ min ‖ max).
-- AES-256-GCM with a random 96-bit nonce; the associated data binds the session, the sender and the
-  receiver, so a ciphertext that is tampered with, delivered to another client or replayed from
-  another session fails with :class:`DecryptionError`.
-
-Public keys are refused (:class:`InvalidKey`) when they are not 32 bytes or lie in the small
-subgroup (their u-coordinate, reduced mod 2^255 − 19, is one of the five low-order points), which
-would make the shared secret predictable.
+X25519 with every derived key going through HKDF-SHA256 bound to the session; a directional key
+per ordered pair for shares and a symmetric seed per pair for masks; AES-256-GCM whose associated
+data binds session, sender and receiver. Low-order and malformed public keys are refused.
+Derivations: docs/secagg.md#key-derivation-and-share-encryption.
 """
 
 from __future__ import annotations
