@@ -11,7 +11,7 @@ fraction). The sizes are a function of the spec only (public), never of what age
 
 from __future__ import annotations
 
-from dpfl.learning.algorithms.base import AlgorithmError
+from dpfl.learning.algorithms.base import AgentData, AlgorithmError, CoordinatorData
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpec
 
@@ -52,3 +52,37 @@ def mean_local_size(job: JobSpec, population: int) -> float:
     """(1/n)·Σ_i M_i of the simulated federation (see :func:`local_sizes`)."""
     sizes = local_sizes(job, population)
     return sum(sizes) / len(sizes)
+
+
+def simulated_federation(job: JobSpec, agents: int) -> tuple[CoordinatorData, dict[str, AgentData]]:
+    """The simulated federation of the job's data spec: the coordinator's test and public
+    splits, and each agent's private share (ids ``agent-0000``...)."""
+    from dpfl.learning.data import federate, load_dataset, partition_from_config
+
+    dataset = load_dataset(job.data.dataset)
+    fed = federate(
+        dataset,
+        scheme=partition_from_config(job.data.partition.model_dump()),
+        num_agents=agents,
+        seed=job.data.seed,
+        public_fraction=job.data.public_fraction,
+    )
+    public = fed.public_indices.size > 0
+    coordinator = CoordinatorData(
+        input_shape=dataset.input_shape,
+        num_classes=dataset.num_classes,
+        test_x=dataset.x_test,
+        test_y=dataset.y_test,
+        public_x=fed.public_features() if public else None,
+        public_y=fed.public_labels_for_evaluation() if public else None,
+    )
+    parts = {}
+    for i in range(agents):
+        part = fed.agent_dataset(i)
+        parts[f"agent-{i:04d}"] = AgentData(
+            x=part.x_train,
+            y=part.y_train,
+            input_shape=dataset.input_shape,
+            num_classes=dataset.num_classes,
+        )
+    return coordinator, parts

@@ -8,7 +8,7 @@ family (:mod:`~dpfl.learning.audit.fedavg`, :mod:`~dpfl.learning.audit.fedsgd`,
 """
 
 from dpfl.learning.audit.canaries import CanaryDesign, CanarySet
-from dpfl.learning.audit.run import MODES, AuditReport, canary_design, federation, run_audit
+from dpfl.learning.audit.run import MODES, AuditReport, canary_design, run_audit
 
 __all__ = [
     "MODES",
@@ -16,6 +16,5 @@ __all__ = [
     "CanaryDesign",
     "CanarySet",
     "canary_design",
-    "federation",
     "run_audit",
 ]

@@ -36,6 +36,7 @@ from dpfl.learning.algorithms.base import (
 from dpfl.learning.algorithms.dp_fedavg import FedAvgFamily
 from dpfl.learning.algorithms.dp_fedsgd import DpFedSgd
 from dpfl.learning.algorithms.dp_helmet import DpHelmet
+from dpfl.learning.algorithms.federation import simulated_federation
 from dpfl.learning.algorithms.release import Release, release_for, secure_sum
 from dpfl.learning.algorithms.voting import VotingAlgorithm
 from dpfl.learning.audit import fedavg, fedsgd, helmet, voting
@@ -57,7 +58,6 @@ __all__ = [
     "AuditRound",
     "AuditTrace",
     "canary_design",
-    "federation",
     "run_audit",
 ]
 
@@ -155,40 +155,6 @@ def canary_design(algorithm: AnyAlgorithm, job: JobSpec, plan: JobPlan) -> Canar
     )
 
 
-def federation(job: JobSpec, agents: int) -> tuple[CoordinatorData, dict[str, AgentData]]:
-    """The simulated federation of the job's data spec: the coordinator's test and public
-    splits, and each agent's private share (ids ``agent-0000``...)."""
-    from dpfl.learning.data import federate, load_dataset, partition_from_config
-
-    dataset = load_dataset(job.data.dataset)
-    fed = federate(
-        dataset,
-        scheme=partition_from_config(job.data.partition.model_dump()),
-        num_agents=agents,
-        seed=job.data.seed,
-        public_fraction=job.data.public_fraction,
-    )
-    public = fed.public_indices.size > 0
-    coordinator = CoordinatorData(
-        input_shape=dataset.input_shape,
-        num_classes=dataset.num_classes,
-        test_x=dataset.x_test,
-        test_y=dataset.y_test,
-        public_x=fed.public_features() if public else None,
-        public_y=fed.public_labels_for_evaluation() if public else None,
-    )
-    parts = {}
-    for i in range(agents):
-        part = fed.agent_dataset(i)
-        parts[f"agent-{i:04d}"] = AgentData(
-            x=part.x_train,
-            y=part.y_train,
-            input_shape=dataset.input_shape,
-            num_classes=dataset.num_classes,
-        )
-    return coordinator, parts
-
-
 def _model_vector(job: JobSpec, state: Any, data: CoordinatorData) -> npt.NDArray[np.float64]:
     from dpfl.learning.algorithms.model_update import load_model
     from dpfl.learning.params import flatten_parameters
@@ -280,7 +246,7 @@ def run_audit(
         if algorithm is not None
         else get_algorithm(job.algorithm).with_random_source(rng.child("audit/select"))
     )
-    coordinator_data, agent_data = data if data is not None else federation(job, agents)
+    coordinator_data, agent_data = data if data is not None else simulated_federation(job, agents)
     real = tuple(agent_data)[:agents]
     if len(real) < agents:
         raise AlgorithmError(f"the data holds {len(real)} agents, {agents} were asked for")

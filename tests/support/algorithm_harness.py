@@ -40,8 +40,8 @@ from dpfl.learning.algorithms.base import (
     RoundTask,
     get_algorithm,
 )
+from dpfl.learning.algorithms.federation import simulated_federation
 from dpfl.learning.algorithms.release import Release, release_for, secure_sum
-from dpfl.learning.data import federate, load_dataset, partition_from_config
 from dpfl.learning.jobs import JobSpec, job_to_dict, parse_job
 from dpfl.secagg import (
     EncodingConfig,
@@ -116,33 +116,7 @@ class HarnessResult:
 def federation_for(job: JobSpec, num_agents: int) -> tuple[CoordinatorData, dict[str, AgentData]]:
     """The coordinator's data (test split, public split with evaluation labels) and each
     simulated agent's private part, from the job's data spec."""
-    dataset = load_dataset(job.data.dataset)
-    fed = federate(
-        dataset,
-        scheme=partition_from_config(job.data.partition.model_dump()),
-        num_agents=num_agents,
-        seed=job.data.seed,
-        public_fraction=job.data.public_fraction,
-    )
-    public = fed.public_indices.size > 0
-    coordinator = CoordinatorData(
-        input_shape=dataset.input_shape,
-        num_classes=dataset.num_classes,
-        test_x=dataset.x_test,
-        test_y=dataset.y_test,
-        public_x=fed.public_features() if public else None,
-        public_y=fed.public_labels_for_evaluation() if public else None,
-    )
-    agents = {}
-    for i in range(num_agents):
-        part = fed.agent_dataset(i)
-        agents[f"agent-{i:04d}"] = AgentData(
-            x=part.x_train,
-            y=part.y_train,
-            input_shape=dataset.input_shape,
-            num_classes=dataset.num_classes,
-        )
-    return coordinator, agents
+    return simulated_federation(job, num_agents)
 
 
 def _wire(value: Any) -> Any:
