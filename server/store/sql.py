@@ -18,6 +18,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session
 
 from dpfl.server.errors import AlreadyExists, Conflict, StoreError, StoreUnavailable
@@ -563,6 +564,9 @@ class SqlStore(Store):
             raise
         except IntegrityError as exc:
             raise Conflict(f"the database refused the change: {exc.orig}") from exc
+        except PoolTimeout as exc:
+            # every pooled connection is busy: the database is overloaded, not the request wrong
+            raise StoreUnavailable(f"no database connection free: {exc}") from exc
         except (OperationalError, DBAPIError) as exc:
             if isinstance(exc, OperationalError) or exc.connection_invalidated:
                 raise StoreUnavailable(f"database error: {exc.orig}") from exc

@@ -210,6 +210,29 @@ def test_unreachable_database_is_store_unavailable() -> None:
         SqlStore("postgresql://postgres@127.0.0.1:1/nothing")
 
 
+def test_an_exhausted_connection_pool_is_store_unavailable(tmp_path: Path) -> None:
+    store = SqlStore(f"sqlite:///{tmp_path / 'pool.db'}")
+    store.engine.dispose()
+    store.engine = sa.create_engine(
+        f"sqlite:///{tmp_path / 'pool.db'}",
+        poolclass=sa.pool.QueuePool,
+        pool_size=1,
+        max_overflow=0,
+        pool_timeout=0.05,
+    )
+    store._writer = store.engine
+    try:
+        # the pool's only connection is taken
+        with (
+            store.engine.connect(),
+            pytest.raises(StoreUnavailable, match="no database connection free"),
+        ):
+            store.list_jobs()
+        assert store.list_jobs() == []  # released: the store works again
+    finally:
+        store.close()
+
+
 def test_urls_are_normalised() -> None:
     assert normalize_url("postgresql://u@h/db").drivername == "postgresql+psycopg"
     assert normalize_url("postgres://u@h/db").drivername == "postgresql+psycopg"
