@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
 import yaml
 from pydantic import (
@@ -28,6 +28,9 @@ from pydantic import (
 )
 
 from dpfl.learning.errors import LearningError
+
+if TYPE_CHECKING:
+    from dpfl.learning.data.public import JobSplits, PublicPool
 
 __all__ = [
     "DataSpec",
@@ -282,7 +285,7 @@ class DataSpec(Strict):
             return self.test
         return "rest" if self.public is not None and self.public.source != "train" else "split"
 
-    def public_pool(self) -> Any:
+    def public_pool(self) -> PublicPool | None:
         """The pool as :class:`dpfl.learning.data.PublicPool` (None when there is none)."""
         from dpfl.learning.data.public import PublicPool
 
@@ -291,7 +294,7 @@ class DataSpec(Strict):
         p = self.public
         return PublicPool(p.source, p.fraction, p.count, p.agent_readable, p.seed, p.box)
 
-    def split(self, *, num_agents: int, data_dir: str | None = None) -> Any:
+    def split(self, *, num_agents: int, data_dir: str | None = None) -> JobSplits:
         """Load the data set and split it as every party of the job does
         (:class:`dpfl.learning.data.JobSplits`).
 

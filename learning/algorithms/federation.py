@@ -1,11 +1,12 @@
 """What a coordinator can derive about the agents' data sizes from the job's data spec alone.
 
 Some algorithms need a public bound on the agents' local data sizes: DP-Helmet's record-level
-sensitivity ``2c/(MΛ)`` needs the smallest M, DP-FedSGD's common gradient normaliser needs
-the mean. A deployed coordinator never sees the silos' data, so the job states them
+sensitivity ``2c/(MΛ)`` needs the smallest M, DP-FedSGD's common gradient normaliser needs the
+mean. A deployed coordinator never sees the silos' data, so the job states them
 (``params.min_local_size``, ``params.expected_batch_size``); for simulations and built-in data
 sets, the defaults come from here: the exact federation every simulated agent rebuilds from the
-same spec (``DataSpec.split``: the job's partition, seed and public pool). The sizes are a function of the spec only (public), never of what agents report.
+same spec (``DataSpec.split``: the job's partition, seed and public pool). The sizes are a function
+of the spec only (public), never of what agents report.
 """
 
 from __future__ import annotations

@@ -38,8 +38,8 @@ __all__ = [
     "PublicPool",
     "TestRule",
     "reconcile_images",
-    "split_job_data",
     "resolve_test_rule",
+    "split_job_data",
 ]
 
 TestRule = Literal["split", "rest"]
