@@ -33,7 +33,16 @@ _SCHEME_KEYS: dict[str, tuple[str, ...]] = {
     "shards": ("classes_per_agent",),
     "dirichlet": ("alpha", "min_samples", "max_attempts"),
 }
-_INT_KEYS = ("index", "agents", "classes_per_agent", "min_samples", "max_attempts", "seed")
+_INT_KEYS = (
+    "index",
+    "agents",
+    "classes_per_agent",
+    "min_samples",
+    "max_attempts",
+    "seed",
+    "public_count",
+    "public_seed",
+)
 _FLOAT_KEYS = ("alpha", "public_fraction")
 _ORDER = (
     "index",
@@ -45,6 +54,8 @@ _ORDER = (
     "max_attempts",
     "seed",
     "public_fraction",
+    "public_count",
+    "public_seed",
 )
 
 
@@ -56,8 +67,10 @@ class SimulatedShare:
         index: this agent's part, ``0 <= index < agents``.
         agents: the number of parts.
         partition: the scheme as :func:`dpfl.learning.data.partition_from_config` takes it.
-        seed: seed of the public split and of the partition.
+        seed: seed of the partition (and of the public split unless ``public_seed`` is given).
         public_fraction: share of the training split held out as public data.
+        public_count: instead, exactly this many training records held out (None: by fraction).
+        public_seed: the public split's own seed (None: ``seed``).
     """
 
     index: int
@@ -65,6 +78,8 @@ class SimulatedShare:
     partition: Mapping[str, Any] = field(default_factory=lambda: {"scheme": "iid"})
     seed: int = 0
     public_fraction: float = 0.0
+    public_count: int | None = None
+    public_seed: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("index", "agents", "seed"):
@@ -80,6 +95,17 @@ class SimulatedShare:
         fraction = self.public_fraction
         if not (isinstance(fraction, int | float) and 0.0 <= float(fraction) < 1.0):
             raise DataSpecError(f"public_fraction must lie in [0, 1), got {fraction!r}")
+        for name in ("public_count", "public_seed"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise DataSpecError(f"{name} must be an integer, got {value!r}")
+        if self.public_count is not None:
+            if self.public_count < 1:
+                raise DataSpecError(f"public_count must be >= 1, got {self.public_count}")
+            if fraction > 0:
+                raise DataSpecError("give public_fraction or public_count, not both")
+        if self.public_seed is not None and self.public_seed < 0:
+            raise DataSpecError(f"public_seed must be >= 0, got {self.public_seed}")
         from dpfl.learning.data import partition_from_config
 
         try:
@@ -97,6 +123,10 @@ class SimulatedShare:
             "seed": self.seed,
             "public_fraction": float(self.public_fraction),
         }
+        if self.public_count is not None:
+            values["public_count"] = self.public_count
+        if self.public_seed is not None:
+            values["public_seed"] = self.public_seed
         return "&".join(f"{k}={_render(values[k])}" for k in _ORDER if k in values)
 
 
@@ -137,6 +167,8 @@ class DataSource:
                     agent=self.share.index,
                     seed=self.share.seed,
                     public_fraction=self.share.public_fraction,
+                    public_count=self.share.public_count,
+                    public_seed=self.share.public_seed,
                     data_dir=data_dir,
                 )
         except LearningError as exc:
@@ -226,6 +258,8 @@ def _parse_share(fragment: str, text: str) -> SimulatedShare:
             partition=partition,
             seed=parsed.get("seed", 0),
             public_fraction=parsed.get("public_fraction", 0.0),
+            public_count=parsed.get("public_count"),
+            public_seed=parsed.get("public_seed"),
         )
     except DataSpecError as exc:
         raise DataSpecError(f"{where}: {exc}") from None
@@ -239,6 +273,8 @@ def simulated_data_spec(
     partition: Mapping[str, Any] | str = "iid",
     seed: int = 0,
     public_fraction: float = 0.0,
+    public_count: int | None = None,
+    public_seed: int | None = None,
 ) -> str:
     """The ``--data`` spec of agent ``index`` of ``agents`` in a simulated federation.
 
@@ -247,14 +283,22 @@ def simulated_data_spec(
         index, agents: which part, of how many.
         partition: a scheme name or a mapping as :func:`dpfl.learning.data.partition_from_config`
             takes it (e.g. ``{"scheme": "shards", "classes_per_agent": 3}``).
-        seed, public_fraction: as in the job's ``data`` section.
+        seed: the job's ``data.seed``.
+        public_fraction, public_count, public_seed: the part of the training split held out as
+            the public pool (a pool drawn from elsewhere leaves the agents' split whole).
 
     Raises:
         DataSpecError: any value the grammar refuses (the result always parses back).
     """
     config = {"scheme": partition} if isinstance(partition, str) else dict(partition)
     share = SimulatedShare(
-        index=index, agents=agents, partition=config, seed=seed, public_fraction=public_fraction
+        index=index,
+        agents=agents,
+        partition=config,
+        seed=seed,
+        public_fraction=public_fraction,
+        public_count=public_count,
+        public_seed=public_seed,
     )
     text = str(DataSource(dataset, share))
     return str(parse_data_spec(text))
@@ -263,16 +307,23 @@ def simulated_data_spec(
 def data_spec_for_job(job_data: Any, *, index: int, agents: int) -> str:
     """:func:`simulated_data_spec` from a job's ``data`` section (``dpfl.learning.jobs.DataSpec``).
 
+    Only a public pool drawn from the training split changes an agent's share (its records are
+    held out before partitioning); a pool from the test split or another data set does not.
+
     Raises:
         DataSpecError: as :func:`simulated_data_spec`.
     """
+    public = job_data.public
+    from_train = public is not None and public.source == "train"
     return simulated_data_spec(
         job_data.dataset,
         index=index,
         agents=agents,
         partition=job_data.partition.model_dump(),
         seed=job_data.seed,
-        public_fraction=job_data.public_fraction,
+        public_fraction=(public.fraction or 0.0) if from_train else 0.0,
+        public_count=public.count if from_train else None,
+        public_seed=public.seed if from_train else None,
     )
 
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from functools import cache
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
 import yaml
 from pydantic import (
@@ -29,12 +29,16 @@ from pydantic import (
 
 from dpfl.learning.errors import LearningError
 
+if TYPE_CHECKING:
+    from dpfl.learning.data.public import JobSplits, PublicPool
+
 __all__ = [
     "DataSpec",
     "JobSpec",
     "JobSpecError",
     "ModelUpdateJob",
     "PrivacySpec",
+    "PublicSpec",
     "SecAggSpec",
     "Strict",
     "VotingJob",
@@ -97,35 +101,217 @@ Partition = Annotated[
 ]
 
 
+#: The label space of each built-in data set: a public pool of another data set must share it.
+_LABEL_SPACES = {
+    "digits": "digits",
+    "mnist": "digits",
+    "usps": "digits",
+    "fashion-mnist": "clothing",
+}
+#: (train, test) records of the built-in sets whose sizes are fixed (digits' depend on options).
+_KNOWN_SIZES = {"mnist": (60_000, 10_000), "fashion-mnist": (60_000, 10_000), "usps": (7291, 2007)}
+
+
+def _check_dataset_name(value: str) -> str:
+    if value in _BUILTIN_DATASETS:
+        return value
+    kind, sep, path = value.partition(":")
+    if sep and kind in ("npz", "csv") and path:
+        return value
+    raise ValueError(
+        f"unknown dataset {value!r} (expected one of {', '.join(_BUILTIN_DATASETS)}, "
+        "npz:PATH or csv:PATH)"
+    )
+
+
+def _bare_name(spec: str) -> str:
+    return spec.split("?", 1)[0].split(":", 1)[0]
+
+
+class PublicSpec(Strict):
+    """The public pool: unlabeled records the coordinator (and, up to ``agent_readable``, the
+    agents) may read; never any agent's private record (docs/architecture.md#the-jobs-data).
+
+    ``source``: ``train`` (held out of the agents' training split before partitioning),
+    ``test`` (part of the data set's test split; the test set is the rest of it) or another data
+    set (e.g. ``usps`` for agents holding ``mnist``; the test set is the rest of that domain).
+    Its size is ``fraction`` of the source's records or exactly ``count`` records (one of the
+    two). ``agent_readable``: how many of the pool's records agents may read, the first ones of
+    the pool (None: all). ``seed``: the pool's own seed (None: ``data.seed``). ``box``: another
+    data set's images are resized bilinearly to the agents' image size, or into a centred
+    ``box`` x ``box`` square padded with zeros (USPS into MNIST's 20x20 digit box: ``box: 20``).
+    """
+
+    source: str = "train"
+    fraction: float | None = Field(default=None, gt=0, lt=1)
+    count: int | None = Field(default=None, ge=1)
+    agent_readable: int | None = Field(default=None, ge=0)
+    seed: int | None = Field(default=None, ge=0)
+    box: int | None = Field(default=None, ge=1)
+
+    @field_validator("source")
+    @classmethod
+    def _known_source(cls, value: str) -> str:
+        if value in ("train", "test"):
+            return value
+        try:
+            return _check_dataset_name(value)
+        except ValueError as exc:
+            raise ValueError(f"{exc}; or 'train' or 'test' of the agents' data set") from None
+
+    @model_validator(mode="after")
+    def _one_size(self) -> PublicSpec:
+        if (self.fraction is None) == (self.count is None):
+            raise ValueError("data.public: give its size as fraction or as count (exactly one)")
+        if self.box is not None and self.source in ("train", "test"):
+            raise ValueError(
+                "data.public.box: only another data set's images are resized (source is "
+                f"{self.source!r})"
+            )
+        if (
+            self.count is not None
+            and self.agent_readable is not None
+            and self.agent_readable > self.count
+        ):
+            raise ValueError(
+                f"data.public.agent_readable: {self.agent_readable} exceeds the pool's "
+                f"count ({self.count})"
+            )
+        return self
+
+
 class DataSpec(Strict):
-    """Which data set, how it is split over agents, and the public and test splits."""
+    """Which data set, how it is split over agents, the public pool and the test set.
+
+    ``public_fraction: F`` (older documents) is shorthand for ``public: {source: train,
+    fraction: F}``; ``test``: ``split`` (the data set's own test split) or ``rest`` (the public
+    source's records outside the pool); None: ``rest`` when the pool comes from the test split or
+    another data set, else ``split``. ``test_fraction`` is kept for older documents and has no
+    effect: the built-in sets carry their own test split (``digits?test_fraction=F`` sets
+    digits').
+    """
 
     dataset: str = "digits"
     partition: Partition = IidPartition()
-    public_fraction: float = Field(default=0.0, ge=0, lt=1)
+    public: PublicSpec | None = None
+    test: Literal["split", "rest"] | None = None
     test_fraction: float = Field(default=0.2, gt=0, lt=1)
     seed: int = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _public_fraction_shorthand(cls, data: Any) -> Any:
+        if not isinstance(data, Mapping) or "public_fraction" not in data:
+            return data
+        out = dict(data)
+        fraction = out.pop("public_fraction")
+        if "public" in out:
+            raise ValueError(
+                "data.public_fraction: give public or public_fraction (its shorthand), not both"
+            )
+        if isinstance(fraction, bool) or not isinstance(fraction, int | float):
+            raise ValueError(f"data.public_fraction: must be a number (got {fraction!r})")
+        if not 0 <= fraction < 1:
+            raise ValueError(f"data.public_fraction: must be >= 0 and < 1 (got {fraction!r})")
+        test_fraction = out.get("test_fraction", 0.2)
+        if isinstance(test_fraction, int | float) and fraction + test_fraction >= 1:
+            raise ValueError(
+                "data: public_fraction + test_fraction must be < 1 (nothing left to train on)"
+            )
+        if fraction > 0:
+            out["public"] = {"source": "train", "fraction": float(fraction)}
+        return out
 
     @field_validator("dataset")
     @classmethod
     def _known_dataset(cls, value: str) -> str:
-        if value in _BUILTIN_DATASETS:
-            return value
-        kind, sep, path = value.partition(":")
-        if sep and kind in ("npz", "csv") and path:
-            return value
-        raise ValueError(
-            f"unknown dataset {value!r} (expected one of {', '.join(_BUILTIN_DATASETS)}, "
-            "npz:PATH or csv:PATH)"
-        )
+        return _check_dataset_name(value)
 
     @model_validator(mode="after")
-    def _splits_leave_training_data(self) -> DataSpec:
-        if self.public_fraction + self.test_fraction >= 1:
+    def _consistent_splits(self) -> DataSpec:
+        public, rule = self.public, self.test_rule
+        if self.test == "rest" and (public is None or public.source == "train"):
             raise ValueError(
-                "data: public_fraction + test_fraction must be < 1 (nothing left to train on)"
+                "data.test: 'rest' needs a public pool drawn from the test split or another "
+                "data set (the rest of the training split is the agents' private data)"
             )
+        if self.test == "split" and public is not None and public.source == "test":
+            raise ValueError(
+                "data.test: 'split' would overlap the public pool drawn from the test split "
+                "(use 'rest')"
+            )
+        if public is None:
+            return self
+        own, other = _bare_name(self.dataset), _bare_name(public.source)
+        if public.source not in ("train", "test"):
+            if public.source == self.dataset or (own == other and own in _BUILTIN_DATASETS):
+                raise ValueError(
+                    f"data.public.source: {public.source!r} is the agents' own data set; "
+                    "use 'train' or 'test' to draw the pool from one of its splits"
+                )
+            spaces = (_LABEL_SPACES.get(own), _LABEL_SPACES.get(other))
+            if None not in spaces and spaces[0] != spaces[1]:
+                raise ValueError(
+                    f"data.public.source: {public.source} labels {spaces[1]}, the agents' "
+                    f"{self.dataset} labels {spaces[0]} (the classes must mean the same)"
+                )
+        if public.count is not None:
+            # fixed-size built-in sets are checked here; others when the data is loaded
+            foreign = public.source not in ("train", "test")
+            spec = public.source if foreign else self.dataset
+            sizes = _KNOWN_SIZES.get(spec)
+            if sizes is not None:
+                available = {"train": sizes[0], "test": sizes[1]}.get(public.source, sum(sizes))
+                # the agents keep some training records; a 'rest' test set keeps some records
+                keep = public.source == "train" or rule == "rest"
+                if public.count > available or (keep and public.count == available):
+                    what = "fewer than" if keep else "at most"
+                    where = spec if foreign else f"the {public.source} split of {spec}"
+                    raise ValueError(
+                        f"data.public.count: {public.count} records asked of {where} "
+                        f"({available} records; the pool must take {what} them)"
+                    )
         return self
+
+    @property
+    def has_public_pool(self) -> bool:
+        """Whether the job has a public pool (voting algorithms need one for their queries)."""
+        return self.public is not None
+
+    @property
+    def test_rule(self) -> Literal["split", "rest"]:
+        """``test`` with its default filled in."""
+        if self.test is not None:
+            return self.test
+        return "rest" if self.public is not None and self.public.source != "train" else "split"
+
+    def public_pool(self) -> PublicPool | None:
+        """The pool as :class:`dpfl.learning.data.PublicPool` (None when there is none)."""
+        from dpfl.learning.data.public import PublicPool
+
+        if self.public is None:
+            return None
+        p = self.public
+        return PublicPool(p.source, p.fraction, p.count, p.agent_readable, p.seed, p.box)
+
+    def split(self, *, num_agents: int, data_dir: str | None = None) -> JobSplits:
+        """Load the data set and split it as every party of the job does
+        (:class:`dpfl.learning.data.JobSplits`).
+
+        Raises:
+            LearningError: the data cannot be loaded or split as the section asks.
+        """
+        from dpfl.learning.data import load_dataset, partition_from_config, split_job_data
+
+        return split_job_data(
+            load_dataset(self.dataset, data_dir=data_dir),
+            public=self.public_pool(),
+            test=self.test_rule,
+            scheme=partition_from_config(self.partition.model_dump()),
+            num_agents=num_agents,
+            seed=self.seed,
+            data_dir=data_dir,
+        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -305,10 +491,18 @@ class VotingJob(JobSpec):
     @model_validator(mode="after")
     def _voting_needs(self) -> VotingJob:
         params = self.params
-        if self.data.public_fraction <= 0:
+        public = self.data.public
+        if public is None:
             raise ValueError(
-                f"data.public_fraction: must be > 0 for {self.algorithm} "
-                "(the public split holds the queries the agents vote on)"
+                f"data.public: {self.algorithm} needs a public pool (e.g. public: {{source: "
+                "train, fraction: 0.2}); it holds the queries the agents vote on"
+            )
+        if public.agent_readable is not None and (
+            public.count is None or public.agent_readable < public.count
+        ):
+            raise ValueError(
+                f"data.public.agent_readable: {self.algorithm} sends every public query to the "
+                "agents, so they read the whole pool (leave agent_readable unset)"
             )
         if params.queries < self.rounds:
             raise ValueError(
@@ -408,8 +602,8 @@ def _problems(exc: ValidationError) -> list[str]:
         if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
             path = f"{path}.{_discriminator(error)}" if path else _discriminator(error)
         message = describe_error(error)
-        if not path and _PATHED.match(message):  # a cross-field check that names its own path
-            out.append(message)
+        if _PATHED.match(message) and (not path or message.startswith((f"{path}.", f"{path}:"))):
+            out.append(message)  # a cross-field check that names its own (deeper) path
         else:
             out.append(f"{path}: {message}" if path else message)
     return out

@@ -65,7 +65,7 @@ def register(subparsers: Subparsers) -> None:
         metavar="SPEC",
         help="this silo's data: digits, mnist, npz:PATH, csv:PATH?label=COL ...; or a simulated "
         "share DATASET#index=I&agents=N[&partition=shards&classes_per_agent=K][&seed=S]"
-        "[&public_fraction=F] (see dpfl.client.data)",
+        "[&public_fraction=F|&public_count=P][&public_seed=R] (see docs/agent.md)",
     )
     parser.add_argument(
         "--state-dir",

@@ -220,6 +220,8 @@ class CoordinatorData:
         public_y: the true labels of ``public_x``, for EVALUATION ONLY (simulations know them):
             voting algorithms report the accuracy of their pseudo-labels with them and never
             train on them. None in a deployment.
+        agent_readable: how many of ``public_x``'s records, the first ones, agents may read (the
+            public blob holds exactly those); None: all (``data.public.agent_readable``).
     """
 
     input_shape: tuple[int, ...]
@@ -228,6 +230,13 @@ class CoordinatorData:
     test_y: npt.NDArray[np.int64] | None = None
     public_x: npt.NDArray[np.float32] | None = None
     public_y: npt.NDArray[np.int64] | None = None
+    agent_readable: int | None = None
+
+    def public_for_agents(self) -> npt.NDArray[np.float32] | None:
+        """The public records agents may read: the first ``agent_readable`` of ``public_x``."""
+        if self.public_x is None or self.agent_readable is None:
+            return self.public_x
+        return self.public_x[: self.agent_readable]
 
 
 @dataclass(frozen=True, slots=True)

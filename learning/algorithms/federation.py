@@ -1,12 +1,12 @@
 """What a coordinator can derive about the agents' data sizes from the job's data spec alone.
 
 Some algorithms need a public bound on the agents' local data sizes: DP-Helmet's record-level
-sensitivity ``2c/(MΛ)`` needs the smallest M, DP-FedSGD's common gradient normaliser needs
-the mean. A deployed coordinator never sees the silos' data, so the job states them
+sensitivity ``2c/(MΛ)`` needs the smallest M, DP-FedSGD's common gradient normaliser needs the
+mean. A deployed coordinator never sees the silos' data, so the job states them
 (``params.min_local_size``, ``params.expected_batch_size``); for simulations and built-in data
 sets, the defaults come from here: the exact federation every simulated agent rebuilds from the
-same spec (:func:`dpfl.learning.data.federate` with the job's partition, seed and public
-fraction). The sizes are a function of the spec only (public), never of what agents report.
+same spec (``DataSpec.split``: the job's partition, seed and public pool). The sizes are a function
+of the spec only (public), never of what agents report.
 """
 
 from __future__ import annotations
@@ -25,16 +25,8 @@ def local_sizes(job: JobSpec, population: int) -> tuple[int, ...]:
         AlgorithmError: the data set cannot be loaded or partitioned here (then the job must
             state the figure it needs).
     """
-    from dpfl.learning.data import federate, load_dataset, partition_from_config
-
     try:
-        federation = federate(
-            load_dataset(job.data.dataset),
-            scheme=partition_from_config(job.data.partition.model_dump()),
-            num_agents=population,
-            seed=job.data.seed,
-            public_fraction=job.data.public_fraction,
-        )
+        federation = job.data.split(num_agents=population).federation
     except LearningError as exc:
         raise AlgorithmError(
             f"cannot derive the agents' data sizes from data {job.data.dataset!r} ({exc}); "
@@ -57,24 +49,18 @@ def mean_local_size(job: JobSpec, population: int) -> float:
 def simulated_federation(job: JobSpec, agents: int) -> tuple[CoordinatorData, dict[str, AgentData]]:
     """The simulated federation of the job's data spec: the coordinator's test and public
     splits, and each agent's private share (ids ``agent-0000``...)."""
-    from dpfl.learning.data import federate, load_dataset, partition_from_config
-
-    dataset = load_dataset(job.data.dataset)
-    fed = federate(
-        dataset,
-        scheme=partition_from_config(job.data.partition.model_dump()),
-        num_agents=agents,
-        seed=job.data.seed,
-        public_fraction=job.data.public_fraction,
-    )
-    public = fed.public_indices.size > 0
+    splits = job.data.split(num_agents=agents)
+    fed = splits.federation
+    dataset = fed.dataset
+    public = splits.public_x is not None
     coordinator = CoordinatorData(
         input_shape=dataset.input_shape,
         num_classes=dataset.num_classes,
-        test_x=dataset.x_test,
-        test_y=dataset.y_test,
-        public_x=fed.public_features() if public else None,
-        public_y=fed.public_labels_for_evaluation() if public else None,
+        test_x=splits.test_x,
+        test_y=splits.test_y,
+        public_x=splits.public_x,
+        public_y=splits.public_y,
+        agent_readable=splits.agent_readable if public else None,
     )
     parts = {}
     for i in range(agents):

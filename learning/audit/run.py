@@ -323,7 +323,7 @@ def run_audit(
                 task.params,
                 agent_data[agent_id],
                 model=state.model if task.model_version is not None else None,
-                public_x=coordinator_data.public_x if task.needs_public_data else None,
+                public_x=coordinator_data.public_for_agents() if task.needs_public_data else None,
                 device=device,
                 encoding=encoding,
                 stream=rng.child(f"agent/{agent_id}").stream(f"round/{round_number}"),

@@ -1,7 +1,7 @@
 """Data sets (one registry parsed from spec strings) and their partition among agents.
 
 See :mod:`.registry` for the spec grammar and the list of data sets, :mod:`.partition` for the
-partition schemes and the public split used by the voting algorithms.
+partition schemes, :mod:`.public` for the job's public pool and test set.
 """
 
 from dpfl.learning.data.dataset import Dataset
@@ -17,6 +17,14 @@ from dpfl.learning.data.partition import (
     partition_from_config,
     partition_indices,
     partition_to_config,
+    public_stream_seed,
+)
+from dpfl.learning.data.public import (
+    JobSplits,
+    PublicPool,
+    reconcile_images,
+    resolve_test_rule,
+    split_job_data,
 )
 from dpfl.learning.data.registry import (
     clear_dataset_cache,
@@ -24,7 +32,7 @@ from dpfl.learning.data.registry import (
     load_dataset,
     parse_dataset_spec,
 )
-from dpfl.learning.data.split import stratified_split
+from dpfl.learning.data.split import stratified_split, stratified_take
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -32,7 +40,9 @@ __all__ = [
     "DirichletPartition",
     "Federation",
     "IidPartition",
+    "JobSplits",
     "PartitionScheme",
+    "PublicPool",
     "ShardsPartition",
     "clear_dataset_cache",
     "dataset_names",
@@ -43,5 +53,10 @@ __all__ = [
     "partition_from_config",
     "partition_indices",
     "partition_to_config",
+    "public_stream_seed",
+    "reconcile_images",
+    "resolve_test_rule",
+    "split_job_data",
     "stratified_split",
+    "stratified_take",
 ]

@@ -6,8 +6,10 @@ gets exactly the records the coordinator's simulation assigned to it, on any mac
 streams are stable across versions and platforms).
 
 Invariants:
-- the public split is a stratified, held-out part of the TRAIN split; its labels are kept only
-  for evaluating pseudo-labels and never reach an agent; the test split stays for evaluation;
+- a public split drawn from the TRAIN split (``public_fraction`` or ``public_count``) is a
+  stratified, held-out part of it; its labels are kept only for evaluating pseudo-labels and
+  never reach an agent; pools drawn from elsewhere (the test split, another data set) are built by
+  :mod:`.public` and leave the training split whole;
 - the agents' parts are disjoint, cover every non-public training record, and none is empty
   (a :class:`PartitionError` says why when that is impossible);
 - ``shards`` gives every agent records of exactly ``classes_per_agent`` classes.
@@ -25,7 +27,7 @@ from numpy.typing import NDArray
 
 from dpfl.learning.data.dataset import Dataset
 from dpfl.learning.data.registry import load_dataset
-from dpfl.learning.data.split import stratified_split
+from dpfl.learning.data.split import stratified_split, stratified_take
 from dpfl.learning.errors import PartitionError
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "partition_from_config",
     "partition_indices",
     "partition_to_config",
+    "public_stream_seed",
 ]
 
 _PUBLIC_STREAM = 0  # seed-sequence tags: independent streams for the public split and the parts
@@ -249,8 +252,9 @@ class Federation:
     Attributes:
         dataset: the full data set.
         scheme: how private records were split.
-        seed: the seed of the public split and of the partition.
-        public_fraction: share of the training split held out as public data.
+        seed: the seed of the partition (and of the public split unless ``public_seed`` was given).
+        public_fraction: share of the training split held out as public data (0 when the public
+            split was given as a count, or there is none).
         public_indices: indices (into ``dataset.x_train``) of the public records.
         agent_indices: per agent, indices (into ``dataset.x_train``) of its records.
     """
@@ -311,6 +315,11 @@ class Federation:
         return out
 
 
+def public_stream_seed(seed: int) -> int:
+    """The seed of the public pool's draw for a job seed (a stream independent of the partition)."""
+    return int(np.random.default_rng([seed, _PUBLIC_STREAM]).integers(2**63))
+
+
 def federate(
     dataset: Dataset,
     *,
@@ -318,6 +327,8 @@ def federate(
     num_agents: int,
     seed: int = 0,
     public_fraction: float = 0.0,
+    public_count: int | None = None,
+    public_seed: int | None = None,
 ) -> Federation:
     """Hold out the public split, then partition the remaining training records among agents.
 
@@ -325,22 +336,37 @@ def federate(
         dataset: the data set (its test split is left untouched).
         scheme: :class:`IidPartition`, :class:`ShardsPartition` or :class:`DirichletPartition`.
         num_agents: number of agents.
-        seed: seed of both the public split and the partition.
+        seed: seed of the partition, and of the public split unless ``public_seed`` is given.
         public_fraction: share of the training split held out as public unlabeled data, in [0, 1).
+        public_count: instead of a fraction, exactly this many training records (stratified).
+        public_seed: the public split's own seed (default: ``seed``).
 
     Returns:
         The :class:`Federation`, identical for identical arguments.
 
     Raises:
-        PartitionError: bad fraction, or a partition that cannot give every agent a record.
+        PartitionError: bad fraction or count, or a partition that cannot give every agent a
+            record.
     """
     fraction = float(public_fraction)
     if not 0.0 <= fraction < 1.0:
         raise PartitionError(f"public_fraction must lie in [0, 1), got {public_fraction!r}")
     labels = dataset.y_train
-    if fraction > 0:
-        public_seed = int(np.random.default_rng([seed, _PUBLIC_STREAM]).integers(2**63))
-        private, public = stratified_split(labels, test_fraction=fraction, seed=public_seed)
+    draw = public_stream_seed(seed if public_seed is None else public_seed)
+    if public_count is not None:
+        if fraction > 0:
+            raise PartitionError("give public_fraction or public_count, not both")
+        if not 0 < public_count < labels.size:
+            raise PartitionError(
+                f"public_count={public_count} must lie in [1, {labels.size}) (the training "
+                "split's records; some must stay with the agents)"
+            )
+        public = stratified_take(labels, count=public_count, seed=draw)
+        mask = np.ones(labels.size, dtype=bool)
+        mask[public] = False
+        private = np.flatnonzero(mask).astype(np.int64)
+    elif fraction > 0:
+        private, public = stratified_split(labels, test_fraction=fraction, seed=draw)
         if public.size == 0:
             raise PartitionError(
                 f"public_fraction={fraction} of {labels.size} records holds out no record"
@@ -366,6 +392,8 @@ def load_agent_dataset(
     agent: int,
     seed: int = 0,
     public_fraction: float = 0.0,
+    public_count: int | None = None,
+    public_seed: int | None = None,
     data_dir: Path | str | None = None,
 ) -> Dataset:
     """Agent ``agent``'s own part of a simulated federation, rebuilt from the job's spec alone.
@@ -383,5 +411,7 @@ def load_agent_dataset(
         num_agents=num_agents,
         seed=seed,
         public_fraction=public_fraction,
+        public_count=public_count,
+        public_seed=public_seed,
     )
     return federation.agent_dataset(agent)

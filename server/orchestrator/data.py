@@ -1,10 +1,9 @@
-"""The coordinator's own data for a job: the held-out test split and the public query set.
+"""The coordinator's own data for a job: the test set and the public pool.
 
-The coordinator never holds an agent's private records. It loads the job's data set spec to
-evaluate models on the test split and, for voting algorithms, to hold the public (unlabeled)
-split, built exactly as every simulated agent builds its share
-(:func:`dpfl.learning.data.federate` with the job's partition, seed and public fraction), so the
-public records are never any agent's private records.
+The coordinator never holds an agent's private records. It loads the job's data section to
+evaluate models on the test set and, for voting algorithms, to hold the public (unlabeled) pool,
+split exactly as every simulated agent splits its share (``DataSpec.split``, rules in
+docs/architecture.md#the-jobs-data), so the public records are never any agent's private records.
 """
 
 from __future__ import annotations
@@ -42,32 +41,25 @@ def public_blob(public_x: np.ndarray | None) -> bytes | None:
 def load_job_data(spec: JobSpec, *, population: int, data_dir: str | None = None) -> JobData:
     """Load the job's data set and split it as the federation does (blocking).
 
+    The public blob agents download holds only the pool's first ``data.public.agent_readable``
+    records (all of them by default); the coordinator keeps the whole pool.
+
     Raises:
         ConfigurationError: the data set cannot be loaded or split, naming the spec.
     """
-    from dpfl.learning.data import federate, load_dataset, partition_from_config
-
     try:
-        dataset = load_dataset(spec.data.dataset, data_dir=data_dir)
-        public_x = public_y = None
-        if spec.data.public_fraction > 0:
-            fed = federate(
-                dataset,
-                scheme=partition_from_config(spec.data.partition.model_dump()),
-                num_agents=max(1, population),
-                seed=spec.data.seed,
-                public_fraction=spec.data.public_fraction,
-            )
-            public_x = np.asarray(fed.public_features(), dtype=np.float32)
-            public_y = np.asarray(fed.public_labels_for_evaluation(), dtype=np.int64)
+        splits = spec.data.split(num_agents=max(1, population), data_dir=data_dir)
     except LearningError as exc:
         raise ConfigurationError(f"job {spec.name!r}: data {spec.data.dataset!r}: {exc}") from exc
+    dataset = splits.federation.dataset
+    public = splits.public_x is not None
     data = CoordinatorData(
         input_shape=tuple(dataset.input_shape),
         num_classes=int(dataset.num_classes),
-        test_x=np.asarray(dataset.x_test, dtype=np.float32),
-        test_y=np.asarray(dataset.y_test, dtype=np.int64),
-        public_x=public_x,
-        public_y=public_y,
+        test_x=np.asarray(splits.test_x, dtype=np.float32),
+        test_y=np.asarray(splits.test_y, dtype=np.int64),
+        public_x=np.asarray(splits.public_x, dtype=np.float32) if public else None,
+        public_y=np.asarray(splits.public_y, dtype=np.int64) if public else None,
+        agent_readable=int(splits.agent_readable) if public else None,
     )
-    return JobData(data=data, public=public_blob(public_x))
+    return JobData(data=data, public=public_blob(data.public_for_agents()))

@@ -217,7 +217,7 @@ def run_job(
                 wire_params,
                 agents[agent_id],
                 model=result.state.model if task.model_version is not None else None,
-                public_x=coordinator_data.public_x if task.needs_public_data else None,
+                public_x=coordinator_data.public_for_agents() if task.needs_public_data else None,
                 device=device,
                 encoding=wire_encoding,
                 stream=stream,

@@ -137,3 +137,50 @@ def test_unloadable_data_names_the_spec() -> None:
         parse_data_spec("npz:/nonexistent/x.npz").load()
     with pytest.raises(DataSpecError, match="shards"):
         parse_data_spec("digits#index=0&agents=2&partition=shards&classes_per_agent=11").load()
+
+
+def test_public_count_and_seed_round_trip_and_hold_out_the_coordinators_pool() -> None:
+    text = simulated_data_spec("digits", index=1, agents=3, public_count=50, public_seed=7)
+    assert text == "digits#index=1&agents=3&partition=iid&seed=0&public_fraction=0.0" + (
+        "&public_count=50&public_seed=7"
+    )
+    share = parse_data_spec(text).share
+    assert share is not None
+    assert (share.public_count, share.public_seed) == (50, 7)
+    with pytest.raises(DataSpecError, match="public_fraction or public_count"):
+        parse_data_spec("digits#index=0&agents=2&public_fraction=0.1&public_count=5")
+    with pytest.raises(DataSpecError, match="public_count must be >= 1"):
+        parse_data_spec("digits#index=0&agents=2&public_count=0")
+    with pytest.raises(DataSpecError, match="not an integer"):
+        parse_data_spec("digits#index=0&agents=2&public_seed=x")
+
+
+@pytest.mark.parametrize(
+    ("public", "held_out"),
+    [
+        ({"source": "train", "count": 60, "seed": 7}, "public_fraction=0.0&public_count=60"),
+        ({"source": "train", "fraction": 0.25}, "public_fraction=0.25"),
+        ({"source": "test", "fraction": 0.3}, "public_fraction=0.0"),
+    ],
+)
+def test_an_agents_share_is_the_coordinators_split(
+    public: dict[str, object], held_out: str
+) -> None:
+    job = parse_job(
+        {
+            "name": "j",
+            "algorithm": "pate-fl",
+            "data": {"dataset": "digits", "public": public, "seed": 2},
+            "params": {"sigma": 5.0, "queries": 10},
+        }
+    )
+    text = data_spec_for_job(job.data, index=2, agents=4)
+    assert held_out in text
+    splits = job.data.split(num_agents=4)
+    data = parse_data_spec(text).load()
+    np.testing.assert_array_equal(data.x, splits.federation.agent_dataset(2).x_train)
+    # no agent record is a public record: a train pool is held out of every share
+    own = set(splits.federation.agent_indices[2].tolist())
+    assert not own & set(splits.federation.public_indices.tolist())
+    expected = len(splits.public_x) if public["source"] == "train" else 0
+    assert len(splits.federation.public_indices) == expected

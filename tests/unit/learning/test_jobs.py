@@ -14,6 +14,7 @@ from dpfl.learning.algorithms.pate_fl import PateFlJob
 from dpfl.learning.algorithms.registry import algorithm_names
 from dpfl.learning.jobs import (
     JobSpecError,
+    PublicSpec,
     ShardsPartition,
     job_to_dict,
     load_job,
@@ -57,7 +58,8 @@ def test_the_issue_example_validates_exactly_as_written() -> None:
     assert spec.name == "demo-dpfedavg"
     assert spec.data.dataset == "digits"
     assert spec.data.partition == ShardsPartition(scheme="shards", classes_per_agent=3)
-    assert spec.data.public_fraction == 0.0
+    assert spec.data.public is None
+    assert spec.data.test_rule == "split"
     assert spec.model == "logreg"
     assert spec.rounds == 10
     assert (spec.privacy.unit, spec.privacy.delta, spec.privacy.target_epsilon) == (
@@ -78,7 +80,7 @@ def test_the_issue_example_validates_exactly_as_written() -> None:
 def test_the_pate_example_validates() -> None:
     spec = load_job(EXAMPLES / "demo-pate-fl.yaml")
     assert isinstance(spec, PateFlJob)
-    assert spec.data.public_fraction > 0
+    assert spec.data.public == PublicSpec(source="train", fraction=0.2)
     assert spec.params.queries == 200
     assert spec.privacy.unit == "record"
 
@@ -162,7 +164,7 @@ def test_shorthand_partition_and_yaml_exponents() -> None:
         (job("dp-fed-ls", params={"sigma_ls": -1}), "params.sigma_ls: must be >= 0"),
         (job("dp-helmet", rounds=3), "rounds: dp-helmet is one-shot: must be 1"),
         (job("dp-helmet", params={"loss": "hinge"}), "params.loss: must be one of"),
-        (job("pate-fl", data={"public_fraction": 0.0}), "data.public_fraction: must be > 0"),
+        (job("pate-fl", data={"public_fraction": 0.0}), "data.public: pate-fl needs a public pool"),
         (job("pate-fl", params={"sigma": None}), "privacy: set params.sigma"),
         (job("pate-fl", rounds=300), "params.queries: must be >= rounds"),
         (job("private-knn-fl", params={"k": 0}), "params.k: must be >= 1"),

@@ -43,7 +43,7 @@ BAD_DOCUMENTS = [
     ),
     ("algorithm: dp-fedavg\nprivacy: {noise_multiplier: 1}\n", YAML, "name: required field"),
     ("name: x\nalgorithm: dp-fedavg\n", YAML, "privacy: set privacy.noise_multiplier"),
-    ("name: x\nalgorithm: pate-fl\nparams: {sigma: 40}\n", YAML, "data.public_fraction"),
+    ("name: x\nalgorithm: pate-fl\nparams: {sigma: 40}\n", YAML, "data.public: pate-fl needs"),
     ("", YAML, "empty document"),
     ("- a\n- b\n", YAML, "must be a mapping"),
     ('{"name": "x", "algorithm": ', "application/json", "invalid JSON at line 1"),
