@@ -59,9 +59,11 @@ def test_simulate_runs_inside_a_running_event_loop(tmp_path: Path) -> None:
     assert os.environ.get("DPFL_DATA_DIR") == before  # data_dir only for the call
     assert result.status == "completed"
     assert result.rounds_completed == 2
-    assert result.accuracy is not None and 0.0 <= result.accuracy <= 1.0
+    assert result.accuracy is not None
+    assert 0.0 <= result.accuracy <= 1.0
     line = result.to_json()
-    assert line["rounds_completed"] == 2 and line["accuracy"] == result.accuracy
+    assert line["rounds_completed"] == 2
+    assert line["accuracy"] == result.accuracy
     planned = dpfl.privacy.epsilon(JOB, agents=2).epsilon
     assert max(result.epsilon.values()) == pytest.approx(planned, rel=1e-6)
     assert max(result.epsilon.values()) <= 4.0
@@ -88,4 +90,5 @@ def test_privacy_of_an_event_is_the_accountants() -> None:
     with pytest.raises(ValueError, match="needs a delta"):
         dpfl.privacy.epsilon(event)
     calibrated = dpfl.privacy.calibrate(target_epsilon=2.0, delta=1e-5, steps=10)
-    assert calibrated.epsilon <= 2.0 and math.isfinite(calibrated.noise_multiplier)
+    assert calibrated.epsilon <= 2.0
+    assert math.isfinite(calibrated.noise_multiplier)

@@ -19,7 +19,8 @@ from dpfl.learning.jobs import parse_job
 
 def _utility() -> ModuleType:
     spec = importlib.util.spec_from_file_location("utility", ROOT / "benchmarks" / "utility.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["utility"] = module
     spec.loader.exec_module(module)
@@ -43,11 +44,25 @@ def test_every_row_is_a_valid_job_full_and_quick() -> None:
 
 def test_judged_and_table() -> None:
     utility = _utility()
-    base = dict(
-        series="s", algorithm="a", agents=2, seeds=[1, 2], accuracies=[0.8, 0.9], std=0.07,
-        epsilon=3.0, epsilon_target=4.0, delta=1e-5, paper=None, paper_note="", beats=[],
-        met=None, stop_reasons=[None, None], declined={}, quick=True, wall_s=1.0,
-    )  # fmt: skip
+    base = {
+        "series": "s",
+        "algorithm": "a",
+        "agents": 2,
+        "seeds": [1, 2],
+        "accuracies": [0.8, 0.9],
+        "std": 0.07,
+        "epsilon": 3.0,
+        "epsilon_target": 4.0,
+        "delta": 1e-5,
+        "paper": None,
+        "paper_note": "",
+        "beats": [],
+        "met": None,
+        "stop_reasons": [None, None],
+        "declined": {},
+        "quick": True,
+        "wall_s": 1.0,
+    }
     low = utility.RowResult(row="low", mean=0.5, target=None, **base)
     hit = utility.RowResult(row="hit", mean=0.85, target=0.8, **{**base, "beats": ["low"]})
     over = utility.RowResult(row="over", mean=0.85, target=0.8, **{**base, "epsilon": 4.5})
@@ -58,7 +73,9 @@ def test_judged_and_table() -> None:
     higher = low.model_copy(update={"mean": 0.95})
     assert utility.judged(hit, {"low": higher}).met is False  # below a row it must beat
     text = utility.table([utility.judged(hit, others)])
-    assert "| hit | 2 | 2 | 3 (≤ 4) |" in text and "85.0 % ± 7.0" in text and "| yes |" in text
+    assert "| hit | 2 | 2 | 3 (≤ 4) |" in text
+    assert "85.0 % ± 7.0" in text
+    assert "| yes |" in text
 
 
 @pytest.mark.slow
@@ -85,14 +102,20 @@ def test_quick_run_writes_lines_table_and_curves(tmp_path: Path) -> None:
     lines = [json.loads(x) for x in done.stdout.strip().splitlines()]
     assert [x["row"] for x in lines] == rows.split(",")
     for x in lines:
-        assert x["quick"] is True and x["seeds"] == [1, 2]
-        assert len(x["accuracies"]) == 2 and all(0 <= a <= 1 for a in x["accuracies"])
+        assert x["quick"] is True
+        assert x["seeds"] == [1, 2]
+        assert len(x["accuracies"]) == 2
+        assert all(0 <= a <= 1 for a in x["accuracies"])
         assert x["mean"] == pytest.approx(sum(x["accuracies"]) / 2)
-        assert x["epsilon"] <= x["epsilon_target"] and x["delta"] == pytest.approx(1000**-1.1)
+        assert x["epsilon"] <= x["epsilon_target"]
+        assert x["delta"] == pytest.approx(1000**-1.1)
     fedls = lines[1]
-    assert fedls["paper"] == 0.851 and fedls["target"] == 0.86 and isinstance(fedls["met"], bool)
+    assert fedls["paper"] == 0.851
+    assert fedls["target"] == 0.86
+    assert isinstance(fedls["met"], bool)
     table = (tmp_path / "table.md").read_text(encoding="utf-8")
-    assert table.count("\n") == 4 and "mnist-iid-dp-fed-ls-poisson-eps7" in table
+    assert table.count("\n") == 4
+    assert "mnist-iid-dp-fed-ls-poisson-eps7" in table
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -102,4 +125,5 @@ def test_unknown_row_is_refused(tmp_path: Path) -> None:
          str(tmp_path)],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
-    assert done.returncode == 2 and "unknown rows ['nope']" in done.stderr
+    assert done.returncode == 2
+    assert "unknown rows ['nope']" in done.stderr

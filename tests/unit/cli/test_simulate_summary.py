@@ -11,19 +11,19 @@ from dpfl.learning.algorithms.fedsgd_accounting import CLAIM_LABEL
 
 
 def _result(**extra: object) -> SimulationResult:
-    return SimulationResult(
-        job="sgd",
-        job_id="job-1",
-        algorithm="dp-fedsgd",
-        status="completed",
-        rounds_completed=2,
-        accuracy=0.8,
-        epsilon={"agent-a": 31.5, "agent-b": 31.5},
-        delta=1e-5,
-        noise_multiplier=1.1,
-        wall_s=1.0,
-        **extra,  # type: ignore[arg-type]
-    )
+    fields: dict[str, object] = {
+        "job": "sgd",
+        "job_id": "job-1",
+        "algorithm": "dp-fedsgd",
+        "status": "completed",
+        "rounds_completed": 2,
+        "accuracy": 0.8,
+        "epsilon": {"agent-a": 31.5, "agent-b": 31.5},
+        "delta": 1e-5,
+        "noise_multiplier": 1.1,
+        "wall_s": 1.0,
+    }
+    return SimulationResult(**{**fields, **extra})  # type: ignore[arg-type]
 
 
 def test_the_claim_is_printed_apart_and_named() -> None:
