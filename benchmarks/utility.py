@@ -253,19 +253,7 @@ def rows() -> list[Row]:
         Row(
             name="mnist-dp-helmet",
             series="DP-Helmet",
-            job={
-                "name": "mnist-dp-helmet",
-                "algorithm": "dp-helmet",
-                "data": {"dataset": "mnist", "partition": {"scheme": "iid"}},
-                "rounds": 1,
-                "privacy": {
-                    "unit": "record",
-                    "delta": 1e-5,
-                    "target_epsilon": 1.0,
-                    "noise": "skellam",
-                },
-                "params": {"features": "identity", "epochs": 10},
-            },
+            job="mnist-dp-helmet.yaml",
             agents=100,
             epsilon=1.0,
             delta=1e-5,
