@@ -20,13 +20,14 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Coroutine, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from pydantic import SecretStr
 
+from dpfl.cli.sim_result import SimulationResult, invitations_from_rounds, stop_reason
 from dpfl.cmdline import Subparsers
 from dpfl.learning.jobs import JobSpec, job_to_dict, load_job, parse_job
 
@@ -34,45 +35,14 @@ __all__ = [
     "RemoteAgent",
     "Simulation",
     "SimulationResult",
+    "agent_policy",
+    "client_budget",
     "register",
     "run_command",
     "run_with_progress",
     "simulate_job",
+    "uniform_clients",
 ]
-
-
-@dataclass(frozen=True)
-class SimulationResult:
-    """What a simulated job produced (the ``--json`` line is :meth:`to_json`)."""
-
-    job: str
-    job_id: str
-    algorithm: str
-    status: str
-    rounds_completed: int
-    accuracy: float | None
-    epsilon: Mapping[str, float]
-    delta: float
-    noise_multiplier: float | None
-    wall_s: float
-    metrics: Mapping[str, float] = field(default_factory=dict)
-    error: str | None = None
-    claimed_epsilon: float | None = None
-    claim: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "job": self.job,
-            "algorithm": self.algorithm,
-            "rounds_completed": self.rounds_completed,
-            "accuracy": self.accuracy,
-            "epsilon": dict(self.epsilon),
-            "delta": self.delta,
-            "noise_multiplier": self.noise_multiplier,
-            "wall_s": round(self.wall_s, 3),
-            "claimed_epsilon": self.claimed_epsilon,
-            "claim": self.claim,
-        }
 
 
 @dataclass(frozen=True)
@@ -368,10 +338,14 @@ class Simulation:
         plan = rounds[-1].noise.get("plan", {}) if rounds else {}
         runner = self.coordinator.orchestrator.runner(self.job_id)
         metrics = {}
-        if runner is not None:
-            completed = [r for r in runner.reports if r.completed]
-            if completed:
-                metrics = dict(completed[-1].metrics)
+        reports = list(runner.reports) if runner is not None else []
+        completed = [r for r in reports if r.completed]
+        if completed:
+            metrics = dict(completed[-1].metrics)
+        skipped = {r.round.number for r in reports if r.skipped and r.round is not None} - {
+            d.number for d in done
+        }
+        invitations, per_round = invitations_from_rounds(rounds)
         return SimulationResult(
             job=self.job.name,
             job_id=self.job_id or "",
@@ -387,6 +361,18 @@ class Simulation:
             error=job.error,
             claimed_epsilon=plan.get("details", {}).get("claimed_epsilon"),
             claim=plan.get("details", {}).get("claim"),
+            rounds_planned=self.job.rounds,
+            rounds_skipped=len(skipped),
+            invitations=invitations,
+            per_round=per_round,
+            stop=stop_reason(
+                status=job.status.value,
+                error=job.error,
+                rounds_planned=self.job.rounds,
+                rounds_completed=len(done),
+                rounds_skipped=len(skipped),
+                reports=reports,
+            ),
         )
 
     async def stop_agents(self) -> None:
@@ -456,6 +442,76 @@ def simulate_job(
     return asyncio.run(main())
 
 
+# -- the clients' budgets ------------------------------------------------------------------------
+
+
+def client_budget(
+    job: JobSpec, epsilon: float | None, delta: float | None = None
+) -> tuple[float, float] | None:
+    """The coordinator-side budget (ε, δ) every simulated client gets, or None for the
+    coordinator's default; δ defaults to the job's.
+
+    Raises:
+        ValueError: ε not a finite number > 0, δ outside (0, 1), or δ without ε.
+    """
+    if epsilon is None:
+        if delta is not None:
+            raise ValueError("a budget δ needs a budget ε (--budget-epsilon)")
+        return None
+    if not (math.isfinite(epsilon) and epsilon > 0):
+        raise ValueError(f"the budget ε must be a finite number > 0, got {epsilon!r}")
+    d = job.privacy.delta if delta is None else delta
+    if not (math.isfinite(d) and 0 < d < 1):
+        raise ValueError(f"the budget δ must be in (0, 1), got {d!r}")
+    return (float(epsilon), float(d))
+
+
+def agent_policy(
+    policy: Any = None,
+    *,
+    max_epsilon_per_job: float | None = None,
+    max_epsilon_total: float | None = None,
+    delta: float | None = None,
+) -> Any:
+    """The local policy every simulated agent runs (``dpfl.client.policy.Policy``), or None for
+    the agents' default policy.
+
+    Args:
+        policy: a ``Policy``, a mapping of its fields, a YAML file's path, or None.
+        max_epsilon_per_job, max_epsilon_total, delta: override those fields. When only the
+            per-job cap is raised above the total cap, the total follows it (one job alone
+            cannot need more than its own cap).
+
+    Raises:
+        dpfl.client.policy.PolicyError: an unreadable file or an invalid field (named).
+    """
+    from dpfl.client.policy import Policy
+
+    overrides = {
+        k: v
+        for k, v in (
+            ("max_epsilon_per_job", max_epsilon_per_job),
+            ("max_epsilon_total", max_epsilon_total),
+            ("delta", delta),
+        )
+        if v is not None
+    }
+    if policy is None and not overrides:
+        return None
+    if isinstance(policy, Policy):
+        base = policy
+    elif policy is None or isinstance(policy, Mapping):
+        base = Policy.from_mapping(policy)
+    else:
+        base = Policy.load(Path(policy))
+    if not overrides:
+        return base
+    fields = base.model_dump()
+    if max_epsilon_total is None and max_epsilon_per_job is not None:
+        fields["max_epsilon_total"] = max(fields["max_epsilon_total"], max_epsilon_per_job)
+    return Policy.from_mapping({**fields, **overrides})
+
+
 # -- the command ---------------------------------------------------------------------------------
 
 
@@ -495,6 +551,55 @@ def register(subparsers: Subparsers) -> None:
         default=None,
         help="default: the cluster's GPUs shared evenly (none without GPUs)",
     )
+    budgets = parser.add_argument_group(
+        "clients' budgets",
+        "what each client may spend: the coordinator's per-client budget (it leaves a client out "
+        "of a round it cannot pay for) and the agents' own local policy (an agent declines an "
+        "invitation it cannot afford); docs/utility.md#honest-simulation",
+    )
+    budgets.add_argument(
+        "--budget-epsilon",
+        type=float,
+        default=None,
+        metavar="E",
+        help="every client's ε budget at the coordinator (default: the coordinator's default)",
+    )
+    budgets.add_argument(
+        "--budget-delta",
+        type=float,
+        default=None,
+        metavar="D",
+        help="the δ that budget is measured at (default: the job's δ)",
+    )
+    budgets.add_argument(
+        "--agent-policy",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="every agent's local policy (YAML, as dpfl-agent run --policy; default: the "
+        "default policy)",
+    )
+    budgets.add_argument(
+        "--agent-max-epsilon-per-job",
+        type=float,
+        default=None,
+        metavar="E",
+        help="override the policy's max_epsilon_per_job (the total cap rises with it if lower)",
+    )
+    budgets.add_argument(
+        "--agent-max-epsilon-total",
+        type=float,
+        default=None,
+        metavar="E",
+        help="override the policy's max_epsilon_total",
+    )
+    budgets.add_argument(
+        "--agent-delta",
+        type=float,
+        default=None,
+        metavar="D",
+        help="override the δ the agents' policy measures ε at",
+    )
     parser.add_argument("--database-url", default=None, help="default: a temporary SQLite file")
     parser.add_argument("--seed", type=int, default=None, help="override the job's seed")
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
@@ -519,6 +624,23 @@ def _main(args: argparse.Namespace) -> int:
         return 2
     if args.agents < 1:
         print("dpfl simulate: --agents must be >= 1", file=sys.stderr)
+        return 2
+    from dpfl.client.policy import PolicyError
+
+    try:
+        args.client_budget = client_budget(job, args.budget_epsilon, args.budget_delta)
+    except ValueError as exc:
+        print(f"dpfl simulate: {exc}", file=sys.stderr)
+        return 2
+    try:
+        args.policy = agent_policy(
+            args.agent_policy,
+            max_epsilon_per_job=args.agent_max_epsilon_per_job,
+            max_epsilon_total=args.agent_max_epsilon_total,
+            delta=args.agent_delta,
+        )
+    except PolicyError as exc:
+        print(f"dpfl simulate: agent policy: {exc}", file=sys.stderr)
         return 2
     ray_flags = [
         flag
@@ -571,6 +693,16 @@ def run_command(name: str, main: Coroutine[Any, Any, SimulationResult], *, json_
     return 0 if result.status == "completed" else 1
 
 
+def uniform_clients(
+    agents: int, *, budget: tuple[float, float] | None, policy: Any
+) -> dict[str, Any]:
+    """``Simulation``'s ``budgets`` and ``policies``: the same budget and policy for every agent."""
+    return {
+        "budgets": {} if budget is None else dict.fromkeys(range(agents), budget),
+        "policies": {} if policy is None else dict.fromkeys(range(agents), policy),
+    }
+
+
 async def _run(job: JobSpec, args: argparse.Namespace) -> SimulationResult:
     from rich.console import Console
 
@@ -581,6 +713,7 @@ async def _run(job: JobSpec, args: argparse.Namespace) -> SimulationResult:
         database_url=args.database_url,
         backend=args.backend,
         ray=getattr(args, "ray_options", None),
+        **uniform_clients(args.agents, budget=args.client_budget, policy=args.policy),
     )
     try:
         return await run_with_progress(
@@ -649,5 +782,41 @@ def summary(console: Any, result: SimulationResult) -> None:
     extra = {k: v for k, v in result.metrics.items() if k not in ("accuracy", "survivors")}
     if extra:
         console.print("last round: " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(extra.items())))
-    if result.error:
+    invitations(console, result)
+    if result.stop is not None:
+        hint = _STOP_HINTS.get(result.stop.kind, "")
+        console.print(
+            f"[red]stopped early ({result.stop.kind}) after {result.rounds_completed} of "
+            f"{result.rounds_planned} rounds: {result.stop.message}{hint}"
+        )
+    elif result.error:
         console.print(f"[red]job error: {result.error}")
+
+
+#: What to change when a job stops for a client budget (printed after the reason).
+_STOP_HINTS = {
+    "budget_exhausted": " (the clients' coordinator-side budget: --budget-epsilon)",
+}
+
+#: The flag that sets each rule of the agents' local policy, named next to its declines.
+_RULE_FLAGS = {
+    "max_epsilon_per_job": "--agent-max-epsilon-per-job",
+    "max_epsilon_total": "--agent-max-epsilon-total",
+}
+
+
+def invitations(console: Any, result: SimulationResult) -> None:
+    """Invitations sent, accepted, declined per rule of the agents' policy, unanswered, and
+    members the coordinator left out for their budget."""
+    inv = result.invitations
+    if inv.sent == 0 and inv.excluded_over_budget == 0:
+        return
+    console.print(
+        f"invitations: {inv.sent} sent, {inv.accepted} accepted, {inv.declined} declined, "
+        f"{inv.no_answer} unanswered; {inv.excluded_over_budget} left out by the coordinator "
+        "(client budget spent)"
+    )
+    for rule, count in inv.declined_by_rule.items():
+        flag = _RULE_FLAGS.get(rule)
+        where = f" (agents' local policy; {flag})" if flag else ""
+        console.print(f"  declined {count}× by {rule}{where}: e.g. {inv.example.get(rule, '')!r}")

@@ -2,7 +2,8 @@
 
 Why a link tree: setuptools maps each code folder into the ``dpfl`` namespace (``server/`` is
 ``dpfl.server``, see ``[tool.setuptools.package-dir]``), and the editable install resolves that
-with an import hook mypy does not follow. ``build/mypy/dpfl/<name>`` links to each folder make
+with an import hook mypy does not follow. ``build/mypy/dpfl/<name>`` links to each folder (and
+``build/mypy/dpfl/<module>.py`` links to the modules of ``api/``, which is ``dpfl`` itself) make
 ``dpfl.*`` importable for mypy without copying anything. The tree is rebuilt from pyproject.toml
 on each run, so a new package is checked as soon as it is mapped there.
 
@@ -34,35 +35,41 @@ def package_dirs(root: Path = ROOT) -> dict[str, str]:
 
 
 def build_tree(tree: Path = TREE, root: Path = ROOT) -> list[str]:
-    """Make ``tree/dpfl/<name>`` a relative link to each mapped folder; return the packages.
+    """Make ``tree/dpfl/<name>`` a relative link to each mapped folder, and ``tree/dpfl/<file>``
+    a link to each module of the folder mapped to ``dpfl`` itself; return the packages.
 
     Idempotent: existing correct links are kept, stale ones (a package no longer mapped, a link
-    pointing elsewhere) are replaced or removed. ``tree/dpfl`` stays a namespace package (no
-    ``__init__.py``), like the installed ``dpfl``.
+    pointing elsewhere) are replaced or removed.
     """
     namespace = tree / "dpfl"
     namespace.mkdir(parents=True, exist_ok=True)
     packages: list[str] = []
-    wanted: dict[str, str] = {}
+    wanted: dict[str, tuple[str, bool]] = {}  # name in tree/dpfl -> (link target, is a folder)
     for package, folder in package_dirs(root).items():
         top, _, name = package.partition(".")
-        if top != "dpfl" or not name or "." in name:
-            raise SystemExit(f"pyproject.toml: package-dir key {package!r} is not dpfl.<name>")
-        wanted[name] = os.path.relpath(root / folder, namespace)
+        if top != "dpfl" or "." in name:
+            raise SystemExit(f"pyproject.toml: package-dir key {package!r} is not dpfl[.<name>]")
         packages.append(package)
+        if not name:
+            for module in sorted((root / folder).glob("*.py")):
+                wanted[module.name] = (os.path.relpath(module, namespace), False)
+            continue
+        wanted[name] = (os.path.relpath(root / folder, namespace), True)
     for entry in namespace.iterdir():
         if entry.name not in wanted or not entry.is_symlink():
             if entry.is_symlink() or entry.is_file():
                 entry.unlink()
+            elif entry.name == "__pycache__":
+                continue
             else:
                 raise SystemExit(f"{entry} is not a link; remove {tree} and run again")
-    for name, target in wanted.items():
+    for name, (target, is_dir) in wanted.items():
         link = namespace / name
         if link.is_symlink() and os.readlink(link) == target:
             continue
         if link.is_symlink():
             link.unlink()
-        link.symlink_to(target, target_is_directory=True)
+        link.symlink_to(target, target_is_directory=is_dir)
     return packages
 
 
@@ -70,14 +77,26 @@ def main(argv: list[str] | None = None) -> int:
     packages = build_tree()
     args = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml")]
     for package in packages:
-        args += ["-p", package]
+        # ``-p dpfl`` would walk every subpackage again: the top package's own modules alone
+        if package == "dpfl":
+            args += ["-m", "dpfl"]
+            args += [
+                x
+                for m in sorted((ROOT / package_dirs()["dpfl"]).glob("*.py"))
+                if m.stem != "__init__"
+                for x in ("-m", f"dpfl.{m.stem}")
+            ]
+        else:
+            args += ["-p", package]
     args += sys.argv[1:] if argv is None else argv
     env = {**os.environ, "MYPYPATH": str(TREE)}
     proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
-    prefixes = {
-        f"{TREE.relative_to(ROOT)}/dpfl/{p.partition('.')[2]}/": f"{folder}/"
+    mapped = {
+        f"{TREE.relative_to(ROOT)}/dpfl/{p.partition('.')[2]}/".replace("//", "/"): f"{folder}/"
         for p, folder in package_dirs().items()
     }
+    # longest first: ``build/mypy/dpfl/`` (api/) must not catch ``build/mypy/dpfl/server/``
+    prefixes = dict(sorted(mapped.items(), key=lambda kv: -len(kv[0])))
     for stream, text in ((sys.stdout, proc.stdout), (sys.stderr, proc.stderr)):
         for line in text.splitlines(keepends=True):
             for link, folder in prefixes.items():

@@ -100,6 +100,8 @@ class _Aborted(Exception):  # noqa: N818 (control flow inside the engine)
 #: Answers added to the secure-aggregation state at once (the copy of its collections is shared
 #: by the batch); masked inputs wait as decoded vectors, so fewer of them.
 ANSWER_BATCH = 256
+#: Characters kept of an agent's decline reason (the agent's text, bounded in the round record).
+DECLINE_REASON_CHARS = 300
 MASKED_BATCH = 16
 
 
@@ -375,6 +377,7 @@ class _RoundRun:
         for agent_id in self.rnd.invited:
             self.send(agent_id, pb.CoordinatorMessage(invitation=invitation))
         answers: dict[str, bool] = {}
+        declines: dict[str, str] = {}
 
         def handle(agent_id: str, message: pb.AgentMessage) -> None:
             if agent_id in answers:
@@ -385,6 +388,8 @@ class _RoundRun:
                 )
                 return
             answers[agent_id] = message.invitation_response.accept
+            if not message.invitation_response.accept:
+                declines[agent_id] = message.invitation_response.reason[:DECLINE_REASON_CHARS]
 
         await self.channel.collect(
             deadline=self.deadline(self.deadlines.invitation),
@@ -392,9 +397,11 @@ class _RoundRun:
             handle=handle,
         )
         self.accepted = sorted(a for a, ok in answers.items() if ok and a not in self.channel.gone)
+        # what each decliner said (its local policy's rule first), for operators and reports
+        self.noise = {**self.noise, "declined": dict(sorted(declines.items()))}
         await self.record("invitation", self.accepted, self.rnd.invited, started)
         self.rnd = await asyncio.to_thread(
-            self.store.update_round, self.rnd.id, accepted=self.accepted
+            self.store.update_round, self.rnd.id, accepted=self.accepted, noise=self.noise
         )
         await self.hooks.at("invitations_closed", self.info)
         minimum = minimum_accepted(ctx.algorithm, ctx.spec, ctx.plan)

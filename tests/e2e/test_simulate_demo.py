@@ -54,7 +54,16 @@ def test_simulate_100_agents_inproc_reaches_60_percent_at_epsilon_4(tmp_path: Pa
         "wall_s",
         "claimed_epsilon",
         "claim",
+        "status",
+        "rounds_planned",
+        "rounds_skipped",
+        "metrics",
+        "invitations",
+        "per_round",
+        "stop_reason",
     }
+    assert result["status"] == "completed"
+    assert result["stop_reason"] is None
     assert result["claimed_epsilon"] is None  # only DP-FedSGD's opt-in shows a claim
     assert result["algorithm"] == "dp-fedavg"
     assert result["rounds_completed"] == 10  # every sample is released, even of 0 or 1 clients

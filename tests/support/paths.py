@@ -10,6 +10,7 @@ ARTIFACTS = ROOT / "tests" / "artifacts"
 #: Code folders and the import package each one becomes (the table of
 #: docs/architecture.md#packages).
 CODE_PACKAGES = {
+    "api": "dpfl",
     "accounting": "dpfl.accounting",
     "secagg": "dpfl.secagg",
     "learning": "dpfl.learning",

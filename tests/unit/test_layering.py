@@ -41,7 +41,12 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "server": ("accounting", "secagg", "learning", "protos", "cmdline"),
     "client": ("accounting", "secagg", "learning", "protos", "cmdline"),
     "cli": ("accounting", "secagg", "learning", "protos", "server", "client", "cmdline"),
+    # ``dpfl`` itself (the researchers' API) sits on top of the ``dpfl`` command's library
+    "api": ("accounting", "secagg", "learning", "protos", "server", "client", "cmdline", "cli"),
 }
+
+#: The folder of each dpfl package; any other ``dpfl.<name>`` is a module of ``api/`` (``dpfl``).
+_FOLDER_OF = {package: folder for folder, package in CODE_PACKAGES.items()}
 
 #: Third-party modules a folder must not import.
 FORBIDDEN_LIBRARIES: dict[str, tuple[str, ...]] = {
@@ -67,7 +72,7 @@ def _imports(path: Path) -> set[str]:
 def _forbidden(folder: str, name: str) -> bool:
     top = name.split(".")
     if top[0] == "dpfl":
-        package = top[1] if len(top) > 1 else ""
+        package = _FOLDER_OF.get(".".join(top[:2]), "api")
         return package != folder and package not in MAY_IMPORT[folder]
     return any(
         name == prefix or name.startswith(prefix + ".")
@@ -97,11 +102,16 @@ def test_folder_respects_its_import_rules(folder: str) -> None:
     assert _violations(folder) == []
 
 
-def test_only_the_umbrella_command_imports_cli() -> None:
-    """``dpfl.cli`` is the top: the coordinator's and the agent's commands must not need it."""
-    assert [f for f, allowed in MAY_IMPORT.items() if "cli" in allowed] == []
+def test_only_the_umbrella_command_and_the_api_import_cli() -> None:
+    """``dpfl.cli`` and ``dpfl`` are the top: the coordinator's and the agent's commands must not
+    need them, and the command does not need the researchers' API."""
+    assert [f for f, allowed in MAY_IMPORT.items() if "cli" in allowed] == ["api"]
+    assert [f for f, allowed in MAY_IMPORT.items() if "api" in allowed] == []
     assert _forbidden("server", "dpfl.cli.base")
     assert _forbidden("client", "dpfl.cli")
+    assert _forbidden("cli", "dpfl.simulation")
+    assert _forbidden("cli", "dpfl")
+    assert not _forbidden("api", "dpfl.cli.simulate")
     assert not _forbidden("cli", "dpfl.server.coordinator")
 
 
@@ -127,3 +137,18 @@ def test_pure_packages_do_not_load_heavy_modules(package: str) -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/"
     )
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_importing_dpfl_is_light() -> None:
+    """``import dpfl`` loads nothing of its subpackages; its API names load no torch or gRPC
+    until a simulation or a plan runs (a notebook imports it for free)."""
+    code = (
+        "import sys, dpfl\n"
+        "print(sorted(k for k in sys.modules if k.startswith('dpfl.')))\n"
+        "dpfl.simulate, dpfl.privacy.epsilon, dpfl.SimulationResult\n"
+        f"print(sorted(k for k in sys.modules if k.split('.')[0] in {HEAVY!r}))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/"
+    )
+    assert out.stdout.splitlines() == ["[]", "[]"], out.stdout

@@ -78,6 +78,10 @@ def test_wheel_installs_only_the_dpfl_namespace(tmp_path: Path) -> None:
         "import sys; sys.path.insert(0, sys.argv[1]); "
         "import dpfl.server, dpfl.protos; assert dpfl.server.__file__.startswith(sys.argv[1]);"
         "import importlib.util as u; assert u.find_spec('server') is None; "
-        "assert u.find_spec('client') is None"
+        "assert u.find_spec('client') is None; "
+        # the researchers' API is dpfl itself, a regular package in the wheel
+        "import dpfl; assert dpfl.__file__.startswith(sys.argv[1]); "
+        "assert dpfl.simulate.__module__ == 'dpfl.simulation'; "
+        "assert dpfl.privacy.__file__.startswith(sys.argv[1])"
     )
     subprocess.run([sys.executable, "-I", "-c", code, str(target)], check=True, cwd=tmp_path)

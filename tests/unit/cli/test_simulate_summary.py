@@ -5,24 +5,25 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from dpfl.cli.sim_result import Invitations, StopReason
 from dpfl.cli.simulate import SimulationResult, summary
 from dpfl.learning.algorithms.fedsgd_accounting import CLAIM_LABEL
 
 
 def _result(**extra: object) -> SimulationResult:
-    return SimulationResult(
-        job="sgd",
-        job_id="job-1",
-        algorithm="dp-fedsgd",
-        status="completed",
-        rounds_completed=2,
-        accuracy=0.8,
-        epsilon={"agent-a": 31.5, "agent-b": 31.5},
-        delta=1e-5,
-        noise_multiplier=1.1,
-        wall_s=1.0,
-        **extra,  # type: ignore[arg-type]
-    )
+    fields: dict[str, object] = {
+        "job": "sgd",
+        "job_id": "job-1",
+        "algorithm": "dp-fedsgd",
+        "status": "completed",
+        "rounds_completed": 2,
+        "accuracy": 0.8,
+        "epsilon": {"agent-a": 31.5, "agent-b": 31.5},
+        "delta": 1e-5,
+        "noise_multiplier": 1.1,
+        "wall_s": 1.0,
+    }
+    return SimulationResult(**{**fields, **extra})  # type: ignore[arg-type]
 
 
 def test_the_claim_is_printed_apart_and_named() -> None:
@@ -42,3 +43,30 @@ def test_no_claim_no_line() -> None:
     summary(console, _result())
     assert "claimed" not in console.export_text()
     assert _result().to_json()["claimed_epsilon"] is None
+
+
+def test_declines_and_the_stop_reason_are_printed_with_the_flag_to_change() -> None:
+    console = Console(record=True, width=400)
+    result = _result(
+        status="failed",
+        rounds_planned=4,
+        invitations=Invitations(
+            sent=10,
+            accepted=6,
+            declined=4,
+            declined_by_rule={"max_epsilon_total": 4},
+            example={"max_epsilon_total": "max_epsilon_total: total ε would reach 31 > 30"},
+        ),
+        stop=StopReason("budget_exhausted", "no client of the population can afford another"),
+    )
+    summary(console, result)
+    text = console.export_text()
+    assert "invitations: 10 sent, 6 accepted, 4 declined, 0 unanswered" in text
+    assert "declined 4× by max_epsilon_total (agents' local policy; --agent-max-epsilon-total)" in (
+        text
+    )
+    assert "stopped early (budget_exhausted) after 2 of 4 rounds" in text
+    assert "--budget-epsilon" in text
+    line = result.to_json()
+    assert line["invitations"]["declined_by_rule"] == {"max_epsilon_total": 4}
+    assert line["stop_reason"]["kind"] == "budget_exhausted"

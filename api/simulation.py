@@ -1,0 +1,152 @@
+"""``dpfl.simulate``: a coordinator and N agents in this process, from Python.
+
+The same :class:`~dpfl.cli.simulate.Simulation` ``dpfl simulate`` runs, with the same client
+budget and agent policy options, returning the same :class:`SimulationResult` (its ``to_json()``
+is the command's ``--json`` line). Called where an event loop already runs (a Jupyter notebook),
+the simulation runs on a worker thread with its own loop, so the call blocks either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, Literal
+
+from dpfl.cli.sim_result import (
+    Invitations,
+    RoundInvitations,
+    SimulationResult,
+    StopReason,
+)
+from dpfl.cli.simulate import Simulation, client_budget, uniform_clients
+from dpfl.cli.simulate import agent_policy as make_policy
+from dpfl.learning.jobs import JobSpec, job_to_dict, load_job, parse_job
+
+__all__ = [
+    "Invitations",
+    "JobLike",
+    "RoundInvitations",
+    "SimulationResult",
+    "StopReason",
+    "resolve_job",
+    "simulate",
+]
+
+#: A job document: a validated spec, its mapping, or the path of its YAML/JSON file.
+JobLike = JobSpec | Mapping[str, Any] | str | Path
+
+
+def resolve_job(job: JobLike, *, seed: int | None = None) -> JobSpec:
+    """The validated job, with ``seed`` (model and training seed) overridden when given.
+
+    Raises:
+        dpfl.learning.jobs.JobSpecError: an unreadable file or an invalid document.
+        TypeError: ``job`` is none of the accepted kinds.
+    """
+    if isinstance(job, JobSpec):
+        spec = job
+    elif isinstance(job, Mapping):
+        spec = parse_job(job)
+    elif isinstance(job, str | Path):
+        spec = load_job(job)
+    else:
+        raise TypeError(f"job must be a JobSpec, a mapping or a path, got {type(job).__name__}")
+    if seed is None:
+        return spec
+    return parse_job({**job_to_dict(spec), "seed": seed})
+
+
+@contextlib.contextmanager
+def _data_dir(path: str | Path | None) -> Iterator[None]:
+    """``$DPFL_DATA_DIR`` set to ``path`` for the call (the coordinator and the agents read
+    their data sets from there), restored afterwards."""
+    if path is None:
+        yield
+        return
+    before = os.environ.get("DPFL_DATA_DIR")
+    os.environ["DPFL_DATA_DIR"] = str(path)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("DPFL_DATA_DIR", None)
+        else:
+            os.environ["DPFL_DATA_DIR"] = before
+
+
+def simulate(
+    job: JobLike,
+    agents: int,
+    *,
+    transport: Literal["inproc", "grpc"] = "inproc",
+    seed: int | None = None,
+    budget_epsilon: float | None = None,
+    budget_delta: float | None = None,
+    agent_policy: Any = None,
+    agent_max_epsilon_per_job: float | None = None,
+    agent_max_epsilon_total: float | None = None,
+    agent_delta: float | None = None,
+    data_dir: str | Path | None = None,
+    database_url: str | None = None,
+) -> SimulationResult:
+    """Run ``job`` with ``agents`` simulated agents to its end and report.
+
+    Args:
+        job: a :class:`~dpfl.learning.jobs.JobSpec`, its mapping, or a YAML/JSON file's path.
+        agents: N, the number of agents (each gets its share of the job's data).
+        transport: ``"inproc"`` (default; every message still crosses as bytes) or ``"grpc"``.
+        seed: overrides the job's seed.
+        budget_epsilon, budget_delta: every client's budget at the coordinator (``δ`` defaults
+            to the job's); None: the coordinator's default budget.
+        agent_policy: every agent's local policy: a ``dpfl.client.policy.Policy``, a mapping
+            of its fields or a YAML file's path; None: the default policy.
+        agent_max_epsilon_per_job, agent_max_epsilon_total, agent_delta: override those policy
+            fields (as ``dpfl simulate --agent-...``).
+        data_dir: where MNIST, Fashion-MNIST and USPS are read from (default
+            ``$DPFL_DATA_DIR``).
+        database_url: the coordinator's database (default: a temporary SQLite file).
+
+    Returns:
+        The :class:`SimulationResult`; ``to_json()`` is ``dpfl simulate --json``'s line.
+
+    Raises:
+        dpfl.learning.jobs.JobSpecError: an invalid job.
+        ValueError: bad agents, transport, budget or policy (the message names it).
+    """
+    spec = resolve_job(job, seed=seed)
+    if transport not in ("inproc", "grpc"):
+        raise ValueError(f"transport must be 'inproc' or 'grpc', got {transport!r}")
+    if agents < 1:
+        raise ValueError(f"agents must be >= 1, got {agents}")
+    clients = uniform_clients(
+        agents,
+        budget=client_budget(spec, budget_epsilon, budget_delta),
+        policy=make_policy(
+            agent_policy,
+            max_epsilon_per_job=agent_max_epsilon_per_job,
+            max_epsilon_total=agent_max_epsilon_total,
+            delta=agent_delta,
+        ),
+    )
+
+    async def main() -> SimulationResult:
+        sim = Simulation(
+            spec, agents=agents, transport=transport, database_url=database_url, **clients
+        )
+        try:
+            return await sim.run()
+        finally:
+            await sim.close()
+
+    with _data_dir(data_dir):
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(main())
+        # a loop runs in this thread (a notebook): run ours on a worker thread
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpfl-simulate") as pool:
+            return pool.submit(asyncio.run, main()).result()

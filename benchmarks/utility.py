@@ -1,0 +1,496 @@
+"""Privacy–utility benchmark: the papers' settings run through ``dpfl.simulate``, over seeds.
+
+Prints ONE JSON line per row (accuracy mean, std and per seed; ε, the largest over clients of the
+coordinator's ledger; δ; the paper's figure; the target and whether it was met) and writes
+``table.md`` and ``curves.png`` (accuracy against ε) to ``--out``. ``--quick`` runs a tiny digits
+version of each row (a smoke test, not a result).
+
+Usage: ``python benchmarks/utility.py [--rows NAME,...] [--seeds K] [--out DIR] [--quick]``.
+Rows, settings and what is not expressible yet: docs/utility.md#the-benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+ROWS_DIR = Path(__file__).resolve().parent / "utility"
+
+#: The paper's DP-Fed-LS setting: δ = N^-1.1 for N = 1000 agents.
+FEDLS_DELTA = 1000.0**-1.1
+
+
+class Row(BaseModel):
+    """One benchmark row: a job, how many agents run it, and what it is compared with.
+
+    ``job`` is a job document or the name of a YAML file under benchmarks/utility/.
+    ``quick`` is merged (recursively) into the job for ``--quick`` (with the digits data set,
+    ``quick_agents`` agents and at most two rounds). ``beats``: names of rows whose mean
+    accuracy this row must reach too (the target is then also relative).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]*$")
+    series: str
+    job: dict[str, Any] | str
+    agents: int = Field(ge=1)
+    epsilon: float = Field(gt=0)
+    delta: float = Field(gt=0, lt=1)
+    target: float | None = Field(default=None, ge=0, le=1)
+    paper: float | None = Field(default=None, ge=0, le=1)
+    paper_note: str = ""
+    beats: tuple[str, ...] = ()
+    budget_epsilon: float | None = Field(default=None, gt=0)
+    agent_max_epsilon: float | None = Field(default=None, gt=0)
+    quick: dict[str, Any] = Field(default_factory=dict)
+    quick_agents: int = Field(default=4, ge=1)
+    note: str = ""
+
+    def document(self, *, quick: bool = False) -> dict[str, Any]:
+        """The job document (read from benchmarks/utility/ when ``job`` names a file)."""
+        base = self.job
+        if isinstance(base, str):
+            loaded = yaml.safe_load((ROWS_DIR / base).read_text(encoding="utf-8"))
+            if not isinstance(loaded, dict):
+                raise ValueError(f"benchmarks/utility/{base} is not a job mapping")
+            base = loaded
+        if not quick:
+            return dict(base)
+        small = merge(base, {"name": f"{self.name}-quick", "data": {"dataset": "digits"}})
+        small["rounds"] = min(int(small.get("rounds", 1)), 2)
+        if small.get("model") == "cnn":
+            small["model"] = "logreg"
+        return merge(small, self.quick)
+
+
+def merge(base: Mapping[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``extra`` merged in, mappings recursively."""
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+# -- the rows --------------------------------------------------------------------------------------
+
+
+def _mnist_noniid(algorithm: str, params: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """MNIST, 100 agents on shards of 6 classes (~600 records each), agent level, δ 1e-3, ε 4.3.
+    The paper's public pool is 30 % of the MNIST test set; until that data option exists, the
+    public pool is 30 % of the training records (``public_fraction``)."""
+    return {
+        "name": f"mnist-noniid-{algorithm}",
+        "algorithm": algorithm,
+        "data": {
+            "dataset": "mnist",
+            "partition": {"scheme": "shards", "classes_per_agent": 6},
+            "public_fraction": 0.3 if algorithm == "pate-fl" else 0.0,
+        },
+        "model": "logreg",
+        "privacy": {"unit": "agent", "delta": 1e-3, "target_epsilon": 4.3, "noise": "skellam"},
+        "params": params,
+        **extra,
+    }
+
+
+def _fedls(algorithm: str, epsilon: float, sampling: str) -> dict[str, Any]:
+    """The DP-Fed-LS paper's MNIST setting: logistic regression, 1000 IID agents (60 records
+    each), Poisson rate 0.05 (or a uniform sample of 50), 30 rounds, clip 0.3, 5 local epochs of
+    batch 10 (30 steps), learning rate 0.01 (the paper's 0.99 decay per round is not a job
+    parameter yet)."""
+    params: dict[str, Any] = {
+        "clip": 0.3,
+        "sampling_rate": 0.05,
+        "local_steps": 30,
+        "batch_size": 10,
+        "learning_rate": 0.01,
+    }
+    if algorithm == "dp-fed-ls":
+        params["client_sampling"] = sampling
+    return {
+        "name": f"mnist-iid-{algorithm}-{sampling}-eps{epsilon:g}",
+        "algorithm": algorithm,
+        "data": {"dataset": "mnist", "partition": {"scheme": "iid"}},
+        "model": "logreg",
+        "rounds": 30,
+        "privacy": {
+            "unit": "agent",
+            "delta": FEDLS_DELTA,
+            "target_epsilon": epsilon,
+            "noise": "skellam",
+        },
+        "params": params,
+    }
+
+
+def _fedls_rows() -> list[Row]:
+    rows = []
+    for epsilon in (6.0, 7.0, 8.0, 9.0):
+        baseline = f"mnist-iid-dp-fedavg-poisson-eps{epsilon:g}"
+        rows.append(
+            Row(
+                name=baseline,
+                series="DP-FedAvg (Poisson)",
+                job=_fedls("dp-fedavg", epsilon, "poisson"),
+                agents=1000,
+                epsilon=epsilon,
+                delta=FEDLS_DELTA,
+                paper_note="DP-Fed-LS paper, DP-FedAvg baseline",
+                budget_epsilon=1000.0,
+                agent_max_epsilon=1000.0,
+                quick={"params": {"sampling_rate": 0.5, "local_steps": 5, "learning_rate": 0.5}},
+            )
+        )
+        for sampling in ("poisson", "uniform"):
+            target = {6.0: 0.84, 7.0: 0.86}.get(epsilon)
+            rows.append(
+                Row(
+                    name=f"mnist-iid-dp-fed-ls-{sampling}-eps{epsilon:g}",
+                    series=f"DP-Fed-LS ({sampling})",
+                    job=_fedls("dp-fed-ls", epsilon, sampling),
+                    agents=1000,
+                    epsilon=epsilon,
+                    delta=FEDLS_DELTA,
+                    target=target,
+                    paper=0.851 if epsilon == 7.0 else None,
+                    paper_note="85.1–85.3 % at ε = 7" if epsilon == 7.0 else "",
+                    beats=(baseline,),
+                    budget_epsilon=1000.0,
+                    agent_max_epsilon=1000.0,
+                    quick={
+                        "params": {"sampling_rate": 0.5, "local_steps": 5, "learning_rate": 0.5}
+                    },
+                )
+            )
+    return rows
+
+
+def _fmnist_fedsgd(name: str, local_steps: int) -> Row:
+    """Fashion-MNIST CNN, 10 IID agents (6000 records each), 20 rounds, record level, Skellam,
+    ε 4 at δ 1e-5; batches at rate 0.01 (~60 records), so 100 steps are one local epoch."""
+    return Row(
+        name=name,
+        series=f"DP-FedSGD ({'1 step' if local_steps == 1 else '1 epoch'})",
+        job={
+            "name": name,
+            "algorithm": "dp-fedsgd",
+            "data": {"dataset": "fashion-mnist", "partition": {"scheme": "iid"}},
+            "model": "cnn",
+            "rounds": 20,
+            "privacy": {"unit": "record", "delta": 1e-5, "target_epsilon": 4.0, "noise": "skellam"},
+            "params": {
+                "clip": 1.0,
+                "local_steps": local_steps,
+                "batch_sampling_rate": 0.01,
+                "learning_rate": 0.5,
+            },
+        },
+        agents=10,
+        epsilon=4.0,
+        delta=1e-5,
+        target=0.82,
+        quick={"params": {"local_steps": min(local_steps, 3), "batch_sampling_rate": 0.1}},
+    )
+
+
+def rows() -> list[Row]:
+    """Every row of the issue, in table order."""
+    noniid = [
+        Row(
+            name="mnist-noniid-pate-fl",
+            series="PATE-FL",
+            job=_mnist_noniid(
+                "pate-fl",
+                {"queries": 1000, "teacher_epochs": 20, "student_epochs": 30, "vote": "one-hot"},
+                rounds=4,
+            ),
+            agents=100,
+            epsilon=4.3,
+            delta=1e-3,
+            paper=0.951,
+            paper_note="PATE-FL paper, 100 agents, agent level",
+            quick={
+                "data": {"public_fraction": 0.2, "partition": {"classes_per_agent": 3}},
+                "params": {"queries": 40, "teacher_epochs": 3, "student_epochs": 5},
+            },
+        ),
+        Row(
+            name="mnist-noniid-dp-fedavg",
+            series="DP-FedAvg (non-IID)",
+            job=_mnist_noniid(
+                "dp-fedavg",
+                {"clip": 1.0, "sampling_rate": 0.3, "local_steps": 20, "learning_rate": 0.1},
+                rounds=30,
+            ),
+            agents=100,
+            epsilon=4.3,
+            delta=1e-3,
+            paper=0.842,
+            paper_note="PATE-FL paper's DP-FedAvg baseline",
+            quick={
+                "data": {"partition": {"classes_per_agent": 3}},
+                "params": {"sampling_rate": 1.0, "local_steps": 5, "learning_rate": 0.5},
+            },
+        ),
+    ]
+    others = [
+        _fmnist_fedsgd("fmnist-dp-fedsgd-1step", 1),
+        _fmnist_fedsgd("fmnist-dp-fedsgd-1epoch", 100),
+        Row(
+            name="mnist-dp-helmet",
+            series="DP-Helmet",
+            job="mnist-dp-helmet.yaml",
+            agents=100,
+            epsilon=1.0,
+            delta=1e-5,
+            target=0.90,
+            quick={"params": {"epochs": 3}},
+        ),
+        Row(
+            name="mnist-private-knn-fl",
+            series="Private-kNN-FL",
+            job={
+                "name": "mnist-private-knn-fl",
+                "algorithm": "private-knn-fl",
+                "data": {
+                    "dataset": "mnist",
+                    "partition": {"scheme": "iid"},
+                    "public_fraction": 0.1,
+                },
+                "model": "logreg",
+                "rounds": 4,
+                "privacy": {
+                    "unit": "record",
+                    "delta": 1e-5,
+                    "target_epsilon": 4.0,
+                    "noise": "skellam",
+                },
+                "params": {"queries": 1000, "k": 10, "student_epochs": 30},
+            },
+            agents=100,
+            epsilon=4.0,
+            delta=1e-5,
+            target=0.93,
+            quick={"data": {"public_fraction": 0.2}, "params": {"queries": 40, "k": 5}},
+        ),
+    ]
+    return [*noniid, *_fedls_rows(), *others]
+
+
+# -- running ---------------------------------------------------------------------------------------
+
+
+class RowResult(BaseModel):
+    """One row over its seeds: the JSON line."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    row: str
+    series: str
+    algorithm: str
+    agents: int
+    seeds: list[int]
+    accuracies: list[float | None]
+    mean: float | None
+    std: float | None
+    epsilon: float | None
+    epsilon_target: float
+    delta: float
+    paper: float | None
+    paper_note: str
+    target: float | None
+    beats: list[str]
+    met: bool | None
+    stop_reasons: list[str | None]
+    declined: dict[str, int]
+    quick: bool
+    wall_s: float
+
+
+def run_row(row: Row, seeds: Sequence[int], *, quick: bool, data_dir: str | None) -> RowResult:
+    """Run ``row`` once per seed through ``dpfl.simulate``."""
+    import dpfl
+
+    document = row.document(quick=quick)
+    agents = row.quick_agents if quick else row.agents
+    accuracies: list[float | None] = []
+    epsilons: list[float] = []
+    stops: list[str | None] = []
+    declined: dict[str, int] = {}
+    started = time.monotonic()
+    for seed in seeds:
+        result = dpfl.simulate(
+            document,
+            agents,
+            seed=seed,
+            budget_epsilon=row.budget_epsilon,
+            agent_max_epsilon_per_job=row.agent_max_epsilon,
+            agent_max_epsilon_total=row.agent_max_epsilon,
+            data_dir=data_dir,
+        )
+        accuracies.append(result.accuracy)
+        epsilons.append(max(result.epsilon.values(), default=0.0))
+        stops.append(None if result.stop is None else f"{result.stop.kind}: {result.stop.message}")
+        for rule, count in result.invitations.declined_by_rule.items():
+            declined[rule] = declined.get(rule, 0) + count
+    measured = [a for a in accuracies if a is not None]
+    complete = len(measured) == len(accuracies)
+    mean = statistics.fmean(measured) if complete and measured else None
+    std = statistics.stdev(measured) if complete and len(measured) > 1 else None
+    epsilon = max(epsilons) if epsilons else None
+    return RowResult(
+        row=row.name,
+        series=row.series,
+        algorithm=str(document["algorithm"]),
+        agents=agents,
+        seeds=list(seeds),
+        accuracies=accuracies,
+        mean=mean,
+        std=std,
+        epsilon=epsilon,
+        epsilon_target=row.epsilon,
+        delta=row.delta,
+        paper=row.paper,
+        paper_note=row.paper_note,
+        target=row.target,
+        beats=list(row.beats),
+        met=None,
+        stop_reasons=stops,
+        declined=declined,
+        quick=quick,
+        wall_s=round(time.monotonic() - started, 3),
+    )
+
+
+def judged(result: RowResult, others: Mapping[str, RowResult]) -> RowResult:
+    """``met``: ε within the row's ε, the mean at or above the target and at or above every row
+    of ``beats`` that ran; None when the row has nothing to meet (no target and no ``beats``)."""
+    if result.target is None and not result.beats:
+        return result
+    if result.mean is None or result.epsilon is None:
+        return result.model_copy(update={"met": False})
+    ok = result.epsilon <= result.epsilon_target * (1 + 1e-9)
+    if result.target is not None:
+        ok = ok and result.mean >= result.target
+    for name in result.beats:
+        other = others.get(name)
+        if other is not None and other.mean is not None:
+            ok = ok and result.mean >= other.mean
+    return result.model_copy(update={"met": ok})
+
+
+def _pct(x: float | None) -> str:
+    return "—" if x is None else f"{100 * x:.1f} %"
+
+
+def table(results: Sequence[RowResult]) -> str:
+    """The Markdown table of docs/utility.md#results."""
+    lines = [
+        "| row | agents | seeds | ε (max over clients) | δ | accuracy (mean ± std) | paper "
+        "| target | met |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        acc = _pct(r.mean) + ("" if r.std is None else f" ± {100 * r.std:.1f}")
+        eps = "—" if r.epsilon is None else f"{r.epsilon:.3g} (≤ {r.epsilon_target:g})"
+        paper = _pct(r.paper) + (f" ({r.paper_note})" if r.paper_note else "")
+        target = _pct(r.target) + ("" if not r.beats else f", ≥ {', '.join(r.beats)}")
+        met = {None: "—", True: "yes", False: "no"}[r.met]
+        lines.append(
+            f"| {r.row} | {r.agents} | {len(r.seeds)} | {eps} | {r.delta:.3g} | {acc} | {paper} "
+            f"| {target} | {met} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def curves(results: Sequence[RowResult], path: Path) -> None:
+    """Accuracy (mean ± std) against the reached ε, one curve per series."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    series: dict[str, list[RowResult]] = {}
+    for r in results:
+        if r.mean is not None and r.epsilon is not None:
+            series.setdefault(r.series, []).append(r)
+    for name, points in sorted(series.items()):
+        points.sort(key=lambda r: r.epsilon_target)
+        ax.errorbar(
+            [p.epsilon for p in points],
+            [100 * (p.mean or 0.0) for p in points],
+            yerr=[100 * (p.std or 0.0) for p in points],
+            marker="o",
+            capsize=3,
+            label=name,
+        )
+    ax.set_xlabel("ε (largest over clients, coordinator's ledger)")
+    ax.set_ylabel("test accuracy (%)")
+    ax.set_title(
+        "privacy–utility" + (" (--quick smoke run)" if results and results[0].quick else "")
+    )
+    if series:
+        ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--rows", default=None, help="comma-separated row names (default: all)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per row (default 3)")
+    parser.add_argument("--out", type=Path, default=Path("build/utility"), help="results folder")
+    parser.add_argument("--quick", action="store_true", help="tiny digits smoke run of the rows")
+    parser.add_argument("--data-dir", default=None, help="default: $DPFL_DATA_DIR")
+    parser.add_argument("--list", action="store_true", help="print the row names and exit")
+    args = parser.parse_args(argv)
+    every = rows()
+    if args.list:
+        for row in every:
+            print(row.name)
+        return 0
+    if args.seeds < 1:
+        parser.error("--seeds must be >= 1")
+    chosen = every
+    if args.rows is not None:
+        names = [n.strip() for n in args.rows.split(",") if n.strip()]
+        known = {r.name: r for r in every}
+        unknown = [n for n in names if n not in known]
+        if unknown or not names:
+            parser.error(f"unknown rows {unknown} (see --list)" if unknown else "no rows named")
+        chosen = [known[n] for n in names]
+    seeds = list(range(1, args.seeds + 1))
+    results: dict[str, RowResult] = {}
+    for row in chosen:
+        results[row.name] = run_row(row, seeds, quick=args.quick, data_dir=args.data_dir)
+    final = [judged(results[r.name], results) for r in chosen]
+    for r in final:
+        print(json.dumps(r.model_dump(mode="json")), flush=True)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "table.md").write_text(table(final), encoding="utf-8")
+    curves(final, args.out / "curves.png")
+    failed = [r.row for r in final if r.mean is None or not math.isfinite(r.mean)]
+    if failed:
+        print(f"rows without an accuracy on every seed: {', '.join(failed)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,234 @@
+"""What a simulated job produced: accuracy, ε, who took part and why not, why it stopped.
+
+Built from the coordinator's store after the job (the round records keep each round's invited,
+accepted and declined agents with the reason each decliner sent) and from the runner's round
+reports. :meth:`SimulationResult.to_json` is the ``--json`` line and what ``dpfl.simulate``
+returns; the fields are documented in docs/utility.md#what-the-simulation-reports.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "Invitations",
+    "RoundInvitations",
+    "SimulationResult",
+    "StopKind",
+    "StopReason",
+    "decline_rule",
+    "invitations_from_rounds",
+    "stop_reason",
+]
+
+#: Why a job ended before its last round completed.
+StopKind = Literal["budget_exhausted", "rounds_aborted", "error", "algorithm_done", "stopped"]
+
+_RULE = re.compile(r"[a-z][a-z0-9_]{0,47}")
+
+
+def decline_rule(reason: str) -> str:
+    """The rule a decline names: the agent's policy writes ``rule: why`` (``max_epsilon_total:
+    total ε would reach ...``); any other text (a malformed invitation) counts as ``other``."""
+    head, sep, _ = reason.partition(":")
+    return head if sep and _RULE.fullmatch(head) else "other"
+
+
+@dataclass(frozen=True, slots=True)
+class RoundInvitations:
+    """One round attempt: how many were invited, accepted, declined (per rule), did not answer,
+    and how many members the coordinator left out because their budget could not pay."""
+
+    round: int
+    attempt: int
+    status: str
+    invited: int
+    accepted: int
+    declined: Mapping[str, int]
+    no_answer: int
+    excluded_over_budget: int
+    abort_reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "round": self.round,
+            "attempt": self.attempt,
+            "status": self.status,
+            "invited": self.invited,
+            "accepted": self.accepted,
+            "declined": dict(self.declined),
+            "no_answer": self.no_answer,
+            "excluded_over_budget": self.excluded_over_budget,
+            "abort_reason": self.abort_reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Invitations:
+    """The job's invitations summed over every round attempt that sent any.
+
+    ``declined_by_rule`` counts declines per rule of the agents' local policy; ``example`` keeps
+    one reason text per rule (the first seen) so the summary can show what the agents said.
+    """
+
+    sent: int = 0
+    accepted: int = 0
+    declined: int = 0
+    no_answer: int = 0
+    excluded_over_budget: int = 0
+    declined_by_rule: Mapping[str, int] = field(default_factory=dict)
+    example: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "sent": self.sent,
+            "accepted": self.accepted,
+            "declined": self.declined,
+            "no_answer": self.no_answer,
+            "excluded_over_budget": self.excluded_over_budget,
+            "declined_by_rule": dict(self.declined_by_rule),
+            "example": dict(self.example),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class StopReason:
+    """Why the job ended before completing all its rounds: a kind and the coordinator's words."""
+
+    kind: StopKind
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "message": self.message}
+
+
+def invitations_from_rounds(rounds: Iterable[Any]) -> tuple[Invitations, list[RoundInvitations]]:
+    """Sum the round records (``dpfl.server.store.Round``) of a job.
+
+    A round that never sent its invitations (skipped: too few sampled) counts in the per-round
+    list with zero invited, so that the list still shows it."""
+    per_round: list[RoundInvitations] = []
+    rules: Counter[str] = Counter()
+    example: dict[str, str] = {}
+    sent = accepted = no_answer = excluded = 0
+    for r in sorted(rounds, key=lambda r: (r.number, r.attempt)):
+        noise = r.noise if isinstance(r.noise, Mapping) else {}
+        left_out = len(noise.get("excluded_over_budget") or ())
+        excluded += left_out
+        invited_now = len(r.invited) if "invitation" in r.survivors else 0
+        declines = noise.get("declined") or {}
+        counts: Counter[str] = Counter()
+        for reason in declines.values():
+            rule = decline_rule(str(reason))
+            counts[rule] += 1
+            example.setdefault(rule, str(reason))
+        rules.update(counts)
+        took = len(r.accepted) if invited_now else 0
+        silent = max(0, invited_now - took - sum(counts.values()))
+        sent += invited_now
+        accepted += took
+        no_answer += silent
+        per_round.append(
+            RoundInvitations(
+                round=r.number,
+                attempt=r.attempt,
+                status=r.status.value,
+                invited=invited_now,
+                accepted=took,
+                declined=dict(sorted(counts.items())),
+                no_answer=silent,
+                excluded_over_budget=left_out,
+                abort_reason=r.abort_reason,
+            )
+        )
+    total = Invitations(
+        sent=sent,
+        accepted=accepted,
+        declined=sum(rules.values()),
+        no_answer=no_answer,
+        excluded_over_budget=excluded,
+        declined_by_rule=dict(sorted(rules.items())),
+        example=dict(sorted(example.items())),
+    )
+    return total, per_round
+
+
+def stop_reason(
+    *,
+    status: str,
+    error: str | None,
+    rounds_planned: int,
+    rounds_completed: int,
+    rounds_skipped: int,
+    reports: Sequence[Any],
+) -> StopReason | None:
+    """Why the job stopped early, or None when every round number was completed or skipped.
+
+    ``reports`` are the runner's ``RoundReport``s (empty after a coordinator restart: the kind
+    then comes from the status alone)."""
+    last = reports[-1] if reports else None
+    if status == "completed":
+        if rounds_completed + rounds_skipped >= rounds_planned:
+            return None
+        return StopReason(
+            "algorithm_done",
+            f"the algorithm finished after {rounds_completed} of {rounds_planned} rounds",
+        )
+    message = error or f"the job is {status}"
+    if status == "failed":
+        if last is not None and last.exhausted:
+            return StopReason("budget_exhausted", message)
+        if last is not None and not (last.completed or last.skipped):
+            return StopReason("rounds_aborted", message)
+        return StopReason("error", message)
+    return StopReason("stopped", message)
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    """What a simulated job produced (the ``--json`` line is :meth:`to_json`)."""
+
+    job: str
+    job_id: str
+    algorithm: str
+    status: str
+    rounds_completed: int
+    accuracy: float | None
+    epsilon: Mapping[str, float]
+    delta: float
+    noise_multiplier: float | None
+    wall_s: float
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    error: str | None = None
+    claimed_epsilon: float | None = None
+    claim: str | None = None
+    rounds_planned: int = 0
+    rounds_skipped: int = 0
+    invitations: Invitations = field(default_factory=Invitations)
+    per_round: Sequence[RoundInvitations] = ()
+    stop: StopReason | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "algorithm": self.algorithm,
+            "status": self.status,
+            "rounds_planned": self.rounds_planned,
+            "rounds_completed": self.rounds_completed,
+            "rounds_skipped": self.rounds_skipped,
+            "accuracy": self.accuracy,
+            "epsilon": dict(self.epsilon),
+            "delta": self.delta,
+            "noise_multiplier": self.noise_multiplier,
+            "wall_s": round(self.wall_s, 3),
+            "claimed_epsilon": self.claimed_epsilon,
+            "claim": self.claim,
+            "metrics": dict(self.metrics),
+            "invitations": self.invitations.to_json(),
+            "per_round": [r.to_json() for r in self.per_round],
+            "stop_reason": None if self.stop is None else self.stop.to_json(),
+        }

@@ -1,0 +1,129 @@
+"""``benchmarks/utility.py --quick`` end to end on two rows (digits, a few agents, two seeds):
+one JSON line per row with the documented fields, table.md and curves.png written; and the rows'
+job documents (full and quick) are valid jobs."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from support.paths import ROOT
+
+from dpfl.learning.jobs import parse_job
+
+
+def _utility() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("utility", ROOT / "benchmarks" / "utility.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["utility"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_row_is_a_valid_job_full_and_quick() -> None:
+    utility = _utility()
+    rows = utility.rows()
+    names = [r.name for r in rows]
+    assert len(names) == len(set(names))
+    for row in rows:
+        for quick in (False, True):
+            job = parse_job(row.document(quick=quick))
+            assert job.privacy.delta == pytest.approx(row.delta)
+            assert job.privacy.target_epsilon == row.epsilon
+        for other in row.beats:
+            assert other in names
+    assert {r.agents for r in rows if "dp-fed-ls" in r.name} == {1000}
+
+
+def test_judged_and_table() -> None:
+    utility = _utility()
+    base = {
+        "series": "s",
+        "algorithm": "a",
+        "agents": 2,
+        "seeds": [1, 2],
+        "accuracies": [0.8, 0.9],
+        "std": 0.07,
+        "epsilon": 3.0,
+        "epsilon_target": 4.0,
+        "delta": 1e-5,
+        "paper": None,
+        "paper_note": "",
+        "beats": [],
+        "met": None,
+        "stop_reasons": [None, None],
+        "declined": {},
+        "quick": True,
+        "wall_s": 1.0,
+    }
+    low = utility.RowResult(row="low", mean=0.5, target=None, **base)
+    hit = utility.RowResult(row="hit", mean=0.85, target=0.8, **{**base, "beats": ["low"]})
+    over = utility.RowResult(row="over", mean=0.85, target=0.8, **{**base, "epsilon": 4.5})
+    others = {"low": low, "hit": hit}
+    assert utility.judged(low, others).met is None
+    assert utility.judged(hit, others).met is True
+    assert utility.judged(over, others).met is False  # ε above the row's ε
+    higher = low.model_copy(update={"mean": 0.95})
+    assert utility.judged(hit, {"low": higher}).met is False  # below a row it must beat
+    text = utility.table([utility.judged(hit, others)])
+    assert "| hit | 2 | 2 | 3 (≤ 4) |" in text
+    assert "85.0 % ± 7.0" in text
+    assert "| yes |" in text
+
+
+@pytest.mark.slow
+def test_quick_run_writes_lines_table_and_curves(tmp_path: Path) -> None:
+    rows = "mnist-iid-dp-fedavg-poisson-eps7,mnist-iid-dp-fed-ls-poisson-eps7"
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "utility.py"),
+            "--quick",
+            "--seeds",
+            "2",
+            "--rows",
+            rows,
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(x) for x in done.stdout.strip().splitlines()]
+    assert [x["row"] for x in lines] == rows.split(",")
+    for x in lines:
+        assert x["quick"] is True
+        assert x["seeds"] == [1, 2]
+        assert len(x["accuracies"]) == 2
+        assert all(0 <= a <= 1 for a in x["accuracies"])
+        assert x["mean"] == pytest.approx(sum(x["accuracies"]) / 2)
+        assert x["epsilon"] <= x["epsilon_target"]
+        assert x["delta"] == pytest.approx(1000**-1.1)
+    fedls = lines[1]
+    assert fedls["paper"] == 0.851
+    assert fedls["target"] == 0.86
+    assert isinstance(fedls["met"], bool)
+    table = (tmp_path / "table.md").read_text(encoding="utf-8")
+    assert table.count("\n") == 4
+    assert "mnist-iid-dp-fed-ls-poisson-eps7" in table
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_unknown_row_is_refused(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "utility.py"), "--rows", "nope", "--out",
+         str(tmp_path)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "unknown rows ['nope']" in done.stderr
