@@ -138,8 +138,10 @@ class DpHelmetTask(ModelUpdateTask):
     def _consistent(self) -> DpHelmetTask:
         if self.dimension != self.num_classes * (self.feature_dim + 1):
             raise ValueError("dimension: must be num_classes × (feature_dim + 1)")
-        if is_learned(self.features) != (self.features_sha256 is not None):
-            raise ValueError("features_sha256: a learned map's task names it, a fixed one's not")
+        # a learned map's SHA-256 is added once the state holds it (round_task); an agent
+        # refuses a learned map without one when it builds the extractor
+        if self.features_sha256 is not None and not is_learned(self.features):
+            raise ValueError("features_sha256: only a learned feature map is named by a hash")
         if self.unit == "record" and self.min_local_size is None:
             raise ValueError("min_local_size: a record-level task states it")
         return self

@@ -106,8 +106,10 @@ class PrivateKnnFlTask(VotingTask):
 
     @model_validator(mode="after")
     def _named(self) -> PrivateKnnFlTask:
-        if is_learned(self.features) != (self.features_sha256 is not None):
-            raise ValueError("features_sha256: a learned map's task names it, a fixed one's not")
+        # a learned map's SHA-256 is added once the state holds it (round_task); an agent
+        # refuses a learned map without one when it builds the extractor
+        if self.features_sha256 is not None and not is_learned(self.features):
+            raise ValueError("features_sha256: only a learned feature map is named by a hash")
         return self
 
 

@@ -1,0 +1,118 @@
+"""DP-Helmet and Private-kNN-FL with the public-kmeans map, end to end: the coordinator fits the
+map on the public split, ships it as model version 0, every agent checks its hash and applies
+it; the ledger's ε stays the plan's (the map costs nothing)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from dpfl.cli.simulate import simulate_job
+from dpfl.learning.algorithms.base import AgentData, AlgorithmError, CoordinatorData
+from dpfl.learning.algorithms.dp_helmet import ALGORITHM as HELMET
+from dpfl.learning.algorithms.private_knn_fl import ALGORITHM as KNN
+from dpfl.learning.data import load_dataset
+from dpfl.learning.jobs import parse_job
+
+KMEANS = {"centroids": 16, "patch": 3, "stride": 1, "dim": 16}
+
+
+def _helmet_job(features: str = "public-kmeans") -> dict[str, object]:
+    return {
+        "name": "helmet-kmeans",
+        "algorithm": "dp-helmet",
+        "data": {"dataset": "digits", "partition": {"scheme": "iid"}, "public_fraction": 0.2},
+        "privacy": {"unit": "record", "delta": 1e-5, "target_epsilon": 8.0, "noise": "skellam"},
+        "secagg": {"enabled": True, "corrupt_fraction": 0.05, "dropout_fraction": 0.2},
+        "params": {
+            "regularization": 0.01,
+            "radius": 5.0,
+            "epochs": 5,
+            "features": features,
+            "public_kmeans": KMEANS,
+        },
+    }
+
+
+def _data() -> tuple[CoordinatorData, AgentData]:
+    ds = load_dataset("digits")
+    x, y = np.asarray(ds.x_train), np.asarray(ds.y_train)
+    coordinator = CoordinatorData(
+        input_shape=(1, 8, 8),
+        num_classes=10,
+        public_x=x[:300],
+        test_x=x[300:500],
+        test_y=y[300:500],
+    )
+    agent = AgentData(x=x[500:800], y=y[500:800], input_shape=(1, 8, 8), num_classes=10)
+    return coordinator, agent
+
+
+def test_helmet_ships_the_map_and_agents_check_its_hash() -> None:
+    job = parse_job(_helmet_job())
+    coordinator, agent = _data()
+    plan = HELMET.plan(job, population=5, data=coordinator)
+    state = HELMET.initial_state(job, plan, coordinator)
+    assert state.model is not None
+    assert state.model_version == 0
+    task = HELMET.round_task(job, plan, state, round_number=1)
+    assert task.model_version == 0
+    params = HELMET.parse_task(task.params.to_json())  # what the agent parses
+    assert params.features_sha256 == state.details["features"]["sha256"]
+    assert HELMET.plan(job, population=5, data=coordinator).details.feature_dim == 16
+    vector = HELMET.agent_compute(params, agent, model=state.model, public_x=None, device="cpu")
+    assert vector.shape == (task.vector_length,)
+    tampered = state.model[:-1] + bytes([state.model[-1] ^ 1])
+    with pytest.raises(AlgorithmError, match="SHA-256"):
+        HELMET.agent_compute(params, agent, model=tampered, public_x=None, device="cpu")
+    with pytest.raises(AlgorithmError, match="none came"):
+        HELMET.agent_compute(params, agent, model=None, public_x=None, device="cpu")
+    unnamed = HELMET.parse_task({**task.params.to_json(), "features_sha256": None})
+    with pytest.raises(AlgorithmError, match="names no SHA-256"):
+        HELMET.agent_compute(unnamed, agent, model=state.model, public_x=None, device="cpu")
+    fixed = {**task.params.to_json(), "features": "identity", "feature_dim": 64, "dimension": 650}
+    with pytest.raises(AlgorithmError, match="features_sha256"):
+        HELMET.parse_task(fixed)
+    with pytest.raises(AlgorithmError, match="public_fraction"):
+        HELMET.initial_state(job, plan, replace(coordinator, public_x=None))
+
+
+def test_knn_ships_the_map_with_its_queries() -> None:
+    doc = {
+        "name": "knn-kmeans",
+        "algorithm": "private-knn-fl",
+        "data": {"dataset": "digits", "partition": {"scheme": "iid"}, "public_fraction": 0.2},
+        "model": "logreg",
+        "rounds": 2,
+        "privacy": {"unit": "record", "delta": 1e-5, "target_epsilon": 4.0, "noise": "skellam"},
+        "params": {"queries": 20, "k": 5, "features": "public-kmeans", "public_kmeans": KMEANS},
+    }
+    job = parse_job(doc)
+    coordinator, agent = _data()
+    plan = KNN.plan(job, population=5, data=coordinator)
+    state = KNN.initial_state(job, plan, coordinator)
+    task = KNN.round_task(job, plan, state, round_number=2)
+    assert task.model_version == 0
+    params = KNN.parse_task(task.params.to_json())
+    assert params.features_sha256 == state.details["features"]["sha256"]
+    public = np.asarray(coordinator.public_x)
+    votes = KNN.agent_compute(params, agent, model=state.model, public_x=public, device="cpu")
+    assert votes.shape == (task.vector_length,)
+    with pytest.raises(AlgorithmError, match="SHA-256"):
+        KNN.agent_compute(params, agent, model=state.model + b"x", public_x=public, device="cpu")
+
+
+def test_helmet_with_learned_features_end_to_end() -> None:
+    """Five agents in process: the job completes, the ledger's ε is within the target, and the
+    learned map beats the pixels under the same hyper-parameters and privacy (measured: 0.80
+    and 0.78 against 0.50 and 0.36 over seeds 1 and 2)."""
+    learned = simulate_job(parse_job(_helmet_job()), agents=5, transport="inproc")
+    pixels = simulate_job(parse_job(_helmet_job("identity")), agents=5, transport="inproc")
+    assert learned.status == "completed", learned.error
+    assert max(learned.epsilon.values()) <= 8.0 + 1e-9
+    assert learned.accuracy is not None
+    assert pixels.accuracy is not None
+    assert learned.accuracy >= 0.65
+    assert learned.accuracy >= pixels.accuracy + 0.1
