@@ -79,8 +79,8 @@ def test_helmet_ships_the_map_and_agents_check_its_hash() -> None:
         HELMET.initial_state(job, plan, replace(coordinator, public_x=None))
 
 
-def test_knn_ships_the_map_with_its_queries() -> None:
-    doc = {
+def _knn_job() -> dict[str, object]:
+    return {
         "name": "knn-kmeans",
         "algorithm": "private-knn-fl",
         "data": {"dataset": "digits", "partition": {"scheme": "iid"}, "public_fraction": 0.2},
@@ -89,7 +89,10 @@ def test_knn_ships_the_map_with_its_queries() -> None:
         "privacy": {"unit": "record", "delta": 1e-5, "target_epsilon": 4.0, "noise": "skellam"},
         "params": {"queries": 20, "k": 5, "features": "public-kmeans", "public_kmeans": KMEANS},
     }
-    job = parse_job(doc)
+
+
+def test_knn_ships_the_map_with_its_queries() -> None:
+    job = parse_job(_knn_job())
     coordinator, agent = _data()
     plan = KNN.plan(job, population=5, data=coordinator)
     state = KNN.initial_state(job, plan, coordinator)
@@ -116,3 +119,14 @@ def test_helmet_with_learned_features_end_to_end() -> None:
     assert pixels.accuracy is not None
     assert learned.accuracy >= 0.65
     assert learned.accuracy >= pixels.accuracy + 0.1
+
+
+def test_knn_with_learned_features_end_to_end() -> None:
+    """Two voting rounds through the model channel: the map stays model version 0 between
+    rounds, the student becomes version 1, and the ledger's ε is within the target."""
+    result = simulate_job(parse_job(_knn_job()), agents=5, transport="inproc")
+    assert result.status == "completed", result.error
+    assert result.rounds_completed == 2
+    assert max(result.epsilon.values()) <= 4.0 + 1e-9
+    assert result.metrics["answered_queries"] == 20
+    assert result.metrics["pseudo_label_accuracy"] >= 0.5
