@@ -49,8 +49,8 @@ _BATCH = 512  # images per chunk when extracting features
 
 @dataclass(frozen=True, slots=True)
 class KMeansOptions:
-    """What the job chooses: centroids K, patch size P, stride, output dim D, seed, and the
-    number of Lloyd iterations and of patches sampled for k-means."""
+    """What the job chooses: centroids K, patch size P, stride, output dim D, the rows' norm,
+    seed, and the number of Lloyd iterations and of patches sampled for k-means."""
 
     centroids: int = 64
     patch: int = 5
@@ -59,8 +59,11 @@ class KMeansOptions:
     seed: int = 0
     iterations: int = 10
     samples: int = 100_000
+    norm: float = 1.0
 
     def __post_init__(self) -> None:
+        if not (math.isfinite(self.norm) and self.norm > 0):
+            raise LearningError(f"public-kmeans norm must be a positive number, got {self.norm}")
         for key in ("centroids", "patch", "stride", "dim", "iterations", "samples"):
             if getattr(self, key) < 1:
                 raise LearningError(f"public-kmeans {key} must be >= 1, got {getattr(self, key)}")
@@ -76,8 +79,8 @@ class KMeansOptions:
         """The spec string naming these options (every option written, sorted by key)."""
         return (
             f"public-kmeans?centroids={self.centroids}&dim={self.dim}&iterations="
-            f"{self.iterations}&patch={self.patch}&samples={self.samples}&seed={self.seed}"
-            f"&stride={self.stride}"
+            f"{self.iterations}&norm={self.norm:.17g}&patch={self.patch}&samples={self.samples}"
+            f"&seed={self.seed}&stride={self.stride}"
         )
 
 
@@ -91,10 +94,11 @@ def kmeans_options(spec: str) -> KMeansOptions:
     if parsed.name != "public-kmeans" or parsed.path is not None:
         raise LearningError(f"{spec!r} is not a public-kmeans spec")
     keys = ("centroids", "patch", "stride", "dim", "seed", "iterations", "samples")
-    parsed.check_options(keys, error=LearningError)
+    parsed.check_options((*keys, "norm"), error=LearningError)
     defaults = KMeansOptions()
     values = {k: parsed.int_option(k, getattr(defaults, k), error=LearningError) for k in keys}
-    return KMeansOptions(**values)
+    norm = parsed.float_option("norm", defaults.norm, error=LearningError)
+    return KMeansOptions(**values, norm=norm)
 
 
 def _image_shape(input_shape: tuple[int, ...], patch: int) -> tuple[int, int, int]:
@@ -196,11 +200,13 @@ class KMeansFeatureMap:
         return out
 
     def __call__(self, x: npt.ArrayLike) -> npt.NDArray[np.float32]:
-        """Features of norm 1 (a row that projects to 0 stays 0), so ‖φ(x)‖ ≤ 1 always."""
+        """Features of norm ``options.norm`` (a row that projects to 0 stays 0), up to float
+        rounding; DP-Helmet's own clip is what its sensitivity rests on."""
         z = ((self.pooled(x) - self.feature_mean) / self.feature_scale) @ self.components
         norms = np.linalg.norm(z, axis=1, keepdims=True)
-        out: npt.NDArray[np.float32] = np.where(norms > 0, z / np.maximum(norms, 1e-30), 0.0)
-        return out.astype(np.float32)
+        unit = np.where(norms > 0, z / np.maximum(norms, 1e-30), 0.0)
+        out: npt.NDArray[np.float32] = (unit * self.options.norm).astype(np.float32)
+        return out
 
     def to_bytes(self) -> bytes:
         """The deterministic artifact: magic, header length, JSON header, float32 arrays."""

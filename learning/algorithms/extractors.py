@@ -51,6 +51,7 @@ class PublicKMeansParams(Strict):
     seed: int = Field(default=0, ge=0)
     iterations: int = Field(default=10, ge=1)
     samples: int = Field(default=100_000, ge=1)
+    norm: float = Field(default=1.0, gt=0)
 
 
 class LearnedFeature(Strict):

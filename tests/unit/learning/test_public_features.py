@@ -90,6 +90,10 @@ def test_round_trip_and_bounded_norm(digits: tuple[np.ndarray, ...]) -> None:
     assert features.dtype == np.float32
     assert np.allclose(np.linalg.norm(features, axis=1), 1.0, atol=1e-5)
     assert kmeans_options(OPTIONS.spec) == OPTIONS
+    scaled = KMeansOptions(centroids=16, patch=3, stride=1, dim=16, norm=2.5)
+    assert kmeans_options(scaled.spec) == scaled
+    rows = fit_kmeans_features(x[:300], scaled, input_shape=(1, 8, 8))(x[300:400])
+    assert np.allclose(np.linalg.norm(rows, axis=1), 2.5, atol=1e-4)
     assert feature_dim(OPTIONS.spec, (1, 8, 8)) == 16
 
 
