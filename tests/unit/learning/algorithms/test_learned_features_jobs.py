@@ -8,13 +8,14 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from support.paths import ROOT
 
 from dpfl.cli.simulate import simulate_job
 from dpfl.learning.algorithms.base import AgentData, AlgorithmError, CoordinatorData
 from dpfl.learning.algorithms.dp_helmet import ALGORITHM as HELMET
 from dpfl.learning.algorithms.private_knn_fl import ALGORITHM as KNN
 from dpfl.learning.data import load_dataset
-from dpfl.learning.jobs import parse_job
+from dpfl.learning.jobs import load_job, parse_job
 
 KMEANS = {"centroids": 16, "patch": 3, "stride": 1, "dim": 16}
 
@@ -130,3 +131,15 @@ def test_knn_with_learned_features_end_to_end() -> None:
     assert max(result.epsilon.values()) <= 4.0 + 1e-9
     assert result.metrics["answered_queries"] == 20
     assert result.metrics["pseudo_label_accuracy"] >= 0.5
+
+
+def test_the_mnist_example_names_the_learned_map() -> None:
+    job = load_job(ROOT / "examples" / "dp-helmet-mnist-public-kmeans.yaml")
+    # sized without the MNIST files: 100 agents of at least 500 of its training images
+    job = job.model_copy(update={"params": job.params.model_copy(update={"min_local_size": 500})})
+    plan = HELMET.plan(
+        job, population=100, data=CoordinatorData(input_shape=(1, 28, 28), num_classes=10)
+    )
+    assert plan.details.features.startswith("public-kmeans?centroids=64&dim=64")
+    assert plan.details.feature_dim == 64
+    assert plan.calibration["epsilon"] <= 1.0
