@@ -28,7 +28,7 @@ def _helmet_job(features: str = "public-kmeans") -> dict[str, object]:
         "privacy": {"unit": "record", "delta": 1e-5, "target_epsilon": 8.0, "noise": "skellam"},
         "secagg": {"enabled": True, "corrupt_fraction": 0.05, "dropout_fraction": 0.2},
         "params": {
-            "regularization": 0.01,
+            "regularization": 0.3,
             "radius": 5.0,
             "epochs": 5,
             "features": features,
@@ -110,16 +110,16 @@ def test_knn_ships_the_map_with_its_queries() -> None:
 
 def test_helmet_with_learned_features_end_to_end() -> None:
     """Five agents in process: the job completes, the ledger's ε is within the target, and the
-    learned map beats the pixels under the same hyper-parameters and privacy (measured: 0.80
-    and 0.78 against 0.50 and 0.36 over seeds 1 and 2)."""
+    learned map beats the pixels under the same hyper-parameters and privacy (four runs each,
+    the noise drawn from the system CSPRNG: 0.83 to 0.86 against 0.71 to 0.75)."""
     learned = simulate_job(parse_job(_helmet_job()), agents=5, transport="inproc")
     pixels = simulate_job(parse_job(_helmet_job("identity")), agents=5, transport="inproc")
     assert learned.status == "completed", learned.error
     assert max(learned.epsilon.values()) <= 8.0 + 1e-9
     assert learned.accuracy is not None
     assert pixels.accuracy is not None
-    assert learned.accuracy >= 0.65
-    assert learned.accuracy >= pixels.accuracy + 0.1
+    assert learned.accuracy >= 0.75
+    assert learned.accuracy >= pixels.accuracy + 0.03
 
 
 def test_knn_with_learned_features_end_to_end() -> None:
