@@ -140,6 +140,6 @@ def test_the_mnist_example_names_the_learned_map() -> None:
     plan = HELMET.plan(
         job, population=100, data=CoordinatorData(input_shape=(1, 28, 28), num_classes=10)
     )
-    assert plan.details.features.startswith("public-kmeans?centroids=64&dim=64")
+    assert plan.details.features.startswith("public-kmeans?centroids=128&dim=64")
     assert plan.details.feature_dim == 64
     assert plan.calibration["epsilon"] <= 1.0
