@@ -34,9 +34,13 @@ from dpfl.learning.specs import parse_spec
 __all__ = [
     "KMeansFeatureMap",
     "KMeansOptions",
+    "PcaFeatureMap",
+    "PcaOptions",
     "fit_kmeans_features",
+    "fit_pca_features",
     "kmeans_options",
     "load_feature_map",
+    "pca_options",
 ]
 
 _MAGIC = b"DPFL-FEATURE-MAP-1\n"
@@ -163,7 +167,10 @@ class KMeansFeatureMap:
                 )
             if not np.isfinite(array).all():
                 raise LearningError(f"feature map array {key} holds non-finite values")
+            # one memory layout, so that the fitted and the loaded map round identically
+            array = np.ascontiguousarray(array)
             array.flags.writeable = False
+            object.__setattr__(self, key, array)
 
     @property
     def name(self) -> str:
@@ -209,24 +216,151 @@ class KMeansFeatureMap:
         return out
 
     def to_bytes(self) -> bytes:
-        """The deterministic artifact: magic, header length, JSON header, float32 arrays."""
-        arrays = [np.ascontiguousarray(getattr(self, k), dtype="<f4") for k in _ARRAYS]
-        header = json.dumps(
-            {
-                "kind": "public-kmeans",
-                "spec": self.options.spec,
-                "input_shape": list(self.input_shape),
-                "arrays": [[k, list(a.shape)] for k, a in zip(_ARRAYS, arrays, strict=True)],
-            },
-            sort_keys=True,
-            separators=(",", ":"),
-        ).encode()
-        return b"".join([_MAGIC, struct.pack("<I", len(header)), header, *map(bytes, arrays)])
+        """The deterministic artifact (module docstring)."""
+        return _artifact(
+            self.options.spec, self.input_shape, [(k, getattr(self, k)) for k in _ARRAYS]
+        )
 
     @property
     def sha256(self) -> str:
         """Hex SHA-256 of :meth:`to_bytes`, which the task names."""
         return hashlib.sha256(self.to_bytes()).hexdigest()
+
+
+def _artifact(
+    spec: str, input_shape: tuple[int, ...], arrays: list[tuple[str, npt.NDArray[np.float32]]]
+) -> bytes:
+    """Magic, header length, JSON header (spec, input shape, arrays), little-endian float32s."""
+    raw = [(k, np.ascontiguousarray(a, dtype="<f4")) for k, a in arrays]
+    header = json.dumps(
+        {
+            "spec": spec,
+            "input_shape": list(input_shape),
+            "arrays": [[k, list(a.shape)] for k, a in raw],
+        },
+        sort_keys=True,
+        separators=(",", ":"),
+    ).encode()
+    return b"".join([_MAGIC, struct.pack("<I", len(header)), header, *(bytes(a) for _, a in raw)])
+
+
+@dataclass(frozen=True, slots=True)
+class PcaOptions:
+    """``public-pca``: the first ``dim`` principal components of the public inputs."""
+
+    dim: int = 30
+
+    def __post_init__(self) -> None:
+        if self.dim < 1:
+            raise LearningError(f"public-pca dim must be >= 1, got {self.dim}")
+
+    @property
+    def spec(self) -> str:
+        """The spec string naming these options."""
+        return f"public-pca?dim={self.dim}"
+
+
+def pca_options(spec: str) -> PcaOptions:
+    """The options of a ``public-pca?dim=D`` spec.
+
+    Raises:
+        LearningError: another extractor, an unknown option or a bad value.
+    """
+    parsed = parse_spec(spec, what="feature extractor", error=LearningError)
+    if parsed.name != "public-pca" or parsed.path is not None:
+        raise LearningError(f"{spec!r} is not a public-pca spec")
+    parsed.check_options(("dim",), error=LearningError)
+    return PcaOptions(dim=parsed.int_option("dim", PcaOptions().dim, error=LearningError))
+
+
+@dataclass(frozen=True, slots=True)
+class PcaFeatureMap:
+    """A fitted ``public-pca`` map: ``x ↦ (flatten(x) − mean)·components``, float32 ``(n, D)``
+    (Euclidean neighbours in few dimensions, for Private-kNN-FL)."""
+
+    options: PcaOptions
+    input_shape: tuple[int, ...]
+    mean: npt.NDArray[np.float32]  # (d,)
+    components: npt.NDArray[np.float32]  # (d, D)
+
+    def __post_init__(self) -> None:
+        d = math.prod(self.input_shape)
+        for key, shape in (("mean", (d,)), ("components", (d, self.options.dim))):
+            array = getattr(self, key)
+            if array.shape != shape or array.dtype != np.float32:
+                raise LearningError(
+                    f"feature map array {key} has shape {array.shape} ({array.dtype}), "
+                    f"expected {shape} float32"
+                )
+            if not np.isfinite(array).all():
+                raise LearningError(f"feature map array {key} holds non-finite values")
+            # one memory layout, so that the fitted and the loaded map round identically
+            array = np.ascontiguousarray(array)
+            array.flags.writeable = False
+            object.__setattr__(self, key, array)
+
+    @property
+    def name(self) -> str:
+        """Spec string."""
+        return self.options.spec
+
+    @property
+    def dim(self) -> int:
+        """Output dimension D."""
+        return self.options.dim
+
+    def __call__(self, x: npt.ArrayLike) -> npt.NDArray[np.float32]:
+        """Project ``(n, *input_shape)`` onto the public principal components."""
+        array = np.asarray(x, dtype=np.float32)
+        d = math.prod(self.input_shape)
+        if array.ndim < 1 or math.prod(array.shape[1:]) != d:
+            raise LearningError(f"expected a batch of {d}-value records, got shape {array.shape}")
+        centred = array.reshape(array.shape[0], d) - self.mean
+        out: npt.NDArray[np.float32] = (centred @ self.components).astype(np.float32)
+        return out
+
+    def to_bytes(self) -> bytes:
+        """The deterministic artifact (module docstring)."""
+        arrays = [("mean", self.mean), ("components", self.components)]
+        return _artifact(self.options.spec, self.input_shape, arrays)
+
+    @property
+    def sha256(self) -> str:
+        """Hex SHA-256 of :meth:`to_bytes`, which the task names."""
+        return hashlib.sha256(self.to_bytes()).hexdigest()
+
+
+def fit_pca_features(
+    public_x: npt.ArrayLike, options: PcaOptions, *, input_shape: tuple[int, ...]
+) -> PcaFeatureMap:
+    """Fit on the PUBLIC inputs only (no randomness: an SVD, a fixed sign per component).
+
+    Raises:
+        LearningError: inputs of another shape, or fewer public rows or values than ``dim``.
+    """
+    shape = tuple(int(s) for s in input_shape)
+    d = math.prod(shape)
+    rows = np.asarray(public_x, dtype=np.float64)
+    if rows.ndim < 1 or math.prod(rows.shape[1:]) != d:
+        raise LearningError(f"public data of shape {rows.shape} does not hold {shape} inputs")
+    rows = rows.reshape(rows.shape[0], d)
+    if rows.shape[0] <= options.dim or d < options.dim:
+        raise LearningError(
+            f"{rows.shape[0]} public rows of {d} values cannot fit a {options.dim}-dimensional PCA"
+        )
+    if not np.isfinite(rows).all():
+        raise LearningError("the public data holds non-finite values")
+    mean = rows.mean(axis=0)
+    _, _, vt = np.linalg.svd(rows - mean, full_matrices=False)
+    components = vt[: options.dim].T
+    signs = np.sign(components[np.abs(components).argmax(axis=0), np.arange(options.dim)])
+    components *= np.where(signs == 0, 1.0, signs)
+    return PcaFeatureMap(
+        options=options,
+        input_shape=shape,
+        mean=mean.astype(np.float32),
+        components=components.astype(np.float32),
+    )
 
 
 def _kmeans(
@@ -310,7 +444,7 @@ def fit_kmeans_features(
 
 def load_feature_map(
     data: bytes | None, *, spec: str, sha256: str, input_shape: tuple[int, ...]
-) -> KMeansFeatureMap:
+) -> KMeansFeatureMap | PcaFeatureMap:
     """The map of an artifact, checked against what the task names.
 
     Raises:
@@ -325,7 +459,22 @@ def load_feature_map(
             f"the feature-map artifact has SHA-256 {digest}, the task names {sha256}: "
             "refusing a map other than the one every participant uses"
         )
+    name = parse_spec(spec, what="feature extractor", error=LearningError).name
+    if name == "public-pca":
+        pca = pca_options(spec)
+        shape: tuple[int, ...] = tuple(int(s) for s in input_shape)
+        arrays = _read(data, pca.spec, shape, ("mean", "components"))
+        return PcaFeatureMap(options=pca, input_shape=shape, **arrays)
     options = kmeans_options(spec)
+    shape = _image_shape(tuple(int(s) for s in input_shape), options.patch)
+    arrays = _read(data, options.spec, shape, _ARRAYS)
+    return KMeansFeatureMap(options=options, input_shape=shape, **arrays)
+
+
+def _read(
+    data: bytes, spec: str, shape: tuple[int, ...], names: tuple[str, ...]
+) -> dict[str, npt.NDArray[np.float32]]:
+    """The named arrays of an artifact whose header names ``spec`` and ``shape``."""
     if not data.startswith(_MAGIC) or len(data) < len(_MAGIC) + 4:
         raise LearningError("the feature-map artifact does not start with its magic line")
     offset = len(_MAGIC) + 4
@@ -334,20 +483,19 @@ def load_feature_map(
         header: dict[str, Any] = json.loads(data[offset : offset + size])
     except (ValueError, UnicodeDecodeError) as exc:
         raise LearningError(f"the feature-map artifact's header is not JSON: {exc}") from None
-    if header.get("spec") != options.spec:
+    if header.get("spec") != spec:
         raise LearningError(
             f"the feature-map artifact was fitted as {header.get('spec')!r}, the task names "
-            f"{options.spec!r}"
+            f"{spec!r}"
         )
-    shape = _image_shape(tuple(int(s) for s in input_shape), options.patch)
     if header.get("input_shape") != list(shape):
         raise LearningError(
             f"the feature-map artifact is for inputs {header.get('input_shape')}, "
             f"this data has {list(shape)}"
         )
     entries = header.get("arrays")
-    if not isinstance(entries, list) or [e[0] for e in entries] != list(_ARRAYS):
-        raise LearningError(f"the feature-map artifact must hold the arrays {_ARRAYS}")
+    if not isinstance(entries, list) or [e[0] for e in entries] != list(names):
+        raise LearningError(f"the feature-map artifact must hold the arrays {names}")
     position, arrays = offset + size, {}
     for key, dims in entries:
         count = math.prod(int(d) for d in dims)
@@ -361,4 +509,4 @@ def load_feature_map(
         position += 4 * count
     if position != len(data):
         raise LearningError(f"the feature-map artifact has {len(data) - position} extra bytes")
-    return KMeansFeatureMap(options=options, input_shape=shape, **arrays)
+    return arrays

@@ -44,6 +44,7 @@ from dpfl.learning.algorithms.extractors import (
     SHA256_PATTERN,
     LearnedFeature,
     PublicKMeansParams,
+    PublicPcaParams,
     build_extractor,
     feature_dim,
     feature_spec,
@@ -87,6 +88,7 @@ class DpHelmetParams(Strict):
     projection_seed: int = Field(default=0, ge=0)
     # the learned map's options (features: public-kmeans; docs/features.md)
     public_kmeans: PublicKMeansParams = PublicKMeansParams()
+    public_pca: PublicPcaParams = PublicPcaParams()
     # record level: the sensitivity 2c/(MΛ) is computed for this M; agents with fewer
     # records refuse (None: the smallest share of the job's simulated federation)
     min_local_size: int | None = Field(default=None, ge=1)
@@ -184,7 +186,11 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
         p, privacy = spec.params, spec.privacy
         shape, classes = common.data_shape(spec, data)
         features = feature_spec(
-            p.features, dim=p.projection_dim, seed=p.projection_seed, kmeans=p.public_kmeans
+            p.features,
+            dim=p.projection_dim,
+            seed=p.projection_seed,
+            kmeans=p.public_kmeans,
+            pca=p.public_pca,
         )
         width = feature_dim(features, shape) + 1
         local_size = None

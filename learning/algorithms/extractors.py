@@ -5,7 +5,8 @@ private data. Two kinds:
 
 - fixed maps (:mod:`dpfl.learning.features`: ``identity``, ``random-projection``): the task's
   spec string is enough, each agent rebuilds φ from it alone;
-- maps learned from the public pool (:mod:`dpfl.learning.public_features`: ``public-kmeans``):
+- maps learned from the public pool (:mod:`dpfl.learning.public_features`: ``public-kmeans``,
+  ``public-pca``):
   the coordinator fits φ at ``initial_state`` on ``CoordinatorData.public_x`` only, ships the
   artifact as the job's model version 0 and names its SHA-256 in every task; an agent refuses
   an artifact with another hash (docs/features.md).
@@ -27,6 +28,7 @@ __all__ = [
     "SHA256_PATTERN",
     "LearnedFeature",
     "PublicKMeansParams",
+    "PublicPcaParams",
     "build_extractor",
     "feature_dim",
     "feature_spec",
@@ -35,7 +37,7 @@ __all__ = [
 ]
 
 #: What ``params.features`` may name.
-FEATURE_KINDS = Literal["identity", "random-projection", "public-kmeans"]
+FEATURE_KINDS = Literal["identity", "random-projection", "public-kmeans", "public-pca"]
 #: A lowercase hex SHA-256, as tasks name a feature-map artifact.
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 
@@ -55,6 +57,12 @@ class PublicKMeansParams(Strict):
     norm: float = Field(default=1.0, gt=0)
 
 
+class PublicPcaParams(Strict):
+    """Options of the ``public-pca`` map (docs/features.md#public-pca)."""
+
+    dim: int = Field(default=30, ge=1)
+
+
 class LearnedFeature(Strict):
     """A learned map's identity as the coordinator state keeps it."""
 
@@ -63,9 +71,15 @@ class LearnedFeature(Strict):
 
 
 def feature_spec(
-    features: str, *, dim: int, seed: int, kmeans: PublicKMeansParams | None = None
+    features: str,
+    *,
+    dim: int,
+    seed: int,
+    kmeans: PublicKMeansParams | None = None,
+    pca: PublicPcaParams | None = None,
 ) -> str:
-    """``identity``, ``random-projection?dim=p&seed=s`` or the full ``public-kmeans?...`` spec.
+    """``identity``, ``random-projection?dim=p&seed=s``, the full ``public-kmeans?...`` spec or
+    ``public-pca?dim=D``.
 
     Raises:
         AlgorithmError: options the learned map refuses.
@@ -74,8 +88,10 @@ def feature_spec(
         return features
     if features == "random-projection":
         return f"random-projection?dim={dim}&seed={seed}"
-    from dpfl.learning.public_features import KMeansOptions
+    from dpfl.learning.public_features import KMeansOptions, PcaOptions
 
+    if features == "public-pca":
+        return PcaOptions(dim=(pca or PublicPcaParams()).dim).spec
     try:
         return KMeansOptions(**(kmeans or PublicKMeansParams()).model_dump()).spec
     except LearningError as exc:
@@ -95,10 +111,10 @@ def feature_dim(spec: str, input_shape: tuple[int, ...]) -> int:
     """
     if not is_learned(spec):
         return int(build_extractor(spec, input_shape).dim)
-    from dpfl.learning.public_features import kmeans_options
+    from dpfl.learning.public_features import kmeans_options, pca_options
 
     try:
-        return kmeans_options(spec).dim
+        return pca_options(spec).dim if spec.startswith("public-pca") else kmeans_options(spec).dim
     except LearningError as exc:
         raise AlgorithmError(f"features {spec!r}: {exc}") from exc
 
@@ -109,15 +125,23 @@ def fit_artifact(spec: str, data: CoordinatorData) -> tuple[bytes, LearnedFeatur
     Raises:
         AlgorithmError: no public pool, or a fit the pool cannot support.
     """
-    from dpfl.learning.public_features import fit_kmeans_features, kmeans_options
+    from dpfl.learning.public_features import (
+        fit_kmeans_features,
+        fit_pca_features,
+        kmeans_options,
+        pca_options,
+    )
 
     if data.public_x is None or len(data.public_x) == 0:
         raise AlgorithmError(
             f"features {spec!r} are learned from the public pool: set data.public_fraction > 0"
         )
+    shape = tuple(data.input_shape)
     try:
-        fitted = fit_kmeans_features(
-            data.public_x, kmeans_options(spec), input_shape=tuple(data.input_shape)
+        fitted: Any = (
+            fit_pca_features(data.public_x, pca_options(spec), input_shape=shape)
+            if spec.startswith("public-pca")
+            else fit_kmeans_features(data.public_x, kmeans_options(spec), input_shape=shape)
         )
     except LearningError as exc:
         raise AlgorithmError(f"features {spec!r}: {exc}") from exc

@@ -36,6 +36,7 @@ from dpfl.learning.algorithms.extractors import (
     SHA256_PATTERN,
     LearnedFeature,
     PublicKMeansParams,
+    PublicPcaParams,
     build_extractor,
     feature_spec,
     fit_artifact,
@@ -74,6 +75,7 @@ class PrivateKnnFlParams(VotingParams):
     projection_seed: int = Field(default=0, ge=0)
     # the learned map's options (features: public-kmeans; docs/features.md)
     public_kmeans: PublicKMeansParams = PublicKMeansParams()
+    public_pca: PublicPcaParams = PublicPcaParams()
     # an agent uses k_i = max(k, floor(k_fraction·M_i)) neighbours; k is the floor every
     # participant respects, which the instance-level charge uses (None: every agent uses k)
     k_fraction: float | None = Field(default=None, gt=0, le=1)
@@ -200,7 +202,11 @@ class PrivateKnnFl(VotingAlgorithm[PrivateKnnFlJob, PrivateKnnFlPlan, PrivateKnn
             "k": p.k,
             "k_fraction": p.k_fraction,
             "features": feature_spec(
-                p.features, dim=p.projection_dim, seed=p.projection_seed, kmeans=p.public_kmeans
+                p.features,
+                dim=p.projection_dim,
+                seed=p.projection_seed,
+                kmeans=p.public_kmeans,
+                pca=p.public_pca,
             ),
             "scale_bits": bits,
             "l1_sensitivity": l1,

@@ -22,9 +22,12 @@ from dpfl.learning.data import load_dataset
 from dpfl.learning.errors import LearningError
 from dpfl.learning.public_features import (
     KMeansOptions,
+    PcaOptions,
     fit_kmeans_features,
+    fit_pca_features,
     kmeans_options,
     load_feature_map,
+    pca_options,
 )
 
 OPTIONS = KMeansOptions(centroids=16, patch=3, stride=1, dim=16, seed=0)
@@ -171,3 +174,35 @@ def test_learned_features_beat_the_pixels_for_a_helmet_model(
     learned = accuracy(fitted)
     pixels = accuracy(lambda z: z.reshape(len(z), -1))
     assert learned >= pixels + 0.02, (learned, pixels)
+
+
+def test_public_pca_round_trips_and_refuses_other_artifacts(
+    digits: tuple[np.ndarray, ...],
+) -> None:
+    x, _ = digits
+    options = PcaOptions(dim=10)
+    fitted = fit_pca_features(x[:300], options, input_shape=(1, 8, 8))
+    again = fit_pca_features(x[:300].copy(), options, input_shape=(1, 8, 8))
+    assert fitted.to_bytes() == again.to_bytes()
+    assert fit_pca_features(x[300:600], options, input_shape=(1, 8, 8)).sha256 != fitted.sha256
+    loaded = load_feature_map(
+        fitted.to_bytes(), spec=options.spec, sha256=fitted.sha256, input_shape=(1, 8, 8)
+    )
+    np.testing.assert_array_equal(loaded(x[300:350]), fitted(x[300:350]))
+    assert loaded(x[300:350]).shape == (50, 10)
+    assert pca_options("public-pca?dim=10") == options
+    assert feature_dim(options.spec, (1, 8, 8)) == 10
+    kmeans = fit_kmeans_features(x[:300], OPTIONS, input_shape=(1, 8, 8))
+    with pytest.raises(LearningError, match="fitted as"):  # a k-means artifact named as PCA
+        load_feature_map(
+            kmeans.to_bytes(), spec=options.spec, sha256=kmeans.sha256, input_shape=(1, 8, 8)
+        )
+    with pytest.raises(LearningError, match="SHA-256"):
+        load_feature_map(
+            fitted.to_bytes() + b"\0",
+            spec=options.spec,
+            sha256=fitted.sha256,
+            input_shape=(1, 8, 8),
+        )
+    with pytest.raises(LearningError, match="cannot fit a 65-dimensional PCA"):
+        fit_pca_features(x[:300], PcaOptions(dim=65), input_shape=(1, 8, 8))

@@ -88,12 +88,23 @@ def _knn_job() -> dict[str, object]:
         "model": "logreg",
         "rounds": 2,
         "privacy": {"unit": "record", "delta": 1e-5, "target_epsilon": 4.0, "noise": "skellam"},
-        "params": {"queries": 20, "k": 5, "features": "public-kmeans", "public_kmeans": KMEANS},
+        "params": _knn_params(),
     }
 
 
-def test_knn_ships_the_map_with_its_queries() -> None:
-    job = parse_job(_knn_job())
+def _knn_params() -> dict[str, object]:
+    return {
+        "queries": 20,
+        "k": 5,
+        "features": "public-kmeans",
+        "public_kmeans": KMEANS,
+        "public_pca": {"dim": 10},
+    }
+
+
+@pytest.mark.parametrize("features", ["public-kmeans", "public-pca"])
+def test_knn_ships_the_map_with_its_queries(features: str) -> None:
+    job = parse_job({**_knn_job(), "params": {**_knn_params(), "features": features}})
     coordinator, agent = _data()
     plan = KNN.plan(job, population=5, data=coordinator)
     state = KNN.initial_state(job, plan, coordinator)
