@@ -141,7 +141,7 @@ def test_knn_with_learned_features_end_to_end() -> None:
     assert result.rounds_completed == 2
     assert max(result.epsilon.values()) <= 4.0 + 1e-9
     assert result.metrics["answered_queries"] == 20
-    assert result.metrics["pseudo_label_accuracy"] >= 0.5
+    assert result.metrics["pseudo_label_accuracy"] >= 0.4  # measured 0.65 to 0.85
 
 
 def test_the_mnist_example_names_the_learned_map() -> None:
