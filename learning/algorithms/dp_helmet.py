@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -35,9 +36,21 @@ from dpfl.learning.algorithms.base import (
     CoordinatorState,
     JobPlan,
     RoundOutcome,
+    RoundTask,
     TaskParams,
 )
-from dpfl.learning.algorithms.extractors import build_extractor, feature_spec
+from dpfl.learning.algorithms.extractors import (
+    FEATURE_KINDS,
+    SHA256_PATTERN,
+    LearnedFeature,
+    PublicKMeansParams,
+    PublicPcaParams,
+    build_extractor,
+    feature_dim,
+    feature_spec,
+    fit_artifact,
+    is_learned,
+)
 from dpfl.learning.algorithms.federation import smallest_local_size
 from dpfl.learning.algorithms.helmet_training import (
     augment_and_clip,
@@ -70,9 +83,12 @@ class DpHelmetParams(Strict):
     input_clip: float = Field(default=1.0, gt=0)
     epochs: int = Field(default=10, ge=1)
     loss: Literal["huber", "logistic"] = "huber"
-    features: Literal["identity", "random-projection"] = "identity"
+    features: FEATURE_KINDS = "identity"
     projection_dim: int = Field(default=256, ge=1)
     projection_seed: int = Field(default=0, ge=0)
+    # the learned map's options (features: public-kmeans; docs/features.md)
+    public_kmeans: PublicKMeansParams = PublicKMeansParams()
+    public_pca: PublicPcaParams = PublicPcaParams()
     # record level: the sensitivity 2c/(MΛ) is computed for this M; agents with fewer
     # records refuse (None: the smallest share of the job's simulated federation)
     min_local_size: int | None = Field(default=None, ge=1)
@@ -117,11 +133,17 @@ class DpHelmetTask(ModelUpdateTask):
     epochs: int = Field(ge=1)
     train_seed: int = Field(ge=0)
     min_local_size: int | None = Field(default=None, ge=1)
+    # the SHA-256 of the learned feature map shipped as the model (None for fixed maps)
+    features_sha256: str | None = Field(default=None, pattern=SHA256_PATTERN)
 
     @model_validator(mode="after")
     def _consistent(self) -> DpHelmetTask:
         if self.dimension != self.num_classes * (self.feature_dim + 1):
             raise ValueError("dimension: must be num_classes × (feature_dim + 1)")
+        # a learned map's SHA-256 is added once the state holds it (round_task); an agent
+        # refuses a learned map without one when it builds the extractor
+        if self.features_sha256 is not None and not is_learned(self.features):
+            raise ValueError("features_sha256: only a learned feature map is named by a hash")
         if self.unit == "record" and self.min_local_size is None:
             raise ValueError("min_local_size: a record-level task states it")
         return self
@@ -163,8 +185,14 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
             raise AlgorithmError(f"population must be an integer >= 1, got {population!r}")
         p, privacy = spec.params, spec.privacy
         shape, classes = common.data_shape(spec, data)
-        features = feature_spec(p.features, dim=p.projection_dim, seed=p.projection_seed)
-        width = build_extractor(features, shape).dim + 1
+        features = feature_spec(
+            p.features,
+            dim=p.projection_dim,
+            seed=p.projection_seed,
+            kmeans=p.public_kmeans,
+            pca=p.public_pca,
+        )
+        width = feature_dim(features, shape) + 1
         local_size = None
         if privacy.unit == "record":
             local_size = p.min_local_size or smallest_local_size(spec, population)
@@ -228,7 +256,28 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
             raise AlgorithmError(
                 f"the data has {data.num_classes} classes, the plan {d.num_classes}"
             )
-        return CoordinatorState(model=None, model_version=0, details={"round": 0})
+        if not is_learned(d.features):
+            return CoordinatorState(model=None, model_version=0, details={"round": 0})
+        # fitted on the public pool only and shipped as model version 0 (docs/features.md)
+        artifact, learned = fit_artifact(d.features, data)
+        return CoordinatorState(
+            model=artifact,
+            model_version=0,
+            details={"round": 0, "features": learned.model_dump()},
+        )
+
+    def round_task(
+        self, job: JobSpec, plan: JobPlan, state: CoordinatorState, *, round_number: int
+    ) -> RoundTask:
+        """The base task, naming the learned map's SHA-256 when there is one."""
+        task = super().round_task(job, plan, state, round_number=round_number)
+        learned = _learned(state)
+        if learned is None:
+            return task
+        params = self.task_type.model_validate(
+            {**task.params.model_dump(), "features_sha256": learned.sha256}
+        )
+        return replace(task, params=params)
 
     def _clip(self, spec: DpHelmetJob, details: DpHelmetPlan) -> float:
         return _block_clip(spec.params.radius, details.num_classes)
@@ -278,13 +327,24 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
             "survivors": float(survivors),
             "simple_bound_epsilon": float(plan.calibration["simple_bound"]["epsilon"]),
         }
+        learned = _learned(state)
         if data.test_x is not None and data.test_y is not None and len(data.test_y):
-            extractor = build_extractor(d.features, data.input_shape)
+            extractor = build_extractor(
+                d.features,
+                data.input_shape,
+                artifact=state.model,
+                sha256=learned.sha256 if learned else None,
+            )
             inputs = augment_and_clip(extractor(data.test_x), spec.params.input_clip)
             metrics["accuracy"] = float(np.mean(predict(models, inputs) == data.test_y))
         return RoundOutcome(
             state=CoordinatorState(
-                model=model_bytes(models, features=d.features, input_clip=spec.params.input_clip),
+                model=model_bytes(
+                    models,
+                    features=d.features,
+                    input_clip=spec.params.input_clip,
+                    features_sha256=learned.sha256 if learned else None,
+                ),
                 model_version=state.model_version + 1,
                 details={"round": round_number},
             ),
@@ -364,7 +424,9 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
                 f"this agent holds {size} records, fewer than the job's min_local_size "
                 f"{t.min_local_size} its record-level sensitivity assumes"
             )
-        extractor = build_extractor(t.features, tuple(data.input_shape))
+        extractor = build_extractor(
+            t.features, tuple(data.input_shape), artifact=model, sha256=t.features_sha256
+        )
         if extractor.dim != t.feature_dim:
             raise AlgorithmError(
                 f"features {t.features!r} give {extractor.dim} values, the task {t.feature_dim}"
@@ -386,6 +448,12 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
         )
         flat: npt.NDArray[np.float64] = models.reshape(-1)
         return flat
+
+
+def _learned(state: CoordinatorState) -> LearnedFeature | None:
+    """The learned map the state ships as its model, or None (a fixed map)."""
+    entry = state.details.get("features")
+    return None if entry is None else LearnedFeature.model_validate(entry)
 
 
 ALGORITHM = DpHelmet()

@@ -180,8 +180,15 @@ def ring_scale_bits(s: float, width: int) -> int:
     raise AlgorithmError(f"no scale keeps the rounding of sensitivity {s:g} small")
 
 
-def model_bytes(models: npt.NDArray[np.float64], *, features: str, input_clip: float) -> bytes:
-    """The averaged models as a bias-free linear layer over ``clip_c((1, φ(x)))``."""
+def model_bytes(
+    models: npt.NDArray[np.float64],
+    *,
+    features: str,
+    input_clip: float,
+    features_sha256: str | None = None,
+) -> bytes:
+    """The averaged models as a bias-free linear layer over ``clip_c((1, φ(x)))``; a learned φ
+    is named by its artifact's SHA-256 (the job's model version 0)."""
     import torch
 
     from dpfl.learning.params import model_to_bytes
@@ -198,5 +205,6 @@ def model_bytes(models: npt.NDArray[np.float64], *, features: str, input_clip: f
             "features": features,
             "input": "clip_c((1, features))",
             "input_clip": input_clip,
+            **({"features_sha256": features_sha256} if features_sha256 else {}),
         },
     )

@@ -13,16 +13,35 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from dpfl.accounting import DpEvent, GaussianEvent, SelfComposedEvent, SkellamEvent
 from dpfl.learning.algorithms import common
-from dpfl.learning.algorithms.base import AgentData, AlgorithmError, TaskParams
-from dpfl.learning.algorithms.extractors import build_extractor, feature_spec
+from dpfl.learning.algorithms.base import (
+    AgentData,
+    AlgorithmError,
+    CoordinatorData,
+    CoordinatorState,
+    JobPlan,
+    RoundTask,
+    TaskParams,
+)
+from dpfl.learning.algorithms.extractors import (
+    FEATURE_KINDS,
+    SHA256_PATTERN,
+    LearnedFeature,
+    PublicKMeansParams,
+    PublicPcaParams,
+    build_extractor,
+    feature_spec,
+    fit_artifact,
+    is_learned,
+)
 from dpfl.learning.algorithms.voting import (
     SOURCE,
     Counts,
@@ -30,7 +49,7 @@ from dpfl.learning.algorithms.voting import (
     VotingPlan,
     VotingTask,
 )
-from dpfl.learning.jobs import VotingJob, VotingParams
+from dpfl.learning.jobs import JobSpec, VotingJob, VotingParams
 from dpfl.secagg.encoding import EncodingConfig
 
 __all__ = [
@@ -51,9 +70,12 @@ class PrivateKnnFlParams(VotingParams):
 
     k: int = Field(default=10, ge=1)
     student_epochs: int = Field(default=30, ge=1)
-    features: Literal["identity", "random-projection"] = "identity"
+    features: FEATURE_KINDS = "identity"
     projection_dim: int = Field(default=256, ge=1)
     projection_seed: int = Field(default=0, ge=0)
+    # the learned map's options (features: public-kmeans; docs/features.md)
+    public_kmeans: PublicKMeansParams = PublicKMeansParams()
+    public_pca: PublicPcaParams = PublicPcaParams()
     # an agent uses k_i = max(k, floor(k_fraction·M_i)) neighbours; k is the floor every
     # participant respects, which the instance-level charge uses (None: every agent uses k)
     k_fraction: float | None = Field(default=None, gt=0, le=1)
@@ -75,12 +97,22 @@ class PrivateKnnFlPlan(VotingPlan):
 
 
 class PrivateKnnFlTask(VotingTask):
-    """The voting task plus k, k_fraction (or null) and the extractor's spec."""
+    """The voting task plus k, k_fraction (or null), the extractor's spec and, for a learned
+    map, its artifact's SHA-256."""
 
     algorithm: Literal["private-knn-fl"]
     k: int = Field(ge=1)
     k_fraction: float | None = Field(default=None, gt=0, le=1)
     features: str = Field(min_length=1)
+    features_sha256: str | None = Field(default=None, pattern=SHA256_PATTERN)
+
+    @model_validator(mode="after")
+    def _named(self) -> PrivateKnnFlTask:
+        # a learned map's SHA-256 is added once the state holds it (round_task); an agent
+        # refuses a learned map without one when it builds the extractor
+        if self.features_sha256 is not None and not is_learned(self.features):
+            raise ValueError("features_sha256: only a learned feature map is named by a hash")
+        return self
 
 
 _CHUNK_VALUES = 1 << 22  # float64 values per distance chunk (32 MiB)
@@ -169,7 +201,13 @@ class PrivateKnnFl(VotingAlgorithm[PrivateKnnFlJob, PrivateKnnFlPlan, PrivateKnn
         return {
             "k": p.k,
             "k_fraction": p.k_fraction,
-            "features": feature_spec(p.features, dim=p.projection_dim, seed=p.projection_seed),
+            "features": feature_spec(
+                p.features,
+                dim=p.projection_dim,
+                seed=p.projection_seed,
+                kmeans=p.public_kmeans,
+                pca=p.public_pca,
+            ),
             "scale_bits": bits,
             "l1_sensitivity": l1,
             "l2_sensitivity": l2,
@@ -195,6 +233,31 @@ class PrivateKnnFl(VotingAlgorithm[PrivateKnnFlJob, PrivateKnnFlPlan, PrivateKnn
         return PrivateKnnFlTask(
             **fields, k=plan.k, k_fraction=plan.k_fraction, features=plan.features
         )
+
+    def initial_state(self, job: JobSpec, plan: JobPlan, data: CoordinatorData) -> CoordinatorState:
+        """The voting state; a learned map is fitted on the public pool only and shipped as
+        model version 0 (the student, when trained, becomes version 1)."""
+        state = super().initial_state(job, plan, data)
+        features = self.details(plan).features
+        if not is_learned(features):
+            return state
+        artifact, learned = fit_artifact(features, data)
+        details = {**state.details, "features": learned.model_dump()}
+        return replace(state, model=artifact, model_version=0, details=details)
+
+    def round_task(
+        self, job: JobSpec, plan: JobPlan, state: CoordinatorState, *, round_number: int
+    ) -> RoundTask:
+        """The voting task, pointing agents at the learned map (model version 0) by hash."""
+        task = super().round_task(job, plan, state, round_number=round_number)
+        entry = state.details.get("features")
+        if entry is None:
+            return task
+        learned = LearnedFeature.model_validate(entry)
+        params = self.task_type.model_validate(
+            {**task.params.model_dump(), "features_sha256": learned.sha256}
+        )
+        return replace(task, params=params, model_version=state.model_version)
 
     def _student_recipe(self, job: PrivateKnnFlJob) -> tuple[int, int, float]:
         p = job.params
@@ -246,7 +309,9 @@ class PrivateKnnFl(VotingAlgorithm[PrivateKnnFlJob, PrivateKnnFlPlan, PrivateKnn
         labels = np.asarray(data.y, dtype=np.int64)
         if labels.size == 0:
             raise AlgorithmError("this agent holds no records to vote with")
-        extractor = build_extractor(t.features, tuple(data.input_shape))
+        extractor = build_extractor(
+            t.features, tuple(data.input_shape), artifact=model, sha256=t.features_sha256
+        )
         k = neighbour_count(t.k, t.k_fraction, labels.size)
         nearest = neighbours_of(extractor(data.x), extractor(queries), k)
         votes = knn_votes(labels[nearest], k=k, num_classes=t.num_classes)
