@@ -134,7 +134,7 @@ def fit_artifact(spec: str, data: CoordinatorData) -> tuple[bytes, LearnedFeatur
 
     if data.public_x is None or len(data.public_x) == 0:
         raise AlgorithmError(
-            f"features {spec!r} are learned from the public pool: set data.public_fraction > 0"
+            f"features {spec!r} are learned from the public pool: give the job one (data.public)"
         )
     shape = tuple(data.input_shape)
     try:
