@@ -192,7 +192,7 @@ def test_fedadam_federation_learns_digits() -> None:
             "sampling_rate": 1.0,
             "local_epochs": 1,
             "learning_rate_decay": 0.95,
-            "server_optimizer": {"kind": "adam", "learning_rate": 0.05},
+            "server_optimizer": {"kind": "adam", "learning_rate": 0.1},
         },
         data={"partition": {"scheme": "iid"}},
         rounds=6,
