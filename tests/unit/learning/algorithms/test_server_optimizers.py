@@ -207,3 +207,48 @@ def test_fedadam_federation_learns_digits() -> None:
     assert len(result.rounds) == 6
     accuracy = result.final_metrics["accuracy"]
     assert accuracy >= 0.5, f"accuracy {accuracy:.3f}"
+
+
+def test_dp_fedsgd_applies_its_server_optimizer_to_the_mean_delta(
+    digits_coordinator: CoordinatorData,
+) -> None:
+    """DP-FedSGD: the mean local delta −γ·A/(B·survivors) goes through the optimizer; without
+    one it is added as before."""
+    from dpfl.learning.algorithms.dp_fedsgd import ALGORITHM as FEDSGD
+
+    doc: dict[str, Any] = {
+        "name": "fedsgd-adam",
+        "algorithm": "dp-fedsgd",
+        "data": {"dataset": "digits", "partition": {"scheme": "iid"}},
+        "model": "logreg",
+        "rounds": 4,
+        "privacy": {"unit": "record", "target_epsilon": 4.0, "delta": 1e-5},
+        "params": {
+            "clip": 1.0,
+            "local_steps": 1,
+            "batch_sampling_rate": 0.1,
+            "learning_rate": 0.5,
+            "server_optimizer": {"kind": "yogi", "learning_rate": 0.02},
+        },
+    }
+    job = parse_job(doc)
+    plan = FEDSGD.plan(job, population=10, data=digits_coordinator)
+    state = FEDSGD.initial_state(job, plan, digits_coordinator)
+    net = build_model("logreg", input_shape=(1, 8, 8), num_classes=10, seed=0)
+    theta = [flatten_parameters(model_from_bytes(state.model, model=net), dtype=np.float64)]
+    rng = np.random.default_rng(7)
+    aggregates = [rng.normal(size=650) * 30, rng.normal(size=650) * 30]
+    for r, a in enumerate(aggregates, start=1):
+        state = FEDSGD.finish_round(
+            job, plan, state, digits_coordinator, round_number=r, aggregate=a, survivors=7
+        ).state
+        theta.append(flatten_parameters(model_from_bytes(state.model, model=net), dtype=np.float64))
+    reference = AdaptiveServer(kind="yogi", learning_rate=0.02)
+    blobs: dict[str, bytes] = {}
+    for r, a in enumerate(aggregates, start=1):
+        mean_delta = -0.5 * a / (plan.details.expected_batch_size * 7)
+        expected = server_step(reference, mean_delta, blobs, step_number=r)
+        np.testing.assert_allclose(theta[r] - theta[r - 1], expected, rtol=1e-4, atol=1e-6)
+    assert parse_job(
+        {**doc, "params": {**doc["params"], "server_optimizer": None}}
+    ).params.optimizer() == SgdServer(kind="sgd")
