@@ -59,6 +59,13 @@ from dpfl.learning.algorithms.model_update import (
     load_model,
     stepped_model,
 )
+from dpfl.learning.algorithms.server_optimizers import (
+    AdaptiveServer,
+    MomentumServer,
+    ServerOptimizer,
+    SgdServer,
+    server_step,
+)
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpec, ModelUpdateJob, Strict
 from dpfl.secagg.encoding import EncodingConfig, to_ring
@@ -101,6 +108,13 @@ class DpFedSgdParams(Strict):
     expected_batch_size: float | None = Field(default=None, gt=0)
     client_sampling_rate: float = Field(default=1.0, gt=0, le=1)
     max_local_size: int = Field(default=100_000, ge=1)
+    server_optimizer: ServerOptimizer | None = None
+
+    def optimizer(self) -> SgdServer | MomentumServer | AdaptiveServer:
+        """The coordinator's step on the mean model delta (default: add it, FedAvg)."""
+        if self.server_optimizer is not None:
+            return self.server_optimizer
+        return SgdServer(kind="sgd", learning_rate=1.0)
 
 
 class DpFedSgdJob(ModelUpdateJob):
@@ -429,11 +443,16 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
         spec, d = self.spec(job), self.details(plan)
         total = common.checked_aggregate(aggregate, length=d.dimension, survivors=survivors)
         net = load_model(spec, state, data)
-        step = -d.learning_rate / (d.expected_batch_size * survivors)
-        model, evaluation = stepped_model(spec, net, step * total, data, algorithm=self.name)
+        scale = -d.learning_rate / (d.expected_batch_size * survivors)
+        update = scale * total  # the mean of the agents' local model deltas
+        blobs = dict(state.blobs)
+        step = server_step(
+            spec.params.optimizer(), update, blobs, step_number=state.model_version + 1
+        )
+        model, evaluation = stepped_model(spec, net, step, data, algorithm=self.name)
         metrics: dict[str, float] = {
             "survivors": float(survivors),
-            "update_norm": float(abs(step) * np.linalg.norm(total)),
+            "update_norm": float(np.linalg.norm(update)),
             **evaluation,
         }
         return RoundOutcome(
@@ -441,6 +460,7 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
                 model=model,
                 model_version=state.model_version + 1,
                 details={"round": round_number},
+                blobs=blobs,
             ),
             metrics=metrics,
             done=round_number >= spec.rounds,
