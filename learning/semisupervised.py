@@ -10,6 +10,7 @@ device.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 from numpy.typing import NDArray
 from torch import nn
-from torch.nn import functional as F
+from torch.nn import functional
 
 from dpfl.learning.device import select_device
 from dpfl.learning.errors import TrainingError
@@ -64,8 +65,8 @@ class Augmenter:
         theta = torch.stack(
             [torch.stack([cos, -sin, tx], dim=1), torch.stack([sin, cos, ty], dim=1)], dim=1
         ).to(x.device, x.dtype)
-        grid = F.affine_grid(theta, list(x.shape), align_corners=False)
-        return F.grid_sample(x, grid, padding_mode="zeros", align_corners=False)
+        grid = functional.affine_grid(theta, list(x.shape), align_corners=False)
+        return functional.grid_sample(x, grid, padding_mode="zeros", align_corners=False)
 
 
 def views(shape: tuple[int, ...]) -> tuple[Augmenter, Augmenter]:
@@ -94,8 +95,12 @@ def _forward(model: nn.Module, xb: torch.Tensor) -> torch.Tensor:
 
 
 def _kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
-    p = F.softmax(p_logits, dim=1)
-    return (p * (F.log_softmax(p_logits, dim=1) - F.log_softmax(q_logits, dim=1))).sum(1).mean()
+    p = functional.softmax(p_logits, dim=1)
+    return (
+        (p * (functional.log_softmax(p_logits, dim=1) - functional.log_softmax(q_logits, dim=1)))
+        .sum(1)
+        .mean()
+    )
 
 
 def _vat_loss(
@@ -173,32 +178,33 @@ def train_semi_supervised(
         weak = strong = Augmenter(shift=0.0)
     xt, yt = torch.tensor(xa), torch.tensor(ya.astype(np.int64))
     pt = torch.tensor(pool)
+    run = functools.partial(
+        _run,
+        model,
+        steps=steps,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        momentum=momentum,
+        weight_decay=weight_decay,
+        threshold=threshold,
+        vat_epsilon=vat_epsilon,
+        weak=weak,
+        strong=strong,
+        generator=generator,
+        device=target,
+    )
     try:
         if method != "self-training":
-            return _run(
-                model, xt, yt, pt, method=method, steps=steps, batch_size=batch_size,
-                unlabeled_ratio=unlabeled_ratio, learning_rate=learning_rate, momentum=momentum,
-                weight_decay=weight_decay, threshold=threshold, unlabeled_weight=unlabeled_weight,
-                vat_epsilon=vat_epsilon, weak=weak, strong=strong, generator=generator, device=target,
-            )  # fmt: skip
-        report = _run(
-            model, xt, yt, pt, method="supervised", steps=steps, batch_size=batch_size,
-            unlabeled_ratio=1, learning_rate=learning_rate, momentum=momentum,
-            weight_decay=weight_decay, threshold=threshold, unlabeled_weight=0.0,
-            vat_epsilon=vat_epsilon, weak=weak, strong=strong, generator=generator, device=target,
-        )  # fmt: skip
+            return run(
+                xt, yt, pt, method=method, unlabeled_ratio=unlabeled_ratio, weight=unlabeled_weight
+            )
+        report = run(xt, yt, pt, method="supervised", unlabeled_ratio=1, weight=0.0)
         for _ in range(self_training_rounds):
             probs = _probabilities(model, pt, target)
             confident, labels = probs.max(dim=1)
             keep = confident >= threshold
-            xr = torch.cat([xt, pt[keep]])
-            yr = torch.cat([yt, labels[keep]])
-            report = _run(
-                model, xr, yr, pt, method="supervised", steps=steps, batch_size=batch_size,
-                unlabeled_ratio=1, learning_rate=learning_rate, momentum=momentum,
-                weight_decay=weight_decay, threshold=threshold, unlabeled_weight=0.0,
-                vat_epsilon=vat_epsilon, weak=weak, strong=strong, generator=generator, device=target,
-            )  # fmt: skip
+            xr, yr = torch.cat([xt, pt[keep]]), torch.cat([yt, labels[keep]])
+            report = run(xr, yr, pt, method="supervised", unlabeled_ratio=1, weight=0.0)
             report = SemiSupervisedReport(
                 steps=report.steps,
                 mean_loss=report.mean_loss,
@@ -215,7 +221,7 @@ def _probabilities(model: nn.Module, x: torch.Tensor, device: torch.device) -> t
     model.eval()
     try:
         out = [
-            F.softmax(_forward(model, x[i : i + 1024].to(device)), dim=1).cpu()
+            functional.softmax(_forward(model, x[i : i + 1024].to(device)), dim=1).cpu()
             for i in range(0, x.shape[0], 1024)
         ]
     finally:
@@ -233,11 +239,11 @@ def _run(
     steps: int,
     batch_size: int,
     unlabeled_ratio: int,
+    weight: float,
     learning_rate: float,
     momentum: float,
     weight_decay: float,
     threshold: float,
-    unlabeled_weight: float,
     vat_epsilon: float,
     weak: Augmenter,
     strong: Augmenter,
@@ -262,20 +268,22 @@ def _run(
     for _ in range(steps):
         idx = torch.randint(n, (min(batch_size, n),), generator=generator)
         xb = weak(xt[idx], generator).to(device)
-        loss = F.cross_entropy(_forward(model, xb), yt[idx].to(device))
-        if method in ("consistency", "vat") and unlabeled_weight > 0:
+        loss = functional.cross_entropy(_forward(model, xb), yt[idx].to(device))
+        if method in ("consistency", "vat") and weight > 0:
             ux = pool[torch.randint(m, (ub,), generator=generator)]
             if method == "consistency":
                 with torch.no_grad():
-                    probs = F.softmax(_forward(model, weak(ux, generator).to(device)), dim=1)
+                    probs = functional.softmax(
+                        _forward(model, weak(ux, generator).to(device)), dim=1
+                    )
                     conf, pseudo = probs.max(dim=1)
                     mask = (conf >= threshold).float()
                 xs = strong(ux, generator).to(device)
-                per = F.cross_entropy(_forward(model, xs), pseudo, reduction="none")
-                loss = loss + unlabeled_weight * (per * mask).mean()
+                per = functional.cross_entropy(_forward(model, xs), pseudo, reduction="none")
+                loss = loss + weight * (per * mask).mean()
                 confident.append(float(mask.mean()))
             else:
-                loss = loss + unlabeled_weight * _vat_loss(
+                loss = loss + weight * _vat_loss(
                     model, weak(ux, generator).to(device), vat_epsilon, generator
                 )
         optimizer.zero_grad(set_to_none=True)

@@ -33,16 +33,16 @@ __all__ = [
     "Evaluation",
     "LocalUpdate",
     "SgdTrainer",
+    "TeacherReport",
     "TrainReport",
     "as_tensors",
     "evaluate",
+    "fit_teacher",
     "local_update",
     "predict_labels",
     "predict_probabilities",
     "train",
     "train_student",
-    "TeacherReport",
-    "fit_teacher",
     "train_teacher",
 ]
 

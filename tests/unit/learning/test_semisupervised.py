@@ -88,7 +88,8 @@ def test_augmenter_shifts_images_and_scales_with_their_size() -> None:
     torch.testing.assert_close(moved.sum(dim=(1, 2, 3)), torch.full((8,), 64.0), atol=1.0, rtol=0)
     assert Augmenter(shift=0.0)(image, torch.Generator()) is image
     weak, strong = views((1, 8, 8))
-    assert weak.shift == pytest.approx(8 / 14) and strong.rotate == 15.0
+    assert weak.shift == pytest.approx(8 / 14)
+    assert strong.rotate == 15.0
     assert views((1, 28, 28))[0].shift == pytest.approx(2.0)
 
 

@@ -25,7 +25,8 @@ def test_query_selection_is_deterministic_distinct_and_public_only(digits_public
     for method in ("random", "kmeans"):
         first = select_queries(x, 40, method=method, seed=5)
         assert first == select_queries(x, 40, method=method, seed=5)
-        assert len(set(first)) == 40 and all(0 <= i < len(x) for i in first)
+        assert len(set(first)) == 40
+        assert all(0 <= i < len(x) for i in first)
         assert first != select_queries(x, 40, method=method, seed=6)
     # k-means picks cover the pool: every record is closer to some pick than random picks manage
     flat = x.reshape(len(x), -1)
@@ -64,7 +65,8 @@ def _run_votes(job: Any, data: CoordinatorData, algorithm: Any = PATE) -> dict[s
     outcome = algorithm.finish_round(
         job, plan, state, data, round_number=1, aggregate=votes.reshape(-1), survivors=10
     )
-    assert outcome.done and outcome.state.model is not None
+    assert outcome.done
+    assert outcome.state.model is not None
     return outcome.metrics
 
 
