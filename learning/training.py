@@ -567,7 +567,9 @@ def fit_teacher(
                 if scheduler is not None:
                     scheduler.step()
             if val_idx.size:
-                acc = evaluate(model, xt[val_idx], yt[val_idx].numpy(), device=device).accuracy
+                acc = evaluate(
+                    model, xt[val_idx].numpy(), yt[val_idx].numpy(), device=device
+                ).accuracy
                 if best is None or acc > best[0]:
                     state = {k: v.detach().clone() for k, v in model.state_dict().items()}
                     best, since = (acc, epoch, state), 0

@@ -27,6 +27,7 @@ def _few_labels(y: np.ndarray, per_class: int, seed: int) -> np.ndarray:
     )
 
 
+@pytest.mark.slow
 def test_unlabeled_pool_beats_supervised_only_with_few_labels(digits: Any) -> None:
     """30 labels, the rest of the training split unlabeled: VAT and consistency must beat the
     same budget of supervised steps on the test split."""
@@ -44,6 +45,7 @@ def test_unlabeled_pool_beats_supervised_only_with_few_labels(digits: Any) -> No
     assert scores["consistency"] > scores["supervised"], scores
 
 
+@pytest.mark.slow
 def test_self_training_is_deterministic_and_reports_confidence(digits: Any) -> None:
     x, y = digits.x_train, digits.y_train
     labelled = _few_labels(y, 5, seed=1)

@@ -70,6 +70,7 @@ def _run_votes(job: Any, data: CoordinatorData, algorithm: Any = PATE) -> dict[s
     return outcome.metrics
 
 
+@pytest.mark.slow
 def test_semi_supervised_student_trains_on_the_pool(digits_public: Any) -> None:
     data, _ = digits_public
     student = {"method": "vat", "steps": 60, "vat_epsilon": 1.0}
@@ -114,6 +115,7 @@ def test_bad_student_and_teacher_params_are_refused() -> None:
             make_pate_job(params={"queries": 10, **params})
 
 
+@pytest.mark.slow
 def test_teacher_recipe_travels_in_the_task_and_the_agent_accepts_it(
     digits_public: tuple[CoordinatorData, list[AgentData]],
 ) -> None:
