@@ -133,3 +133,17 @@ def test_fit_teacher_augments_and_anneals_as_configured(
         fit_teacher(net, x, y, epochs=1, schedule="linear")
     with pytest.raises(TrainingError, match="validation_fraction"):
         fit_teacher(net, x, y, epochs=1, validation_fraction=1.0)
+
+
+def test_plain_teacher_recipe_is_plain_sgd(digits: Any) -> None:
+    """Without augmentation, schedule or validation, a teacher is exactly :func:`train`'s model
+    (old tasks keep their teachers)."""
+    from dpfl.learning.training import train
+
+    x, y = digits.x_train[:200], digits.y_train[:200]
+    nets = [build_model("logreg", input_shape=digits.input_shape, num_classes=10, seed=0)]
+    nets.append(build_model("logreg", input_shape=digits.input_shape, num_classes=10, seed=0))
+    train(nets[0], x, y, epochs=3, batch_size=32, learning_rate=0.1, momentum=0.9, seed=4)
+    fit_teacher(nets[1], x, y, epochs=3, batch_size=32, learning_rate=0.1, momentum=0.9, seed=4)
+    for a, b in zip(nets[0].parameters(), nets[1].parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
