@@ -41,6 +41,7 @@ __all__ = [
     "PublicSpec",
     "SecAggSpec",
     "Strict",
+    "StudentSpec",
     "VotingJob",
     "VotingParams",
     "describe_error",
@@ -381,13 +382,32 @@ class SecAggSpec(Strict):
 # the shared params of the voting algorithms
 
 
+class StudentSpec(Strict):
+    """How the coordinator trains a voting job's student on the public pool: ``supervised``
+    (the answered queries only, ``student_epochs`` epochs), or semi-supervised on the whole pool
+    with ``steps`` steps of ``consistency``, ``vat`` or ``self-training`` (post-processing, no
+    privacy cost; docs/algorithms.md#semi-supervised-student)."""
+
+    method: Literal["supervised", "consistency", "vat", "self-training"] = "supervised"
+    steps: int = Field(default=1000, ge=1, le=1_000_000)
+    unlabeled_ratio: int = Field(default=3, ge=1, le=64)
+    threshold: float = Field(default=0.9, gt=0, le=1)
+    unlabeled_weight: float = Field(default=1.0, ge=0)
+    vat_epsilon: float = Field(default=2.0, gt=0)
+    self_training_rounds: int = Field(default=2, ge=1, le=20)
+    augment: bool = True
+
+
 class VotingParams(Strict):
     """What every voting job states: ``queries`` public examples, answered in ``rounds``
     batches, and ``sigma``, the noise std of the summed votes (None: calibrated from
-    ``privacy.target_epsilon``)."""
+    ``privacy.target_epsilon``). ``query_selection`` picks the queries from the public records
+    alone (free); ``student`` says how the student learns from the answers."""
 
     queries: int = Field(default=200, ge=1)
     sigma: float | None = Field(default=None, gt=0)
+    query_selection: Literal["random", "kmeans"] = "random"
+    student: StudentSpec = StudentSpec()
 
 
 # ---------------------------------------------------------------------------------------------

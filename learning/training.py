@@ -33,9 +33,11 @@ __all__ = [
     "Evaluation",
     "LocalUpdate",
     "SgdTrainer",
+    "TeacherReport",
     "TrainReport",
     "as_tensors",
     "evaluate",
+    "fit_teacher",
     "local_update",
     "predict_labels",
     "predict_probabilities",
@@ -474,3 +476,113 @@ def train_student(
         ys_round = np.concatenate([ys, probs[keep].argmax(axis=1).astype(np.int64)])
         report = train(model, xs_round, ys_round, epochs=epochs, seed=seed + round_, **kwargs)
     return report
+
+
+@dataclass(frozen=True, slots=True)
+class TeacherReport:
+    """What :func:`fit_teacher` did (local diagnostics of the agent; never sent)."""
+
+    epochs_run: int
+    best_epoch: int
+    validation_accuracy: float | None
+
+
+def fit_teacher(
+    model: nn.Module,
+    x: NDArray[Any],
+    y: NDArray[Any],
+    *,
+    epochs: int,
+    batch_size: int = 32,
+    learning_rate: float = 0.1,
+    momentum: float = 0.9,
+    weight_decay: float = 0.0,
+    augment_shift: float = 0.0,
+    schedule: str = "constant",
+    validation_fraction: float = 0.0,
+    patience: int = 0,
+    seed: int = 0,
+    device: str | torch.device | None = None,
+) -> TeacherReport:
+    """Train a PATE teacher in place on an agent's own small shard, without DP.
+
+    Small non-IID shards overfit fast: random shifts of up to ``augment_shift`` pixels enlarge
+    them, a ``cosine`` schedule anneals the step, and with ``validation_fraction > 0`` a
+    stratified split of the agent's OWN records picks the best epoch (stopping after
+    ``patience`` epochs without improvement; 0 = run every epoch, keep the best). The split stays
+    inside the agent: only the noisy votes leave it, so this costs no privacy beyond the votes.
+
+    Raises:
+        TrainingError: bad data or hyper-parameters.
+    """
+    from dpfl.learning.data.split import stratified_split
+    from dpfl.learning.semisupervised import Augmenter
+
+    if epochs < 1 or batch_size < 1 or patience < 0 or not 0.0 <= validation_fraction < 1.0:
+        raise TrainingError(
+            "epochs, batch_size >= 1, patience >= 0 and validation_fraction in [0, 1)"
+        )
+    if schedule not in ("constant", "cosine"):
+        raise TrainingError(f"schedule must be constant or cosine, got {schedule!r}")
+    xt, yt = as_tensors(x, y)
+    assert yt is not None
+    train_idx = np.arange(xt.shape[0])
+    val_idx = np.empty(0, dtype=np.int64)
+    if validation_fraction > 0:
+        train_idx, val_idx = stratified_split(
+            yt.numpy(), test_fraction=validation_fraction, seed=seed
+        )
+        if val_idx.size == 0 or train_idx.size == 0:
+            train_idx, val_idx = np.arange(xt.shape[0]), np.empty(0, dtype=np.int64)
+    xtr, ytr = xt[train_idx], yt[train_idx]
+    home = next(model.parameters()).device
+    trainer = SgdTrainer(
+        model,
+        learning_rate=learning_rate,
+        momentum=momentum,
+        weight_decay=weight_decay,
+        device=select_device(device),
+    )
+    per_epoch = math.ceil(xtr.shape[0] / batch_size)
+    total = per_epoch * epochs
+    scheduler = (
+        torch.optim.lr_scheduler.LambdaLR(
+            trainer.optimizer, lambda s: 0.5 * (1.0 + math.cos(math.pi * s / total))
+        )
+        if schedule == "cosine"
+        else None
+    )
+    augment = Augmenter(shift=augment_shift)
+    generator = torch.Generator().manual_seed(seed)
+    best: tuple[float, int, dict[str, torch.Tensor]] | None = None
+    since, run = 0, 0
+    try:
+        for epoch in range(1, epochs + 1):
+            run = epoch
+            order = torch.randperm(xtr.shape[0], generator=generator)
+            for i in range(0, xtr.shape[0], batch_size):
+                idx = order[i : i + batch_size]
+                xb = xtr[idx] if augment_shift == 0 else augment(xtr[idx], generator)
+                trainer.step(xb, ytr[idx])
+                if scheduler is not None:
+                    scheduler.step()
+            if val_idx.size:
+                acc = evaluate(
+                    model, xt[val_idx].numpy(), yt[val_idx].numpy(), device=device
+                ).accuracy
+                if best is None or acc > best[0]:
+                    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                    best, since = (acc, epoch, state), 0
+                else:
+                    since += 1
+                    if patience and since >= patience:
+                        break
+        if best is not None:
+            model.load_state_dict(best[2])
+    finally:
+        model.to(home)
+    return TeacherReport(
+        epochs_run=run,
+        best_epoch=best[1] if best is not None else run,
+        validation_accuracy=best[0] if best is not None else None,
+    )

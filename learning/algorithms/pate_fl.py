@@ -63,6 +63,11 @@ class PateFlParams(VotingParams):
     teacher_learning_rate: float = Field(default=0.1, gt=0)
     student_learning_rate: float = Field(default=0.1, gt=0)
     batch_size: int = Field(default=32, ge=1)
+    # teachers on small non-IID shards (docs/algorithms.md#teachers-on-small-shards)
+    teacher_augment_shift: float = Field(default=0.0, ge=0, le=8)
+    teacher_schedule: Literal["constant", "cosine"] = "constant"
+    teacher_validation_fraction: float = Field(default=0.0, ge=0, lt=1)
+    teacher_patience: int = Field(default=0, ge=0)
 
 
 class PateFlJob(VotingJob):
@@ -84,6 +89,10 @@ class TeacherRecipe(Contract):
     momentum: float = Field(ge=0, le=1)
     batch_size: int = Field(ge=1)
     seed: int = Field(ge=0)
+    augment_shift: float = Field(default=0.0, ge=0, le=8)
+    schedule: Literal["constant", "cosine"] = "constant"
+    validation_fraction: float = Field(default=0.0, ge=0, lt=1)
+    patience: int = Field(default=0, ge=0)
 
 
 class PateFlTask(VotingTask):
@@ -188,6 +197,10 @@ class PateFl(VotingAlgorithm[PateFlJob, PateFlPlan, PateFlTask]):
                 momentum=_TEACHER_MOMENTUM,
                 batch_size=p.batch_size,
                 seed=job.seed,
+                augment_shift=p.teacher_augment_shift,
+                schedule=p.teacher_schedule,
+                validation_fraction=p.teacher_validation_fraction,
+                patience=p.teacher_patience,
             ),
         )
 
@@ -251,13 +264,13 @@ class PateFl(VotingAlgorithm[PateFlJob, PateFlPlan, PateFlTask]):
     ) -> npt.NDArray[np.float64]:
         t = self.task(task)
         queries = self._public_queries(t, public_x, data.num_classes)
-        from dpfl.learning.training import predict_probabilities, train
+        from dpfl.learning.training import fit_teacher, predict_probabilities
 
         recipe = t.teacher
 
         def fit() -> Any:
             net = common.build_model(t.model, data.input_shape, data.num_classes, seed=recipe.seed)
-            train(
+            fit_teacher(
                 net,
                 data.x,
                 data.y,
@@ -265,6 +278,10 @@ class PateFl(VotingAlgorithm[PateFlJob, PateFlPlan, PateFlTask]):
                 batch_size=recipe.batch_size,
                 learning_rate=recipe.learning_rate,
                 momentum=recipe.momentum,
+                augment_shift=recipe.augment_shift,
+                schedule=recipe.schedule,
+                validation_fraction=recipe.validation_fraction,
+                patience=recipe.patience,
                 seed=recipe.seed,
                 device=device,
             )

@@ -39,7 +39,15 @@ from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpec, VotingJob
 from dpfl.secagg.encoding import EncodingConfig
 
-__all__ = ["Counts", "VotingAlgorithm", "VotingPlan", "VotingTask", "batch_sizes", "vote_clip"]
+__all__ = [
+    "Counts",
+    "VotingAlgorithm",
+    "VotingPlan",
+    "VotingTask",
+    "batch_sizes",
+    "select_queries",
+    "vote_clip",
+]
 
 _CLIP_SLACK = 1.0 + 1e-9  # the block norm √Q_r must never trigger the encoding's clip
 
@@ -61,6 +69,60 @@ def batch_sizes(queries: int, rounds: int) -> list[int]:
 def vote_clip(batch: int) -> float:
     """The encoding's clip for ``batch`` votes of L2 norm ≤ 1 each (never binding)."""
     return math.sqrt(batch) * _CLIP_SLACK
+
+
+def select_queries(
+    public_x: npt.NDArray[np.floating[Any]], count: int, *, method: str, seed: int
+) -> list[int]:
+    """``count`` distinct public indices, a pure function of the public records and ``seed``.
+
+    ``random``: a seeded permutation. ``kmeans``: the record nearest each of ``count`` k-means
+    centroids (k-means++ start, Lloyd steps), so the few answered queries cover the pool's modes;
+    the result is shuffled so every round's batch mixes them. Reads no private data and no labels,
+    so it costs no privacy.
+    """
+    size = len(public_x)
+    if not 1 <= count <= size:
+        raise AlgorithmError(f"cannot select {count} queries from {size} public records")
+    rng = np.random.default_rng(seed)
+    if method == "random":
+        return [int(i) for i in rng.permutation(size)[:count]]
+    if method != "kmeans":
+        raise AlgorithmError(f"unknown query selection {method!r}")
+    x = np.asarray(public_x, dtype=np.float64).reshape(size, -1)
+    sq = (x * x).sum(axis=1)
+
+    def distances(centres: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        d: npt.NDArray[np.float64] = sq[:, None] - 2.0 * x @ centres.T + (centres**2).sum(1)
+        return np.maximum(d, 0.0)
+
+    chosen = [int(rng.integers(size))]
+    nearest = distances(x[chosen])[:, 0]
+    for _ in range(1, count):
+        weights = nearest / nearest.sum() if nearest.sum() > 0 else None
+        chosen.append(int(rng.choice(size, p=weights)))
+        nearest = np.minimum(nearest, distances(x[chosen[-1:]])[:, 0])
+    centres = x[chosen]
+    for _ in range(_KMEANS_STEPS):
+        assign = distances(centres).argmin(axis=1)
+        for c in range(count):
+            members = assign == c
+            if members.any():
+                centres[c] = x[members].mean(axis=0)
+    # the nearest not-yet-taken record of each centre (greedy, closest pairs first)
+    d = distances(centres).T  # (centre, record)
+    taken: set[int] = set()
+    picks: list[int] = []
+    for c in np.argsort(d.min(axis=1), kind="stable"):
+        for i in np.argsort(d[c], kind="stable"):
+            if int(i) not in taken:
+                taken.add(int(i))
+                picks.append(int(i))
+                break
+    return [picks[i] for i in rng.permutation(count)]
+
+
+_KMEANS_STEPS = 20
 
 
 class VotingPlan(PlanDetails):
@@ -190,8 +252,13 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
             raise AlgorithmError(
                 f"params.queries = {spec.params.queries} exceeds the {size} public examples"
             )
-        # the public split is public: a seeded (non-secret) choice of queries costs no privacy
-        order = np.random.default_rng(spec.seed).permutation(size)[: spec.params.queries]
+        # the public split is public: a seeded choice made from it alone costs no privacy
+        order = select_queries(
+            np.asarray(data.public_x),
+            spec.params.queries,
+            method=spec.params.query_selection,
+            seed=spec.seed,
+        )
         return CoordinatorState(
             model=None,
             model_version=0,
@@ -388,16 +455,40 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
 
         epochs, batch_size, learning_rate = self._student_recipe(job)
         net = common.build_model(job.model, data.input_shape, data.num_classes, seed=job.seed)
+        student = job.params.student
+        pool = np.asarray(data.public_x)
         try:
-            train_student(
-                net,
-                np.asarray(data.public_x)[answered],
-                np.asarray(labels, dtype=np.int64),
-                epochs=epochs,
-                batch_size=batch_size,
-                learning_rate=learning_rate,
-                seed=job.seed,
-            )
+            if student.method == "supervised":
+                train_student(
+                    net,
+                    pool[answered],
+                    np.asarray(labels, dtype=np.int64),
+                    epochs=epochs,
+                    batch_size=batch_size,
+                    learning_rate=learning_rate,
+                    seed=job.seed,
+                )
+            else:
+                from dpfl.learning.semisupervised import train_semi_supervised
+
+                report = train_semi_supervised(
+                    net,
+                    pool[answered],
+                    np.asarray(labels, dtype=np.int64),
+                    pool,
+                    method=student.method,
+                    steps=student.steps,
+                    batch_size=batch_size,
+                    unlabeled_ratio=student.unlabeled_ratio,
+                    learning_rate=learning_rate,
+                    threshold=student.threshold,
+                    unlabeled_weight=student.unlabeled_weight,
+                    vat_epsilon=student.vat_epsilon,
+                    self_training_rounds=student.self_training_rounds,
+                    augment=student.augment,
+                    seed=job.seed,
+                )
+                metrics["student_confident_fraction"] = report.confident_fraction
         except LearningError as exc:
             raise AlgorithmError(f"student training failed: {exc}") from exc
         metrics.update(common.evaluate_on_test(net, data))

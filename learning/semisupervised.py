@@ -1,0 +1,298 @@
+"""Semi-supervised training of the voting algorithms' student, and image augmentation.
+
+The student of PATE-FL and Private-kNN-FL sees a few hundred noisy pseudo-labels and a few
+thousand unlabeled public records. Training on the labels alone wastes the pool; these routines
+use it (consistency training, VAT, self-training). Everything here reads only public records and
+already-released labels, so it is post-processing and costs no privacy
+(docs/algorithms.md#semi-supervised-student). Every run is a pure function of its seed on a given
+device.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from numpy.typing import NDArray
+from torch import nn
+from torch.nn import functional
+
+from dpfl.learning.device import select_device
+from dpfl.learning.errors import TrainingError
+
+__all__ = [
+    "Augmenter",
+    "SemiSupervisedReport",
+    "StudentMethod",
+    "train_semi_supervised",
+    "views",
+]
+
+StudentMethod = Literal["supervised", "consistency", "vat", "self-training"]
+
+
+@dataclass(frozen=True, slots=True)
+class Augmenter:
+    """Random affine jitter of image batches ``(n, C, H, W)``: shifts of up to ``shift`` pixels,
+    rotations of up to ``rotate`` degrees, scaling by up to ``1 ± scale``. Flat records
+    ``(n, d)`` get Gaussian jitter of std ``0.05·shift`` instead (no geometry to use)."""
+
+    shift: float = 2.0
+    rotate: float = 0.0
+    scale: float = 0.0
+
+    def __call__(self, x: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        if self.shift == 0 and self.rotate == 0 and self.scale == 0:
+            return x
+        n = x.shape[0]
+        if x.ndim != 4:
+            noise = torch.randn(x.shape, generator=generator, device="cpu").to(x.device)
+            return x + 0.05 * self.shift * noise
+        h, w = x.shape[2], x.shape[3]
+
+        def uniform(bound: float) -> torch.Tensor:
+            return (torch.rand(n, generator=generator) * 2.0 - 1.0) * bound
+
+        angle = uniform(math.radians(self.rotate))
+        zoom = 1.0 + uniform(self.scale)
+        # affine_grid works in [-1, 1] coordinates: a shift of s pixels is 2s/size there
+        tx, ty = uniform(2.0 * self.shift / w), uniform(2.0 * self.shift / h)
+        cos, sin = torch.cos(angle) / zoom, torch.sin(angle) / zoom
+        theta = torch.stack(
+            [torch.stack([cos, -sin, tx], dim=1), torch.stack([sin, cos, ty], dim=1)], dim=1
+        ).to(x.device, x.dtype)
+        grid = functional.affine_grid(theta, list(x.shape), align_corners=False)
+        return functional.grid_sample(x, grid, padding_mode="zeros", align_corners=False)
+
+
+def views(shape: tuple[int, ...]) -> tuple[Augmenter, Augmenter]:
+    """The weak view (labelled batches, pseudo-labelling) and the strong view (the consistency
+    target) for records of ``shape``: shifts of 1/14 and 3/28 of the side (2 and 3 pixels on
+    28×28 images), the strong one also rotated by up to 15° and scaled by up to ±10 %."""
+    side = min(shape[-2:]) if len(shape) == 3 else 28
+    return (
+        Augmenter(shift=side / 14.0),
+        Augmenter(shift=3.0 * side / 28.0, rotate=15.0, scale=0.1),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SemiSupervisedReport:
+    """What a student run did (diagnostics; the pool is public, so they may be logged)."""
+
+    steps: int
+    mean_loss: float
+    confident_fraction: float
+
+
+def _forward(model: nn.Module, xb: torch.Tensor) -> torch.Tensor:
+    logits: torch.Tensor = model(xb)
+    return logits
+
+
+def _kl(p_logits: torch.Tensor, q_logits: torch.Tensor) -> torch.Tensor:
+    p = functional.softmax(p_logits, dim=1)
+    return (
+        (p * (functional.log_softmax(p_logits, dim=1) - functional.log_softmax(q_logits, dim=1)))
+        .sum(1)
+        .mean()
+    )
+
+
+def _vat_loss(
+    model: nn.Module, xb: torch.Tensor, epsilon: float, generator: torch.Generator
+) -> torch.Tensor:
+    """Virtual adversarial loss (Miyato et al. 2018): one power iteration, radius ``epsilon``."""
+    with torch.no_grad():
+        clean = _forward(model, xb)
+    d = torch.randn(xb.shape, generator=generator).to(xb.device)
+    dims = tuple(range(1, xb.ndim))
+
+    def unit(v: torch.Tensor) -> torch.Tensor:
+        return v / (v.pow(2).sum(dim=dims, keepdim=True).sqrt() + 1e-12)
+
+    d = (1e-6 * unit(d)).requires_grad_(True)
+    (grad,) = torch.autograd.grad(_kl(clean, _forward(model, xb + d)), [d])
+    r_adv = epsilon * unit(grad.detach())
+    return _kl(clean, _forward(model, xb + r_adv))
+
+
+def _check(x: NDArray[Any], y: NDArray[Any], pool: NDArray[Any]) -> None:
+    if x.shape[0] == 0 or x.shape[0] != y.shape[0]:
+        raise TrainingError(f"{x.shape[0]} labelled records but {y.shape[0]} labels")
+    if pool.shape[1:] != x.shape[1:]:
+        raise TrainingError(
+            f"unlabeled records of shape {pool.shape[1:]} do not match the labelled {x.shape[1:]}"
+        )
+    if not np.issubdtype(y.dtype, np.integer) or y.min() < 0:
+        raise TrainingError("labels must be non-negative integers")
+
+
+def train_semi_supervised(
+    model: nn.Module,
+    x: NDArray[Any],
+    y: NDArray[Any],
+    unlabeled: NDArray[Any],
+    *,
+    method: StudentMethod,
+    steps: int,
+    batch_size: int = 32,
+    unlabeled_ratio: int = 3,
+    learning_rate: float = 0.1,
+    momentum: float = 0.9,
+    weight_decay: float = 5e-4,
+    threshold: float = 0.9,
+    unlabeled_weight: float = 1.0,
+    vat_epsilon: float = 2.0,
+    self_training_rounds: int = 2,
+    augment: bool = True,
+    seed: int = 0,
+    device: str | torch.device | None = None,
+) -> SemiSupervisedReport:
+    """Train ``model`` in place on labelled ``(x, y)`` and the ``unlabeled`` pool.
+
+    ``supervised``: cross-entropy on (weakly augmented) labelled batches only. ``consistency``:
+    plus, on every unlabeled batch, the model's confident (≥ ``threshold``) prediction on a weak
+    view is the target of a strong view (FixMatch, Sohn et al. 2020). ``vat``: plus the virtual
+    adversarial loss on unlabeled batches. ``self-training``: ``self_training_rounds`` times,
+    label the pool with the model, keep the confident ones and retrain from the current weights.
+    The learning rate follows a cosine schedule over ``steps`` (per round for self-training).
+
+    Raises:
+        TrainingError: bad data or hyper-parameters.
+    """
+    xa, ya, pool = np.asarray(x, np.float32), np.asarray(y), np.asarray(unlabeled, np.float32)
+    _check(xa, ya, pool)
+    if steps < 1 or batch_size < 1 or unlabeled_ratio < 1 or not 0 < threshold <= 1:
+        raise TrainingError("steps, batch_size, unlabeled_ratio >= 1 and threshold in (0, 1]")
+    target = select_device(device)
+    home = next(model.parameters()).device
+    model.to(target)
+    generator = torch.Generator().manual_seed(seed)
+    weak, strong = views(xa.shape[1:])
+    if not augment:
+        weak = strong = Augmenter(shift=0.0)
+    xt, yt = torch.tensor(xa), torch.tensor(ya.astype(np.int64))
+    pt = torch.tensor(pool)
+    run = functools.partial(
+        _run,
+        model,
+        steps=steps,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        momentum=momentum,
+        weight_decay=weight_decay,
+        threshold=threshold,
+        vat_epsilon=vat_epsilon,
+        weak=weak,
+        strong=strong,
+        generator=generator,
+        device=target,
+    )
+    try:
+        if method != "self-training":
+            return run(
+                xt, yt, pt, method=method, unlabeled_ratio=unlabeled_ratio, weight=unlabeled_weight
+            )
+        report = run(xt, yt, pt, method="supervised", unlabeled_ratio=1, weight=0.0)
+        for _ in range(self_training_rounds):
+            probs = _probabilities(model, pt, target)
+            confident, labels = probs.max(dim=1)
+            keep = confident >= threshold
+            xr, yr = torch.cat([xt, pt[keep]]), torch.cat([yt, labels[keep]])
+            report = run(xr, yr, pt, method="supervised", unlabeled_ratio=1, weight=0.0)
+            report = SemiSupervisedReport(
+                steps=report.steps,
+                mean_loss=report.mean_loss,
+                confident_fraction=float(keep.float().mean()),
+            )
+        return report
+    finally:
+        model.to(home)
+
+
+@torch.no_grad()
+def _probabilities(model: nn.Module, x: torch.Tensor, device: torch.device) -> torch.Tensor:
+    was = model.training
+    model.eval()
+    try:
+        out = [
+            functional.softmax(_forward(model, x[i : i + 1024].to(device)), dim=1).cpu()
+            for i in range(0, x.shape[0], 1024)
+        ]
+    finally:
+        model.train(was)
+    return torch.cat(out)
+
+
+def _run(
+    model: nn.Module,
+    xt: torch.Tensor,
+    yt: torch.Tensor,
+    pool: torch.Tensor,
+    *,
+    method: StudentMethod,
+    steps: int,
+    batch_size: int,
+    unlabeled_ratio: int,
+    weight: float,
+    learning_rate: float,
+    momentum: float,
+    weight_decay: float,
+    threshold: float,
+    vat_epsilon: float,
+    weak: Augmenter,
+    strong: Augmenter,
+    generator: torch.Generator,
+    device: torch.device,
+) -> SemiSupervisedReport:
+    optimizer = torch.optim.SGD(
+        model.parameters(),
+        lr=learning_rate,
+        momentum=momentum,
+        weight_decay=weight_decay,
+        nesterov=momentum > 0,
+    )
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: 0.5 * (1.0 + math.cos(math.pi * step / steps))
+    )
+    n, m = xt.shape[0], pool.shape[0]
+    ub = batch_size * unlabeled_ratio
+    losses: list[float] = []
+    confident: list[float] = []
+    model.train()
+    for _ in range(steps):
+        idx = torch.randint(n, (min(batch_size, n),), generator=generator)
+        xb = weak(xt[idx], generator).to(device)
+        loss = functional.cross_entropy(_forward(model, xb), yt[idx].to(device))
+        if method in ("consistency", "vat") and weight > 0:
+            ux = pool[torch.randint(m, (ub,), generator=generator)]
+            if method == "consistency":
+                with torch.no_grad():
+                    probs = functional.softmax(
+                        _forward(model, weak(ux, generator).to(device)), dim=1
+                    )
+                    conf, pseudo = probs.max(dim=1)
+                    mask = (conf >= threshold).float()
+                xs = strong(ux, generator).to(device)
+                per = functional.cross_entropy(_forward(model, xs), pseudo, reduction="none")
+                loss = loss + weight * (per * mask).mean()
+                confident.append(float(mask.mean()))
+            else:
+                loss = loss + weight * _vat_loss(
+                    model, weak(ux, generator).to(device), vat_epsilon, generator
+                )
+        optimizer.zero_grad(set_to_none=True)
+        torch.autograd.backward(loss)
+        optimizer.step()
+        schedule.step()
+        losses.append(float(loss.detach()))
+    return SemiSupervisedReport(
+        steps=steps,
+        mean_loss=float(np.mean(losses)),
+        confident_fraction=float(np.mean(confident)) if confident else 0.0,
+    )

@@ -1,0 +1,149 @@
+"""The semi-supervised student, the augmentation and the teachers' recipe on small shards."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from dpfl.learning.data.registry import load_dataset
+from dpfl.learning.errors import TrainingError
+from dpfl.learning.models import build_model
+from dpfl.learning.semisupervised import Augmenter, train_semi_supervised, views
+from dpfl.learning.training import evaluate, fit_teacher
+
+
+@pytest.fixture(scope="module")
+def digits() -> Any:
+    return load_dataset("digits")
+
+
+def _few_labels(y: np.ndarray, per_class: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    return np.concatenate(
+        [rng.permutation(np.flatnonzero(y == c))[:per_class] for c in np.unique(y)]
+    )
+
+
+@pytest.mark.slow
+def test_unlabeled_pool_beats_supervised_only_with_few_labels(digits: Any) -> None:
+    """30 labels, the rest of the training split unlabeled: VAT and consistency must beat the
+    same budget of supervised steps on the test split."""
+    torch.set_num_threads(1)
+    x, y = digits.x_train, digits.y_train
+    labelled = _few_labels(y, 3, seed=0)
+    scores = {}
+    for method in ("supervised", "vat", "consistency"):
+        net = build_model("cnn", input_shape=digits.input_shape, num_classes=10, seed=0)
+        train_semi_supervised(
+            net, x[labelled], y[labelled], x, method=method, steps=400, seed=0, device="cpu"
+        )
+        scores[method] = evaluate(net, digits.x_test, digits.y_test, device="cpu").accuracy
+    assert scores["vat"] > scores["supervised"] + 0.02, scores
+    assert scores["consistency"] > scores["supervised"], scores
+
+
+@pytest.mark.slow
+def test_self_training_is_deterministic_and_reports_confidence(digits: Any) -> None:
+    x, y = digits.x_train, digits.y_train
+    labelled = _few_labels(y, 5, seed=1)
+    outs = []
+    for _ in range(2):
+        net = build_model("logreg", input_shape=digits.input_shape, num_classes=10, seed=0)
+        report = train_semi_supervised(
+            net,
+            x[labelled],
+            y[labelled],
+            x,
+            method="self-training",
+            steps=30,
+            threshold=0.5,
+            self_training_rounds=1,
+            seed=3,
+            device="cpu",
+        )
+        assert 0.0 < report.confident_fraction <= 1.0
+        outs.append(torch.cat([p.detach().flatten() for p in net.parameters()]))
+    torch.testing.assert_close(outs[0], outs[1])
+
+
+def test_bad_student_inputs_are_refused(digits: Any) -> None:
+    x, y = digits.x_train, digits.y_train
+    net = build_model("logreg", input_shape=digits.input_shape, num_classes=10, seed=0)
+    with pytest.raises(TrainingError, match="labels"):
+        train_semi_supervised(net, x[:10], y[:9], x, method="vat", steps=1)
+    with pytest.raises(TrainingError, match="do not match"):
+        train_semi_supervised(net, x[:10], y[:10], x[:, :, :4], method="vat", steps=1)
+    with pytest.raises(TrainingError, match="threshold"):
+        train_semi_supervised(net, x[:10], y[:10], x, method="vat", steps=1, threshold=0.0)
+
+
+def test_augmenter_shifts_images_and_scales_with_their_size() -> None:
+    image = torch.zeros(1, 1, 28, 28)
+    image[0, 0, 10:18, 10:18] = 1.0
+    moved = Augmenter(shift=3.0)(image.repeat(8, 1, 1, 1), torch.Generator().manual_seed(0))
+    assert moved.shape == (8, 1, 28, 28)
+    assert not torch.allclose(moved, image.repeat(8, 1, 1, 1))
+    # a pure translation keeps the mass (the square stays inside the frame)
+    torch.testing.assert_close(moved.sum(dim=(1, 2, 3)), torch.full((8,), 64.0), atol=1.0, rtol=0)
+    assert Augmenter(shift=0.0)(image, torch.Generator()) is image
+    weak, strong = views((1, 8, 8))
+    assert weak.shift == pytest.approx(8 / 14)
+    assert strong.rotate == 15.0
+    assert views((1, 28, 28))[0].shift == pytest.approx(2.0)
+
+
+def test_fit_teacher_early_stops_on_its_own_validation_split(digits: Any) -> None:
+    x, y = digits.x_train[:300], digits.y_train[:300]
+    net = build_model("logreg", input_shape=digits.input_shape, num_classes=10, seed=0)
+    # a huge step makes the validation accuracy stall: patience must stop the run early
+    report = fit_teacher(
+        net, x, y, epochs=40, learning_rate=5.0, validation_fraction=0.2, patience=2, seed=0
+    )
+    assert report.validation_accuracy is not None
+    assert report.epochs_run < 40
+    assert report.best_epoch <= report.epochs_run - 2
+    # the kept weights are the best epoch's: their validation score is the reported one
+    plain = build_model("logreg", input_shape=digits.input_shape, num_classes=10, seed=0)
+    full = fit_teacher(plain, x, y, epochs=3, seed=0)
+    assert (full.epochs_run, full.best_epoch, full.validation_accuracy) == (3, 3, None)
+
+
+def test_fit_teacher_augments_and_anneals_as_configured(
+    digits: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[float] = []
+    original = Augmenter.__call__
+
+    def spy(self: Augmenter, xb: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+        calls.append(self.shift)
+        return original(self, xb, generator)
+
+    monkeypatch.setattr(Augmenter, "__call__", spy)
+    x, y = digits.x_train[:64], digits.y_train[:64]
+    net = build_model("logreg", input_shape=digits.input_shape, num_classes=10, seed=0)
+    fit_teacher(net, x, y, epochs=2, batch_size=32, augment_shift=1.5, schedule="cosine")
+    assert calls == [1.5] * 4
+    calls.clear()
+    fit_teacher(net, x, y, epochs=1, batch_size=32)
+    assert calls == []
+    with pytest.raises(TrainingError, match="schedule"):
+        fit_teacher(net, x, y, epochs=1, schedule="linear")
+    with pytest.raises(TrainingError, match="validation_fraction"):
+        fit_teacher(net, x, y, epochs=1, validation_fraction=1.0)
+
+
+def test_plain_teacher_recipe_is_plain_sgd(digits: Any) -> None:
+    """Without augmentation, schedule or validation, a teacher is exactly :func:`train`'s model
+    (old tasks keep their teachers)."""
+    from dpfl.learning.training import train
+
+    x, y = digits.x_train[:200], digits.y_train[:200]
+    nets = [build_model("logreg", input_shape=digits.input_shape, num_classes=10, seed=0)]
+    nets.append(build_model("logreg", input_shape=digits.input_shape, num_classes=10, seed=0))
+    train(nets[0], x, y, epochs=3, batch_size=32, learning_rate=0.1, momentum=0.9, seed=4)
+    fit_teacher(nets[1], x, y, epochs=3, batch_size=32, learning_rate=0.1, momentum=0.9, seed=4)
+    for a, b in zip(nets[0].parameters(), nets[1].parameters(), strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
