@@ -242,7 +242,7 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
     def initial_state(self, job: JobSpec, plan: JobPlan, data: CoordinatorData) -> CoordinatorState:
         spec, d = self.spec(job), self.details(plan)
         if data.public_x is None or len(data.public_x) == 0:
-            raise AlgorithmError(f"{self.name} needs the public split (data.public_fraction > 0)")
+            raise AlgorithmError(f"{self.name} needs a public pool (data.public)")
         if data.num_classes != d.num_classes:
             raise AlgorithmError(
                 f"the data has {data.num_classes} classes, the plan {d.num_classes}"

@@ -339,5 +339,5 @@ def test_initial_state_needs_enough_public_examples(digits_public: Any) -> None:
     with pytest.raises(AlgorithmError, match="exceeds"):
         ALGORITHM.initial_state(job, plan, data)
     no_public = CoordinatorData(input_shape=data.input_shape, num_classes=10)
-    with pytest.raises(AlgorithmError, match="public split"):
+    with pytest.raises(AlgorithmError, match="public pool"):
         ALGORITHM.initial_state(make_pate_job(), plan, no_public)
