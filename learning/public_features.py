@@ -134,6 +134,23 @@ def _contrast_normalise(p: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
     return out
 
 
+def _freeze_checked(owner: object, expected: dict[str, tuple[int, ...]]) -> None:
+    """Check each named float32 array of a (frozen) map's shape and finiteness, then store it
+    read-only and C-contiguous, so that the fitted and the loaded map round identically."""
+    for key, shape in expected.items():
+        array = getattr(owner, key)
+        if array.shape != shape or array.dtype != np.float32:
+            raise LearningError(
+                f"feature map array {key} has shape {array.shape} ({array.dtype}), "
+                f"expected {shape} float32"
+            )
+        if not np.isfinite(array).all():
+            raise LearningError(f"feature map array {key} holds non-finite values")
+        array = np.ascontiguousarray(array)
+        array.flags.writeable = False
+        object.__setattr__(owner, key, array)
+
+
 @dataclass(frozen=True, slots=True)
 class KMeansFeatureMap:
     """A fitted ``public-kmeans`` map: ``(n, C, H, W)`` images to unit-norm ``(n, D)`` float32."""
@@ -158,19 +175,7 @@ class KMeansFeatureMap:
             "feature_scale": (4 * o.centroids,),
             "components": (4 * o.centroids, o.dim),
         }
-        for key, shape in expected.items():
-            array = getattr(self, key)
-            if array.shape != shape or array.dtype != np.float32:
-                raise LearningError(
-                    f"feature map array {key} has shape {array.shape} ({array.dtype}), "
-                    f"expected {shape} float32"
-                )
-            if not np.isfinite(array).all():
-                raise LearningError(f"feature map array {key} holds non-finite values")
-            # one memory layout, so that the fitted and the loaded map round identically
-            array = np.ascontiguousarray(array)
-            array.flags.writeable = False
-            object.__setattr__(self, key, array)
+        _freeze_checked(self, expected)
 
     @property
     def name(self) -> str:
@@ -285,19 +290,7 @@ class PcaFeatureMap:
 
     def __post_init__(self) -> None:
         d = math.prod(self.input_shape)
-        for key, shape in (("mean", (d,)), ("components", (d, self.options.dim))):
-            array = getattr(self, key)
-            if array.shape != shape or array.dtype != np.float32:
-                raise LearningError(
-                    f"feature map array {key} has shape {array.shape} ({array.dtype}), "
-                    f"expected {shape} float32"
-                )
-            if not np.isfinite(array).all():
-                raise LearningError(f"feature map array {key} holds non-finite values")
-            # one memory layout, so that the fitted and the loaded map round identically
-            array = np.ascontiguousarray(array)
-            array.flags.writeable = False
-            object.__setattr__(self, key, array)
+        _freeze_checked(self, {"mean": (d,), "components": (d, self.options.dim)})
 
     @property
     def name(self) -> str:
