@@ -49,7 +49,7 @@ class GradientReversal(torch.autograd.Function):
 
 def grad_reverse(x: torch.Tensor, lam: float) -> torch.Tensor:
     """``x`` unchanged, with gradients flowing back through it scaled by ``-lam``."""
-    out: torch.Tensor = GradientReversal.apply(x, lam)
+    out: torch.Tensor = GradientReversal.apply(x, lam)  # type: ignore[no-untyped-call]
     return out
 
 

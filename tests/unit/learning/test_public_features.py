@@ -73,7 +73,7 @@ def test_the_coordinator_fits_on_the_public_pool_only(digits: tuple[np.ndarray, 
         input_shape=(1, 8, 8), num_classes=10, public_x=x[:300], test_x=x[900:], test_y=y[900:]
     )
     assert fit_artifact(spec, one) == fit_artifact(spec, two)
-    with pytest.raises(AlgorithmError, match="data.public"):
+    with pytest.raises(AlgorithmError, match=r"data\.public"):
         fit_artifact(spec, CoordinatorData(input_shape=(1, 8, 8), num_classes=10))
 
 

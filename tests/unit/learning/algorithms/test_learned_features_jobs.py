@@ -76,7 +76,7 @@ def test_helmet_ships_the_map_and_agents_check_its_hash() -> None:
     fixed = {**task.params.to_json(), "features": "identity", "feature_dim": 64, "dimension": 650}
     with pytest.raises(AlgorithmError, match="features_sha256"):
         HELMET.parse_task(fixed)
-    with pytest.raises(AlgorithmError, match="data.public"):
+    with pytest.raises(AlgorithmError, match=r"data\.public"):
         HELMET.initial_state(job, plan, replace(coordinator, public_x=None))
 
 
