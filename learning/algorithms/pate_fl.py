@@ -13,13 +13,14 @@ The task is :class:`PateFlTask` (``job_id``, or
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from dpfl.accounting import (
     DpEvent,
@@ -44,6 +45,7 @@ from dpfl.secagg.encoding import EncodingConfig
 
 __all__ = [
     "ALGORITHM",
+    "DomainAdaptation",
     "PateFl",
     "PateFlJob",
     "PateFlParams",
@@ -52,6 +54,22 @@ __all__ = [
     "batch_sizes",
     "vote_sensitivities",
 ]
+
+
+class DomainAdaptation(Contract):
+    """How teachers adapt to the public domain: ``none`` (plain teachers) or ``dann``
+    (domain-adversarial features, ``weight`` on the domain loss, a domain classifier with
+    ``hidden`` units per layer) using the public images the agent received as the target."""
+
+    method: Literal["none", "dann"] = "none"
+    weight: float = Field(default=1.0, gt=0, le=100)
+    hidden: int = Field(default=100, ge=1, le=4096)
+
+    @model_validator(mode="after")
+    def _options_need_a_method(self) -> DomainAdaptation:
+        if self.method == "none" and (self.weight, self.hidden) != (1.0, 100):
+            raise ValueError("weight and hidden only apply to method dann")
+        return self
 
 
 class PateFlParams(VotingParams):
@@ -68,11 +86,22 @@ class PateFlParams(VotingParams):
     teacher_schedule: Literal["constant", "cosine"] = "constant"
     teacher_validation_fraction: float = Field(default=0.0, ge=0, lt=1)
     teacher_patience: int = Field(default=0, ge=0)
+    # docs/algorithms.md#teachers-adapted-to-the-public-domain
+    teacher_domain_adaptation: DomainAdaptation = DomainAdaptation()
 
 
 class PateFlJob(VotingJob):
     algorithm: Literal["pate-fl"]
     params: PateFlParams = PateFlParams()
+
+    @model_validator(mode="after")
+    def _adaptation_needs_hidden_layers(self) -> PateFlJob:
+        if self.params.teacher_domain_adaptation.method != "none" and self.model == "logreg":
+            raise ValueError(
+                "params.teacher_domain_adaptation needs a model with hidden layers to align "
+                "(mlp or cnn), but model is logreg"
+            )
+        return self
 
 
 class PateFlPlan(VotingPlan):
@@ -93,6 +122,7 @@ class TeacherRecipe(Contract):
     schedule: Literal["constant", "cosine"] = "constant"
     validation_fraction: float = Field(default=0.0, ge=0, lt=1)
     patience: int = Field(default=0, ge=0)
+    domain_adaptation: DomainAdaptation = DomainAdaptation()
 
 
 class PateFlTask(VotingTask):
@@ -201,6 +231,7 @@ class PateFl(VotingAlgorithm[PateFlJob, PateFlPlan, PateFlTask]):
                 schedule=p.teacher_schedule,
                 validation_fraction=p.teacher_validation_fraction,
                 patience=p.teacher_patience,
+                domain_adaptation=p.teacher_domain_adaptation,
             ),
         )
 
@@ -267,9 +298,34 @@ class PateFl(VotingAlgorithm[PateFlJob, PateFlPlan, PateFlTask]):
         from dpfl.learning.training import fit_teacher, predict_probabilities
 
         recipe = t.teacher
+        adaptation = recipe.domain_adaptation
+        assert public_x is not None  # _public_queries refused None
 
         def fit() -> Any:
             net = common.build_model(t.model, data.input_shape, data.num_classes, seed=recipe.seed)
+            if adaptation.method == "dann":
+                from dpfl.learning.domain_adaptation import fit_teacher_dann
+
+                # the target domain: every public image received (public, so free)
+                fit_teacher_dann(
+                    net,
+                    data.x,
+                    data.y,
+                    public_x,
+                    epochs=recipe.epochs,
+                    weight=adaptation.weight,
+                    domain_hidden=adaptation.hidden,
+                    batch_size=recipe.batch_size,
+                    learning_rate=recipe.learning_rate,
+                    momentum=recipe.momentum,
+                    augment_shift=recipe.augment_shift,
+                    schedule=recipe.schedule,
+                    validation_fraction=recipe.validation_fraction,
+                    patience=recipe.patience,
+                    seed=recipe.seed,
+                    device=device,
+                )
+                return net
             fit_teacher(
                 net,
                 data.x,
@@ -288,7 +344,10 @@ class PateFl(VotingAlgorithm[PateFlJob, PateFlPlan, PateFlTask]):
             return net
 
         try:
-            key = {"model": t.model, **recipe.model_dump()}
+            key = {"model": t.model, **recipe.model_dump(exclude={"domain_adaptation"})}
+            if adaptation.method != "none":  # plain teachers keep their old cache key
+                digest = hashlib.sha256(np.ascontiguousarray(public_x).tobytes()).hexdigest()
+                key |= {"domain_adaptation": adaptation.model_dump(), "target": digest}
             teacher = teachers.teacher_for(t.job_key, key, data.x, data.y, fit)
             probs = predict_probabilities(teacher, queries, device=device).astype(np.float64)
         except LearningError as exc:
