@@ -36,6 +36,7 @@ COPY server ./src/server
 COPY client ./src/client
 COPY cli ./src/cli
 COPY cmdline ./src/cmdline
+COPY api ./src/api
 RUN pip install ./src && rm -rf ./src
 
 RUN groupadd --system --gid 10001 dpfl \

@@ -33,6 +33,7 @@ COPY server ./src/server
 COPY client ./src/client
 COPY cli ./src/cli
 COPY cmdline ./src/cmdline
+COPY api ./src/api
 RUN pip install "./src[postgres]" && rm -rf ./src
 COPY examples ./examples
 
