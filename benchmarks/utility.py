@@ -359,6 +359,10 @@ def rows() -> list[Row]:
             target=0.842,
             paper=0.842,
             paper_note="PATE-FL paper's DP-FedAvg baseline",
+            # the un-amplified cost of 20 rounds at agent level exceeds an agent's default local
+            # cap (10 per job), so sampled agents would decline late rounds
+            budget_epsilon=1000.0,
+            agent_max_epsilon=1000.0,
             quick={
                 "data": {"public": {"fraction": 0.5}, "partition": {"classes_per_agent": 3}},
                 "params": {"sampling_rate": 1.0, "local_steps": 5, "learning_rate": 0.5},
