@@ -7,7 +7,8 @@ and reused): test accuracy, pseudo-label accuracy, σ, the composed ε at the jo
 ``validation_accuracy`` (the student on every 10th record the simulated agents hold, at most
 5000: a validation split for choosing ``--queries``, never the test split), and wall times.
 Usage: ``python benchmarks/pate_student.py JOB.yaml [--agents 100]
-[--seed S] [--threads 1]``. Settings and results:
+[--seed S] [--threads 1] [--queries 100,200] [--students JSON]`` (``--students``: student
+variants to compare on the validation split with the same teachers). Settings and results:
 docs/performance.md#pate-fl-accuracy-benchmarkspate_studentpy.
 """
 
@@ -40,6 +41,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=None, help="override the job's seed")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--queries", default="", help="comma-separated query counts to try")
+    parser.add_argument(
+        "--students",
+        default="",
+        help="a JSON list of params.student overrides to try, e.g. "
+        '\'[{"steps": 4000}, {"method": "vat"}]\' (the teachers are trained once)',
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     job = load_job(args.job)
@@ -49,9 +56,16 @@ def main() -> None:
         raise SystemExit("the benchmark takes a pate-fl job with privacy.noise: gaussian")
     data, agents = simulated_federation(job, args.agents)
     counts = [int(q) for q in args.queries.split(",") if q] or [job.params.queries]
+    students = json.loads(args.students) if args.students else [{}]
+    if not isinstance(students, list) or not all(isinstance(s, dict) for s in students):
+        raise SystemExit("--students must be a JSON list of objects")
     for count in counts:
-        params = job.params.model_copy(update={"queries": count})
-        print(json.dumps(run(job.model_copy(update={"params": params}), data, agents)))
+        for override in students:
+            student = job.params.student.model_validate(
+                {**job.params.student.model_dump(), **override}
+            )
+            params = job.params.model_copy(update={"queries": count, "student": student})
+            print(json.dumps(run(job.model_copy(update={"params": params}), data, agents)))
 
 
 def run(job: PateFlJob, data: CoordinatorData, agents: dict[str, AgentData]) -> dict[str, Any]:
@@ -95,7 +109,7 @@ def run(job: PateFlJob, data: CoordinatorData, agents: dict[str, AgentData]) -> 
         "agents": len(agents),
         "queries": job.params.queries,
         "query_selection": job.params.query_selection,
-        "student": job.params.student.method,
+        "student": job.params.student.model_dump(),
         "sigma": round(plan.noise_multiplier, 4),
         "epsilon": round(epsilon, 4),
         "delta": job.privacy.delta,

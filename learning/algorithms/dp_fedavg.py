@@ -12,6 +12,7 @@ The task is :class:`DpFedAvgTask`, the plan :class:`DpFedAvgPlan`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
@@ -37,11 +38,19 @@ from dpfl.learning.algorithms.base import (
     RoundTask,
     TaskParams,
 )
+from dpfl.learning.algorithms.extractors import (
+    SHA256_PATTERN,
+    FeatureParams,
+    feature_dim,
+    is_learned,
+)
+from dpfl.learning.algorithms.frozen_features import front_for, unpack
 from dpfl.learning.algorithms.model_update import (
     ModelUpdateAlgorithm,
     ModelUpdatePlan,
     ModelUpdateTask,
     initial_model_state,
+    load_front,
     load_model,
     stepped_model,
 )
@@ -53,7 +62,7 @@ from dpfl.learning.algorithms.server_optimizers import (
     server_step,
 )
 from dpfl.learning.errors import LearningError
-from dpfl.learning.jobs import JobSpec, ModelUpdateJob, Strict
+from dpfl.learning.jobs import JobSpec, ModelUpdateJob
 from dpfl.secagg.encoding import EncodingConfig
 
 __all__ = [
@@ -73,8 +82,12 @@ DEFAULT_LOCAL_STEPS = 5
 DEFAULT_SERVER_MOMENTUM = 0.8
 
 
-class DpFedAvgParams(Strict):
+class DpFedAvgParams(FeatureParams):
     """DP-FedAvg: plain local SGD, update clipped to ``clip`` per agent.
+
+    ``features`` (default ``identity``) puts a frozen map φ in front of the model, which is then
+    sized for φ's output: a learned map is fitted on the public pool and shipped with the model
+    (:mod:`~dpfl.learning.algorithms.frozen_features`).
 
     Local work is ``local_steps`` steps or ``local_epochs`` passes (give one); round r trains at
     ``learning_rate · learning_rate_decay^(r−1)``. The server step is ``server_optimizer``, or,
@@ -154,6 +167,8 @@ class FedAvgPlanBase(ModelUpdatePlan):
     model: str
     sampling_rate: float = Field(gt=0, le=1)
     expected_participants: float = Field(gt=0)
+    features: str = Field(default="identity", min_length=1)
+    feature_dim: int | None = Field(default=None, ge=1)
 
 
 class DpFedAvgPlan(FedAvgPlanBase):
@@ -175,12 +190,19 @@ class FedAvgTaskBase(ModelUpdateTask):
     sampling_rate: float = Field(gt=0, le=1)
     population: int = Field(ge=1)
     expected_participants: float = Field(gt=0)
+    features: str = Field(default="identity", min_length=1)
+    # the SHA-256 of the learned map the model bundle carries (None for fixed maps)
+    features_sha256: str | None = Field(default=None, pattern=SHA256_PATTERN)
 
     @model_validator(mode="after")
     def _one_kind_of_local_work(self) -> Self:
-        """Exactly one of ``local_steps`` and ``local_epochs``: the agent must know what to run."""
+        """Exactly one of ``local_steps`` and ``local_epochs``: the agent must know what to run;
+        only a learned map is named by a hash (added once the state holds it: an agent refuses
+        a learned map without one)."""
         if (self.local_steps is None) == (self.local_epochs is None):
             raise ValueError("the task must give exactly one of local_steps and local_epochs")
+        if self.features_sha256 is not None and not is_learned(self.features):
+            raise ValueError("features_sha256: only a learned feature map is named by a hash")
         return self
 
 
@@ -236,6 +258,15 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
                 f"{expected:.3g} participants per round; at least 1 is needed"
             )
         shape, classes = common.data_shape(spec, data)
+        features = p.feature_spec()
+        width = None if features == "identity" else feature_dim(features, shape)
+        if width is not None:
+            if spec.model == "cnn":
+                raise AlgorithmError(
+                    f"params.features: {features!r} gives vectors of {width} values and a cnn "
+                    "needs images; use logreg or mlp behind a feature map"
+                )
+            shape = (width,)
         dimension = common.model_dimension(spec.model, shape, classes)
 
         def make(bits: int) -> JobPlan:
@@ -243,6 +274,8 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
             fields: dict[str, Any] = {
                 **self._plan_extras(spec, population),
                 "model": spec.model,
+                "features": features,
+                "feature_dim": width,
                 "dimension": dimension,
                 "scale_bits": bits,
                 "l1_sensitivity": l1,
@@ -276,7 +309,23 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
 
     def initial_state(self, job: JobSpec, plan: JobPlan, data: CoordinatorData) -> CoordinatorState:
         spec, d = self.spec(job), self.details(plan)
-        return initial_model_state(spec, data, algorithm=self.name, dimension=d.dimension)
+        front = front_for(d.features, data)
+        return initial_model_state(
+            spec, data, algorithm=self.name, dimension=d.dimension, front=front
+        )
+
+    def round_task(
+        self, job: JobSpec, plan: JobPlan, state: CoordinatorState, *, round_number: int
+    ) -> RoundTask:
+        """The base task, naming the learned map's SHA-256 when the model bundle carries one."""
+        task = super().round_task(job, plan, state, round_number=round_number)
+        front = load_front(state) if state.model is not None else None
+        if front is None or front.sha256 is None:
+            return task
+        params = self.task_type.model_validate(
+            {**task.params.model_dump(), "features_sha256": front.sha256}
+        )
+        return replace(task, params=params)
 
     def _sampling_rate(self, spec: FS) -> float:
         return spec.params.sampling_rate
@@ -290,6 +339,7 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
             **fields,
             **self._task_extras(d),
             model=spec.model,
+            features=d.features,
             clip=p.clip,
             local_steps=p.local_work()[0],
             local_epochs=p.local_work()[1],
@@ -408,13 +458,13 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
     ) -> RoundOutcome:
         spec, d = self.spec(job), self.details(plan)
         total = common.checked_aggregate(aggregate, length=d.dimension, survivors=max(survivors, 1))
-        net = load_model(spec, state, data)
+        net, front = load_model(spec, state, data), load_front(state)
         update = self._post_process(spec, net, total / d.expected_participants)
         blobs = dict(state.blobs)
         step = server_step(
             spec.params.optimizer(), update, blobs, step_number=state.model_version + 1
         )
-        model, evaluation = stepped_model(spec, net, step, data, algorithm=self.name)
+        model, evaluation = stepped_model(spec, net, step, data, algorithm=self.name, front=front)
         metrics: dict[str, float] = {
             "survivors": float(survivors),
             "update_norm": float(np.linalg.norm(update)),
@@ -496,12 +546,13 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
         from dpfl.learning.params import model_from_bytes
         from dpfl.learning.training import local_update
 
-        net = common.build_model(t.model, data.input_shape, data.num_classes, seed=0)
+        x, shape, model = _through_features(t, data, model)
+        net = common.build_model(t.model, shape, data.num_classes, seed=0)
         try:
             model_from_bytes(model, model=net)
             update = local_update(
                 net,
-                data.x,
+                x,
                 data.y,
                 steps=t.local_steps,
                 epochs=t.local_epochs,
@@ -535,6 +586,37 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
         """
         self.task(task)
         return tuple(common.strip_client_sampling(e) for e in events)
+
+
+def _through_features(
+    task: FedAvgTaskBase, data: AgentData, model: bytes
+) -> tuple[npt.NDArray[np.float32], tuple[int, ...], bytes]:
+    """The agent's inputs as its model sees them, their shape, and the model bytes: the records
+    through the task's φ, rebuilt from the download only when it is the map the task names (by
+    spec and, for a learned map, by SHA-256).
+
+    Raises:
+        AlgorithmError: a download whose map is not the task's, or a corrupted artifact.
+    """
+    front, model = unpack(model)
+    if task.features == "identity":
+        if front is not None:
+            raise AlgorithmError(
+                f"the download carries feature map {front.spec!r}; the task names none"
+            )
+        return data.x, tuple(data.input_shape), model
+    if front is None or front.spec != task.features:
+        raise AlgorithmError(
+            f"the task names feature map {task.features!r}; the download carries "
+            f"{'none' if front is None else repr(front.spec)}"
+        )
+    if is_learned(task.features) and task.features_sha256 is None:
+        raise AlgorithmError(
+            f"the task names learned feature map {task.features!r} without its SHA-256"
+        )
+    extractor = front.extractor(tuple(data.input_shape), sha256=task.features_sha256)
+    x: npt.NDArray[np.float32] = np.asarray(extractor(data.x), dtype=np.float32)
+    return x, (front.dim,), model
 
 
 class DpFedAvg(FedAvgFamily[DpFedAvgJob, DpFedAvgPlan, DpFedAvgTask]):

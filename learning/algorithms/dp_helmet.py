@@ -40,14 +40,11 @@ from dpfl.learning.algorithms.base import (
     TaskParams,
 )
 from dpfl.learning.algorithms.extractors import (
-    FEATURE_KINDS,
     SHA256_PATTERN,
+    FeatureParams,
     LearnedFeature,
-    PublicKMeansParams,
-    PublicPcaParams,
     build_extractor,
     feature_dim,
-    feature_spec,
     fit_artifact,
     is_learned,
 )
@@ -66,13 +63,13 @@ from dpfl.learning.algorithms.model_update import (
     ModelUpdatePlan,
     ModelUpdateTask,
 )
-from dpfl.learning.jobs import JobSpec, ModelUpdateJob, Strict
+from dpfl.learning.jobs import JobSpec, ModelUpdateJob
 from dpfl.secagg.encoding import EncodingConfig
 
 __all__ = ["ALGORITHM", "DpHelmet", "DpHelmetJob", "DpHelmetParams", "DpHelmetPlan", "DpHelmetTask"]
 
 
-class DpHelmetParams(Strict):
+class DpHelmetParams(FeatureParams):
     """DP-Helmet: projected SGD on one-vs-rest linear models."""
 
     # chosen on a validation split of digits (50 agents, record level, ε = 4;
@@ -83,12 +80,6 @@ class DpHelmetParams(Strict):
     input_clip: float = Field(default=1.0, gt=0)
     epochs: int = Field(default=10, ge=1)
     loss: Literal["huber", "logistic"] = "huber"
-    features: FEATURE_KINDS = "identity"
-    projection_dim: int = Field(default=256, ge=1)
-    projection_seed: int = Field(default=0, ge=0)
-    # the learned map's options (features: public-kmeans; docs/features.md)
-    public_kmeans: PublicKMeansParams = PublicKMeansParams()
-    public_pca: PublicPcaParams = PublicPcaParams()
     # record level: the sensitivity 2c/(MΛ) is computed for this M; agents with fewer
     # records refuse (None: the smallest share of the job's simulated federation)
     min_local_size: int | None = Field(default=None, ge=1)
@@ -185,13 +176,7 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
             raise AlgorithmError(f"population must be an integer >= 1, got {population!r}")
         p, privacy = spec.params, spec.privacy
         shape, classes = common.data_shape(spec, data)
-        features = feature_spec(
-            p.features,
-            dim=p.projection_dim,
-            seed=p.projection_seed,
-            kmeans=p.public_kmeans,
-            pca=p.public_pca,
-        )
+        features = p.feature_spec()
         width = feature_dim(features, shape) + 1
         local_size = None
         if privacy.unit == "record":

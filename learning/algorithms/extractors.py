@@ -26,6 +26,7 @@ from dpfl.learning.jobs import Strict
 __all__ = [
     "FEATURE_KINDS",
     "SHA256_PATTERN",
+    "FeatureParams",
     "LearnedFeature",
     "PublicKMeansParams",
     "PublicPcaParams",
@@ -61,6 +62,32 @@ class PublicPcaParams(Strict):
     """Options of the ``public-pca`` map (docs/features.md#public-pca)."""
 
     dim: int = Field(default=30, ge=1)
+
+
+class FeatureParams(Strict):
+    """The ``params`` keys that choose a job's feature map φ (docs/features.md): its kind, the
+    random projection's width and seed, and the learned maps' options."""
+
+    features: FEATURE_KINDS = "identity"
+    projection_dim: int = Field(default=256, ge=1)
+    projection_seed: int = Field(default=0, ge=0)
+    # the learned map's options (features: public-kmeans or public-pca; docs/features.md)
+    public_kmeans: PublicKMeansParams = PublicKMeansParams()
+    public_pca: PublicPcaParams = PublicPcaParams()
+
+    def feature_spec(self) -> str:
+        """The full spec string of φ (:func:`feature_spec`).
+
+        Raises:
+            AlgorithmError: options the learned map refuses.
+        """
+        return feature_spec(
+            self.features,
+            dim=self.projection_dim,
+            seed=self.projection_seed,
+            kmeans=self.public_kmeans,
+            pca=self.public_pca,
+        )
 
 
 class LearnedFeature(Strict):

@@ -36,6 +36,7 @@ from dpfl.learning.algorithms.base import (
     RoundTask,
     TaskParams,
 )
+from dpfl.learning.algorithms.frozen_features import FeatureFront, unpack
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpec, ModelUpdateJob
 from dpfl.secagg.encoding import EncodingConfig
@@ -46,6 +47,7 @@ __all__ = [
     "ModelUpdatePlan",
     "ModelUpdateTask",
     "initial_model_state",
+    "load_front",
     "load_model",
     "stepped_model",
 ]
@@ -271,30 +273,50 @@ class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
 
 
 def initial_model_state(
-    spec: JobSpec, data: CoordinatorData, *, algorithm: str, dimension: int
+    spec: JobSpec,
+    data: CoordinatorData,
+    *,
+    algorithm: str,
+    dimension: int,
+    front: FeatureFront | None = None,
 ) -> CoordinatorState:
-    """Version 0: the job's model initialised from its seed.
+    """Version 0: the job's model initialised from its seed (behind ``front``, φ, when the job
+    has features: the model is sized for φ's output and the version holds the bundle).
 
     Raises:
         AlgorithmError: the data gives a model of another size than the plan's.
     """
     from dpfl.learning.params import model_signature, model_to_bytes
 
-    net = common.build_model(spec.model, data.input_shape, data.num_classes, seed=spec.seed)
+    view = data if front is None else front.coordinator_view(data)
+    net = common.build_model(spec.model, view.input_shape, view.num_classes, seed=spec.seed)
     size = model_signature(net).num_parameters
     if size != dimension:
         raise AlgorithmError(
             f"the data gives a model of {size} parameters, the plan was calibrated for {dimension}"
         )
+    model = model_to_bytes(net, metadata={"model": spec.model, "algorithm": algorithm})
     return CoordinatorState(
-        model=model_to_bytes(net, metadata={"model": spec.model, "algorithm": algorithm}),
+        model=model if front is None else front.pack(model),
         model_version=0,
         details={"round": 0},
     )
 
 
+def load_front(state: CoordinatorState) -> FeatureFront | None:
+    """The feature map the state's model bundle carries, or None (plain model bytes).
+
+    Raises:
+        AlgorithmError: no model in the state, or a malformed bundle.
+    """
+    if state.model is None:
+        raise AlgorithmError("the coordinator state holds no model")
+    return unpack(state.model)[0]
+
+
 def load_model(spec: JobSpec, state: CoordinatorState, data: CoordinatorData) -> Any:
-    """The state's model as a module of the job's architecture.
+    """The state's model as a module of the job's architecture (on φ's output when the state
+    holds a bundle).
 
     Raises:
         AlgorithmError: no model in the state, or bytes that do not load into it.
@@ -303,9 +325,11 @@ def load_model(spec: JobSpec, state: CoordinatorState, data: CoordinatorData) ->
 
     if state.model is None:
         raise AlgorithmError("the coordinator state holds no model")
-    net = common.build_model(spec.model, data.input_shape, data.num_classes, seed=spec.seed)
+    front, model = unpack(state.model)
+    view = data if front is None else front.coordinator_view(data)
+    net = common.build_model(spec.model, view.input_shape, view.num_classes, seed=spec.seed)
     try:
-        model_from_bytes(state.model, model=net)
+        model_from_bytes(model, model=net)
     except LearningError as exc:
         raise AlgorithmError(f"the stored model does not load: {exc}") from exc
     return net
@@ -318,10 +342,14 @@ def stepped_model(
     data: CoordinatorData,
     *,
     algorithm: str,
+    front: FeatureFront | None = None,
 ) -> tuple[bytes, dict[str, float]]:
-    """``θ + step`` as bytes, and its test metrics (``{}`` without a test split)."""
+    """``θ + step`` as bytes (bundled behind ``front`` when given), and its test metrics (``{}``
+    without a test split)."""
     from dpfl.learning.params import assign_parameters, flatten_parameters, model_to_bytes
 
     assign_parameters(net, flatten_parameters(net, dtype=np.float64) + step)
-    metrics = common.evaluate_on_test(net, data)
-    return model_to_bytes(net, metadata={"model": spec.model, "algorithm": algorithm}), metrics
+    view = data if front is None else front.coordinator_view(data)
+    metrics = common.evaluate_on_test(net, view)
+    model = model_to_bytes(net, metadata={"model": spec.model, "algorithm": algorithm})
+    return (model if front is None else front.pack(model)), metrics

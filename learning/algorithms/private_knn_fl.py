@@ -32,13 +32,10 @@ from dpfl.learning.algorithms.base import (
     TaskParams,
 )
 from dpfl.learning.algorithms.extractors import (
-    FEATURE_KINDS,
     SHA256_PATTERN,
+    FeatureParams,
     LearnedFeature,
-    PublicKMeansParams,
-    PublicPcaParams,
     build_extractor,
-    feature_spec,
     fit_artifact,
     is_learned,
 )
@@ -65,17 +62,11 @@ __all__ = [
 ]
 
 
-class PrivateKnnFlParams(VotingParams):
+class PrivateKnnFlParams(VotingParams, FeatureParams):
     """Private-kNN-FL: votes are the labels of the ``k`` nearest records."""
 
     k: int = Field(default=10, ge=1)
     student_epochs: int = Field(default=30, ge=1)
-    features: FEATURE_KINDS = "identity"
-    projection_dim: int = Field(default=256, ge=1)
-    projection_seed: int = Field(default=0, ge=0)
-    # the learned map's options (features: public-kmeans; docs/features.md)
-    public_kmeans: PublicKMeansParams = PublicKMeansParams()
-    public_pca: PublicPcaParams = PublicPcaParams()
     # an agent uses k_i = max(k, floor(k_fraction·M_i)) neighbours; k is the floor every
     # participant respects, which the instance-level charge uses (None: every agent uses k)
     k_fraction: float | None = Field(default=None, gt=0, le=1)
@@ -201,13 +192,7 @@ class PrivateKnnFl(VotingAlgorithm[PrivateKnnFlJob, PrivateKnnFlPlan, PrivateKnn
         return {
             "k": p.k,
             "k_fraction": p.k_fraction,
-            "features": feature_spec(
-                p.features,
-                dim=p.projection_dim,
-                seed=p.projection_seed,
-                kmeans=p.public_kmeans,
-                pca=p.public_pca,
-            ),
+            "features": p.feature_spec(),
             "scale_bits": bits,
             "l1_sensitivity": l1,
             "l2_sensitivity": l2,

@@ -18,6 +18,23 @@ def digits_coordinator() -> CoordinatorData:
 
 
 @pytest.fixture(scope="session")
+def digits_public_split() -> tuple[CoordinatorData, AgentData]:
+    """The coordinator of a job with a public pool (300 digits, unlabeled), a test split (200)
+    and one agent's 300 records, all disjoint."""
+    ds = load_dataset("digits")
+    x, y = ds.x_train, ds.y_train
+    coordinator = CoordinatorData(
+        input_shape=(1, 8, 8),
+        num_classes=10,
+        public_x=x[:300],
+        test_x=x[300:500],
+        test_y=y[300:500],
+    )
+    agent = AgentData(x=x[500:800], y=y[500:800], input_shape=(1, 8, 8), num_classes=10)
+    return coordinator, agent
+
+
+@pytest.fixture(scope="session")
 def digits_agents() -> list[AgentData]:
     ds = load_dataset("digits")
     fed = federate(ds, scheme=ShardsPartition(classes_per_agent=3), num_agents=20, seed=0)

@@ -14,7 +14,6 @@ from dpfl.cli.simulate import simulate_job
 from dpfl.learning.algorithms.base import AgentData, AlgorithmError, CoordinatorData
 from dpfl.learning.algorithms.dp_helmet import ALGORITHM as HELMET
 from dpfl.learning.algorithms.private_knn_fl import ALGORITHM as KNN
-from dpfl.learning.data import load_dataset
 from dpfl.learning.jobs import load_job, parse_job
 
 KMEANS = {"centroids": 16, "patch": 3, "stride": 1, "dim": 16}
@@ -37,23 +36,12 @@ def _helmet_job(features: str = "public-kmeans") -> dict[str, object]:
     }
 
 
-def _data() -> tuple[CoordinatorData, AgentData]:
-    ds = load_dataset("digits")
-    x, y = np.asarray(ds.x_train), np.asarray(ds.y_train)
-    coordinator = CoordinatorData(
-        input_shape=(1, 8, 8),
-        num_classes=10,
-        public_x=x[:300],
-        test_x=x[300:500],
-        test_y=y[300:500],
-    )
-    agent = AgentData(x=x[500:800], y=y[500:800], input_shape=(1, 8, 8), num_classes=10)
-    return coordinator, agent
+Split = tuple[CoordinatorData, AgentData]
 
 
-def test_helmet_ships_the_map_and_agents_check_its_hash() -> None:
+def test_helmet_ships_the_map_and_agents_check_its_hash(digits_public_split: Split) -> None:
     job = parse_job(_helmet_job())
-    coordinator, agent = _data()
+    coordinator, agent = digits_public_split
     plan = HELMET.plan(job, population=5, data=coordinator)
     state = HELMET.initial_state(job, plan, coordinator)
     assert state.model is not None
@@ -103,9 +91,9 @@ def _knn_params() -> dict[str, object]:
 
 
 @pytest.mark.parametrize("features", ["public-kmeans", "public-pca"])
-def test_knn_ships_the_map_with_its_queries(features: str) -> None:
+def test_knn_ships_the_map_with_its_queries(features: str, digits_public_split: Split) -> None:
     job = parse_job({**_knn_job(), "params": {**_knn_params(), "features": features}})
-    coordinator, agent = _data()
+    coordinator, agent = digits_public_split
     plan = KNN.plan(job, population=5, data=coordinator)
     state = KNN.initial_state(job, plan, coordinator)
     task = KNN.round_task(job, plan, state, round_number=2)

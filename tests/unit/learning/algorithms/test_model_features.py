@@ -1,0 +1,181 @@
+"""DP-FedAvg and DP-Fed-LS behind a frozen feature map (``params.features``): the coordinator
+fits a learned map on the public pool only, bundles it with every model version, the plan and
+charge are those of the model on φ's output, and an agent refuses a map the task does not name."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from dpfl.cli.simulate import simulate_job
+from dpfl.learning.algorithms.base import AgentData, AlgorithmError, CoordinatorData
+from dpfl.learning.algorithms.dp_fed_ls import ALGORITHM as FEDLS
+from dpfl.learning.algorithms.dp_fedavg import ALGORITHM as FEDAVG
+from dpfl.learning.algorithms.frozen_features import MAGIC, FeatureFront, front_for, unpack
+from dpfl.learning.algorithms.model_update import load_front, load_model
+from dpfl.learning.jobs import parse_job
+from dpfl.learning.params import flatten_parameters
+
+KMEANS = {"centroids": 16, "patch": 3, "stride": 1, "dim": 16}
+
+
+def _job(features: str = "public-kmeans", **params: object) -> dict[str, object]:
+    return {
+        "name": "fedavg-features",
+        "algorithm": "dp-fedavg",
+        "data": {
+            "dataset": "digits",
+            "partition": {"scheme": "shards", "classes_per_agent": 3},
+            "public": {"source": "train", "fraction": 0.2},
+        },
+        "model": "logreg",
+        "rounds": 3,
+        "privacy": {"unit": "agent", "delta": 1e-5, "target_epsilon": 8.0, "noise": "skellam"},
+        "params": {
+            "clip": 1.0,
+            "sampling_rate": 1.0,
+            "local_epochs": 2,
+            "learning_rate": 0.5,
+            "features": features,
+            "public_kmeans": KMEANS,
+            "public_pca": {"dim": 12},
+            "projection_dim": 24,
+            **params,
+        },
+    }
+
+
+Split = tuple[CoordinatorData, AgentData]
+
+
+@pytest.mark.parametrize(
+    ("features", "width"),
+    [("public-kmeans", 16), ("public-pca", 12), ("random-projection", 24), ("identity", None)],
+)
+def test_the_plan_sizes_the_model_for_the_maps_output(
+    features: str, width: int | None, digits_public_split: Split
+) -> None:
+    coordinator, _ = digits_public_split
+    plan = FEDAVG.plan(parse_job(_job(features)), population=5, data=coordinator)
+    inputs = 64 if width is None else width
+    assert plan.details.feature_dim == width
+    assert plan.details.dimension == (inputs + 1) * 10
+    assert plan.details.features.split("?")[0] == features
+
+
+def test_a_learned_map_is_bundled_and_agents_check_its_hash(digits_public_split: Split) -> None:
+    job = parse_job(_job())
+    coordinator, agent = digits_public_split
+    plan = FEDAVG.plan(job, population=5, data=coordinator)
+    state = FEDAVG.initial_state(job, plan, coordinator)
+    assert state.model is not None
+    assert state.model.startswith(MAGIC)
+    front = load_front(state)
+    assert front is not None
+    assert front.dim == 16
+    assert front.artifact is not None
+    task = FEDAVG.round_task(job, plan, state, round_number=1)
+    params = FEDAVG.parse_task(task.params.to_json())  # what the agent parses
+    assert params.features_sha256 == front.sha256
+    delta = FEDAVG.agent_compute(params, agent, model=state.model, public_x=None, device="cpu")
+    assert delta.shape == (plan.details.dimension,)
+    assert 0 < np.linalg.norm(delta) <= 1.0 + 1e-9
+
+    tampered = FeatureFront(
+        spec=front.spec, dim=front.dim, sha256=front.sha256, artifact=front.artifact[:-1] + b"\0"
+    ).pack(unpack(state.model)[1])
+    with pytest.raises(AlgorithmError, match="SHA-256"):
+        FEDAVG.agent_compute(params, agent, model=tampered, public_x=None, device="cpu")
+    unnamed = FEDAVG.parse_task({**task.params.to_json(), "features_sha256": None})
+    with pytest.raises(AlgorithmError, match="without its SHA-256"):
+        FEDAVG.agent_compute(unnamed, agent, model=state.model, public_x=None, device="cpu")
+    plain = unpack(state.model)[1]
+    with pytest.raises(AlgorithmError, match="carries none"):
+        FEDAVG.agent_compute(params, agent, model=plain, public_x=None, device="cpu")
+    pixels = FEDAVG.parse_task(
+        {**task.params.to_json(), "features": "identity", "features_sha256": None}
+    )
+    with pytest.raises(AlgorithmError, match="names none"):
+        FEDAVG.agent_compute(pixels, agent, model=state.model, public_x=None, device="cpu")
+    with pytest.raises(AlgorithmError, match="only a learned feature map"):
+        FEDAVG.parse_task({**task.params.to_json(), "features": "random-projection?dim=24&seed=0"})
+    with pytest.raises(AlgorithmError, match=r"data\.public"):
+        FEDAVG.initial_state(job, plan, replace(coordinator, public_x=None))
+
+
+def test_a_round_steps_the_model_behind_the_same_map(digits_public_split: Split) -> None:
+    job = parse_job(_job("public-pca"))
+    coordinator, _ = digits_public_split
+    plan = FEDAVG.plan(job, population=1, data=coordinator)
+    state = FEDAVG.initial_state(job, plan, coordinator)
+    before = flatten_parameters(load_model(job, state, coordinator), dtype=np.float64)
+    step = np.full(plan.details.dimension, 0.01)
+    outcome = FEDAVG.finish_round(
+        job, plan, state, coordinator, round_number=1, aggregate=step, survivors=1
+    )
+    after = load_model(job, outcome.state, coordinator)
+    assert load_front(outcome.state) == load_front(state)  # the map never changes
+    assert not np.allclose(flatten_parameters(after, dtype=np.float64), before)
+    assert 0.0 <= outcome.metrics["accuracy"] <= 1.0
+
+
+def test_a_cnn_behind_a_map_is_refused(digits_public_split: Split) -> None:
+    coordinator, _ = digits_public_split
+    job = parse_job({**_job("public-pca"), "model": "cnn"})
+    with pytest.raises(AlgorithmError, match=r"params\.features.*use logreg or mlp"):
+        FEDAVG.plan(job, population=5, data=coordinator)
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda b: b[: len(MAGIC) + 2], "truncated"),
+        (lambda b: b[: len(MAGIC)] + struct.pack("<I", 1 << 20) + b[len(MAGIC) + 4 :], "header"),
+        (lambda b: b[: len(MAGIC) + 4] + b"[" + b[len(MAGIC) + 5 :], "not JSON"),
+    ],
+)
+def test_malformed_bundles_are_refused(
+    mutate: object, message: str, digits_public_split: Split
+) -> None:
+    coordinator, _ = digits_public_split
+    front = front_for("public-pca?dim=12", coordinator)
+    assert front is not None
+    blob = front.pack(b"model")
+    assert unpack(blob) == (front, b"model")
+    assert unpack(b"DPFLMDL1plain") == (None, b"DPFLMDL1plain")
+    with pytest.raises(AlgorithmError, match=message):
+        unpack(mutate(blob))  # type: ignore[operator]
+
+
+def test_a_bundle_header_that_lies_about_its_map_is_refused() -> None:
+    lying = FeatureFront(spec="public-pca?dim=12", dim=12).pack(b"model")  # learned, no hash
+    with pytest.raises(AlgorithmError, match="exactly when it is learned"):
+        unpack(lying)
+
+
+def test_dp_fed_ls_trains_behind_a_map_end_to_end() -> None:
+    """DP-Fed-LS (the smoothing post-processes the model's parameters only) completes with a
+    learned map; the ledger's ε stays within the target: φ costs nothing."""
+    doc = _job("public-pca", client_sampling="uniform", sampling_rate=0.6, sigma_ls=1.0)
+    result = simulate_job(parse_job({**doc, "algorithm": "dp-fed-ls"}), agents=5)
+    assert result.status == "completed", result.error
+    assert max(result.epsilon.values()) <= 8.0 + 1e-9
+    assert FEDLS.name == "dp-fed-ls"
+
+
+def test_dp_fedavg_behind_a_learned_map_end_to_end() -> None:
+    """Ten IID agents in process, through the whole system: the job completes behind the
+    public-pca map, the ledger's ε stays within the target, and the model learns (measured 0.78
+    to 0.80 over three runs with system CSPRNG noise; pixels 0.65 to 0.76)."""
+    doc = _job("public-pca")
+    doc["rounds"] = 5
+    doc["data"] = {**doc["data"], "partition": {"scheme": "iid"}}  # type: ignore[dict-item]
+    result = simulate_job(parse_job(doc), agents=10)
+    assert result.status == "completed", result.error
+    assert result.rounds_completed == 5
+    assert max(result.epsilon.values()) <= 8.0 + 1e-9
+    assert result.accuracy is not None
+    assert result.accuracy >= 0.6
