@@ -386,7 +386,8 @@ class StudentSpec(Strict):
     """How the coordinator trains a voting job's student on the public pool: ``supervised``
     (the answered queries only, ``student_epochs`` epochs), or semi-supervised on the whole pool
     with ``steps`` steps of ``consistency``, ``vat`` or ``self-training`` (post-processing, no
-    privacy cost; docs/algorithms.md#semi-supervised-student)."""
+    privacy cost; docs/algorithms.md#semi-supervised-student). ``min_margin`` keeps only the
+    pseudo-labels whose noisy vote margin reaches it."""
 
     method: Literal["supervised", "consistency", "vat", "self-training"] = "supervised"
     steps: int = Field(default=1000, ge=1, le=1_000_000)
@@ -396,6 +397,9 @@ class StudentSpec(Strict):
     vat_epsilon: float = Field(default=2.0, gt=0)
     self_training_rounds: int = Field(default=2, ge=1, le=20)
     augment: bool = True
+    # answered queries whose noisy vote margin (top − second, over the survivors) is below this
+    # stay unlabeled: a filter on the released histogram, so free (docs/algorithms.md)
+    min_margin: float = Field(default=0.0, ge=0, lt=1)
 
 
 class VotingParams(Strict):

@@ -432,7 +432,11 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
         done = round_number >= spec.rounds
         model, version = state.model, state.model_version
         if done:
-            model = self._train_student(spec, data, answered, all_labels, metrics)
+            kept = _confident(rounds, spec.params.student.min_margin, len(answered))
+            metrics["student_labels"] = float(len(kept))
+            model = self._train_student(
+                spec, data, [answered[i] for i in kept], [all_labels[i] for i in kept], metrics
+            )
             version += 1
         return RoundOutcome(
             state=CoordinatorState(model=model, model_version=version, details=details),
@@ -594,3 +598,24 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
 
 #: What the agent recomputes a voting claim's sensitivities from.
 SOURCE = "the task (level, vote kind and scale)"
+
+
+def _confident(rounds: list[dict[str, Any]], min_margin: float, answered: int) -> list[int]:
+    """The indices of the answered queries whose noisy margin reaches ``min_margin`` (all with
+    0): a function of the released histograms only, in answering order.
+
+    Raises:
+        AlgorithmError: margins that do not match the answered queries, or none kept.
+    """
+    margins = [float(m) for r in rounds for m in r.get("noisy_margins", [])]
+    if len(margins) != answered:
+        raise AlgorithmError(
+            f"the state records {len(margins)} vote margins for {answered} answered queries"
+        )
+    kept = [i for i, m in enumerate(margins) if m >= min_margin]
+    if not kept:
+        raise AlgorithmError(
+            f"params.student.min_margin {min_margin:g}: no answered query reaches it, the "
+            "student would have no label"
+        )
+    return kept

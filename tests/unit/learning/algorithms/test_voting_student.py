@@ -99,6 +99,38 @@ def test_private_knn_fl_keeps_working_with_the_student(digits_public: Any) -> No
     assert 0.0 < _run_votes(job, data, KNN)["accuracy"] <= 1.0
 
 
+def test_the_student_keeps_only_pseudo_labels_with_a_large_noisy_margin(
+    digits_public: Any,
+) -> None:
+    """A filter on the released histogram: the first half of the queries gets a clear vote (9
+    of 10 agents), the second half a split one (4 to 3); with min_margin 0.5 only the first
+    half labels the student; with 0 all do; a margin no query reaches is refused by name."""
+    data, _ = digits_public
+
+    def run(min_margin: float) -> dict[str, float]:
+        student = {"method": "supervised", "min_margin": min_margin}
+        job = make_pate_job(rounds=1, params={"queries": 30, "sigma": 3.0, "student": student})
+        plan = PATE.plan(job, population=10, data=data)
+        state = PATE.initial_state(job, plan, data)
+        batch = list(PATE.round_task(job, plan, state, round_number=1).params.queries)
+        truth = np.asarray(data.public_y)[batch]
+        votes = np.zeros((len(batch), 10))
+        votes[np.arange(15), truth[:15]] = 9.0
+        votes[np.arange(15, 30), truth[15:]] = 4.0
+        votes[np.arange(15, 30), (truth[15:] + 1) % 10] = 3.0
+        outcome = PATE.finish_round(
+            job, plan, state, data, round_number=1, aggregate=votes.reshape(-1), survivors=10
+        )
+        return dict(outcome.metrics)
+
+    assert run(0.0)["student_labels"] == 30
+    assert run(0.5)["student_labels"] == 15
+    with pytest.raises(AlgorithmError, match="min_margin 0.95: no answered query"):
+        run(0.95)
+    with pytest.raises(JobSpecError, match=r"student\.min_margin"):
+        make_pate_job(params={"queries": 10, "student": {"min_margin": 1.0}})
+
+
 def test_bad_student_and_teacher_params_are_refused() -> None:
     cases = [
         ({"student": {"method": "mixmatch"}}, "student.method"),
