@@ -125,7 +125,7 @@ def test_the_student_keeps_only_pseudo_labels_with_a_large_noisy_margin(
 
     assert run(0.0)["student_labels"] == 30
     assert run(0.5)["student_labels"] == 15
-    with pytest.raises(AlgorithmError, match="min_margin 0.95: no answered query"):
+    with pytest.raises(AlgorithmError, match=r"min_margin 0\.95: no answered query"):
         run(0.95)
     with pytest.raises(JobSpecError, match=r"student\.min_margin"):
         make_pate_job(params={"queries": 10, "student": {"min_margin": 1.0}})
