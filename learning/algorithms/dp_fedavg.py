@@ -12,7 +12,6 @@ The task is :class:`DpFedAvgTask`, the plan :class:`DpFedAvgPlan`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
@@ -39,12 +38,15 @@ from dpfl.learning.algorithms.base import (
     TaskParams,
 )
 from dpfl.learning.algorithms.extractors import (
-    SHA256_PATTERN,
     FeatureParams,
-    feature_dim,
-    is_learned,
 )
-from dpfl.learning.algorithms.frozen_features import front_for, unpack
+from dpfl.learning.algorithms.frozen_features import (
+    FeaturePlanFields,
+    FeatureTaskFields,
+    agent_inputs,
+    front_for,
+    model_input_shape,
+)
 from dpfl.learning.algorithms.model_update import (
     ModelUpdateAlgorithm,
     ModelUpdatePlan,
@@ -161,21 +163,19 @@ class DpFedAvgJob(FedAvgJobBase):
     algorithm: Literal["dp-fedavg"]
 
 
-class FedAvgPlanBase(ModelUpdatePlan):
+class FedAvgPlanBase(ModelUpdatePlan, FeaturePlanFields):
     """m = ``expected_participants`` divides the summed update; ``sampling_rate`` q."""
 
     model: str
     sampling_rate: float = Field(gt=0, le=1)
     expected_participants: float = Field(gt=0)
-    features: str = Field(default="identity", min_length=1)
-    feature_dim: int | None = Field(default=None, ge=1)
 
 
 class DpFedAvgPlan(FedAvgPlanBase):
     """DP-FedAvg's plan."""
 
 
-class FedAvgTaskBase(ModelUpdateTask):
+class FedAvgTaskBase(ModelUpdateTask, FeatureTaskFields):
     """What an agent of the DP-FedAvg family trains and how its claim is checked;
     ``learning_rate`` is the round's (decay applied), the local work ``local_steps`` steps or
     ``local_epochs`` passes (exactly one)."""
@@ -190,19 +190,12 @@ class FedAvgTaskBase(ModelUpdateTask):
     sampling_rate: float = Field(gt=0, le=1)
     population: int = Field(ge=1)
     expected_participants: float = Field(gt=0)
-    features: str = Field(default="identity", min_length=1)
-    # the SHA-256 of the learned map the model bundle carries (None for fixed maps)
-    features_sha256: str | None = Field(default=None, pattern=SHA256_PATTERN)
 
     @model_validator(mode="after")
     def _one_kind_of_local_work(self) -> Self:
-        """Exactly one of ``local_steps`` and ``local_epochs``: the agent must know what to run;
-        only a learned map is named by a hash (added once the state holds it: an agent refuses
-        a learned map without one)."""
+        """Exactly one of ``local_steps`` and ``local_epochs``: the agent must know what to run."""
         if (self.local_steps is None) == (self.local_epochs is None):
             raise ValueError("the task must give exactly one of local_steps and local_epochs")
-        if self.features_sha256 is not None and not is_learned(self.features):
-            raise ValueError("features_sha256: only a learned feature map is named by a hash")
         return self
 
 
@@ -259,14 +252,7 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
             )
         shape, classes = common.data_shape(spec, data)
         features = p.feature_spec()
-        width = None if features == "identity" else feature_dim(features, shape)
-        if width is not None:
-            if spec.model == "cnn":
-                raise AlgorithmError(
-                    f"params.features: {features!r} gives vectors of {width} values and a cnn "
-                    "needs images; use logreg or mlp behind a feature map"
-                )
-            shape = (width,)
+        shape, width = model_input_shape(features, shape, spec.model)
         dimension = common.model_dimension(spec.model, shape, classes)
 
         def make(bits: int) -> JobPlan:
@@ -313,19 +299,6 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
         return initial_model_state(
             spec, data, algorithm=self.name, dimension=d.dimension, front=front
         )
-
-    def round_task(
-        self, job: JobSpec, plan: JobPlan, state: CoordinatorState, *, round_number: int
-    ) -> RoundTask:
-        """The base task, naming the learned map's SHA-256 when the model bundle carries one."""
-        task = super().round_task(job, plan, state, round_number=round_number)
-        front = load_front(state) if state.model is not None else None
-        if front is None or front.sha256 is None:
-            return task
-        params = self.task_type.model_validate(
-            {**task.params.model_dump(), "features_sha256": front.sha256}
-        )
-        return replace(task, params=params)
 
     def _sampling_rate(self, spec: FS) -> float:
         return spec.params.sampling_rate
@@ -546,7 +519,7 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
         from dpfl.learning.params import model_from_bytes
         from dpfl.learning.training import local_update
 
-        x, shape, model = _through_features(t, data, model)
+        x, shape, model = agent_inputs(t, data, model)
         net = common.build_model(t.model, shape, data.num_classes, seed=0)
         try:
             model_from_bytes(model, model=net)
@@ -586,37 +559,6 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
         """
         self.task(task)
         return tuple(common.strip_client_sampling(e) for e in events)
-
-
-def _through_features(
-    task: FedAvgTaskBase, data: AgentData, model: bytes
-) -> tuple[npt.NDArray[np.float32], tuple[int, ...], bytes]:
-    """The agent's inputs as its model sees them, their shape, and the model bytes: the records
-    through the task's φ, rebuilt from the download only when it is the map the task names (by
-    spec and, for a learned map, by SHA-256).
-
-    Raises:
-        AlgorithmError: a download whose map is not the task's, or a corrupted artifact.
-    """
-    front, model = unpack(model)
-    if task.features == "identity":
-        if front is not None:
-            raise AlgorithmError(
-                f"the download carries feature map {front.spec!r}; the task names none"
-            )
-        return data.x, tuple(data.input_shape), model
-    if front is None or front.spec != task.features:
-        raise AlgorithmError(
-            f"the task names feature map {task.features!r}; the download carries "
-            f"{'none' if front is None else repr(front.spec)}"
-        )
-    if is_learned(task.features) and task.features_sha256 is None:
-        raise AlgorithmError(
-            f"the task names learned feature map {task.features!r} without its SHA-256"
-        )
-    extractor = front.extractor(tuple(data.input_shape), sha256=task.features_sha256)
-    x: npt.NDArray[np.float32] = np.asarray(extractor(data.x), dtype=np.float32)
-    return x, (front.dim,), model
 
 
 class DpFedAvg(FedAvgFamily[DpFedAvgJob, DpFedAvgPlan, DpFedAvgTask]):

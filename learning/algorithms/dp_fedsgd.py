@@ -39,6 +39,7 @@ from dpfl.learning.algorithms.base import (
     TaskParams,
 )
 from dpfl.learning.algorithms.dp_fedavg import noise_total
+from dpfl.learning.algorithms.extractors import FeatureParams
 from dpfl.learning.algorithms.federation import mean_local_size
 from dpfl.learning.algorithms.fedsgd_accounting import (
     CENTRAL,
@@ -50,12 +51,20 @@ from dpfl.learning.algorithms.fedsgd_accounting import (
     agent_noise_floor,
     shares_noise,
 )
+from dpfl.learning.algorithms.frozen_features import (
+    FeaturePlanFields,
+    FeatureTaskFields,
+    agent_inputs,
+    front_for,
+    model_input_shape,
+)
 from dpfl.learning.algorithms.integer_dpsgd import integer_dp_sgd, required_ring_bits, step_event
 from dpfl.learning.algorithms.model_update import (
     ModelUpdateAlgorithm,
     ModelUpdatePlan,
     ModelUpdateTask,
     initial_model_state,
+    load_front,
     load_model,
     stepped_model,
 )
@@ -67,7 +76,7 @@ from dpfl.learning.algorithms.server_optimizers import (
     server_step,
 )
 from dpfl.learning.errors import LearningError
-from dpfl.learning.jobs import JobSpec, ModelUpdateJob, Strict
+from dpfl.learning.jobs import JobSpec, ModelUpdateJob
 from dpfl.secagg.encoding import EncodingConfig, to_ring
 from dpfl.secagg.noise import NoiseSpec
 from dpfl.secagg.prg import MAX_RING_BITS
@@ -87,7 +96,7 @@ __all__ = [
 _SOURCE = "the encoding (clip C at scale 2^b, per record)"
 
 
-class DpFedSgdParams(Strict):
+class DpFedSgdParams(FeatureParams):
     """DP-FedSGD: ``local_steps`` DP-SGD steps, per-sample clip ``clip``.
 
     ``batch_sampling_rate`` p is each local record's inclusion probability per step (Poisson).
@@ -98,7 +107,8 @@ class DpFedSgdParams(Strict):
     for it: only participants are charged). ``max_local_size`` sizes the ring: each local
     step's integer gradient sum is clamped per coordinate to what ``max_local_size`` records can
     reach, which never acts below that size and keeps the sensitivity whatever the size (a
-    refusal would make the guarantee depend on the data set's size).
+    refusal would make the guarantee depend on the data set's size). ``features`` puts a frozen
+    map φ in front of the model (docs/features.md#behind-a-trained-model).
     """
 
     clip: float = Field(default=1.0, gt=0)
@@ -141,7 +151,7 @@ class DpFedSgdJob(ModelUpdateJob):
         return self
 
 
-class DpFedSgdPlan(ModelUpdatePlan):
+class DpFedSgdPlan(ModelUpdatePlan, FeaturePlanFields):
     """The plan; ``agent_noise`` (sum-dominating only) is the smallest per-agent share, and
     ``claimed_epsilon``/``claim`` the labelled figure that is not a bound."""
 
@@ -165,7 +175,7 @@ class DpFedSgdPlan(ModelUpdatePlan):
         return self.claimed_epsilon, self.claim
 
 
-class DpFedSgdTask(ModelUpdateTask):
+class DpFedSgdTask(ModelUpdateTask, FeatureTaskFields):
     """What a DP-FedSGD agent runs; its accounting ``mode`` is derived, never sent."""
 
     algorithm: Literal["dp-fedsgd"]
@@ -232,6 +242,8 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
             raise AlgorithmError(f"population must be an integer >= 1, got {population!r}")
         p, privacy = spec.params, spec.privacy
         shape, classes = common.data_shape(spec, data)
+        features = p.feature_spec()
+        shape, width = model_input_shape(features, shape, spec.model)
         dimension = common.model_dimension(spec.model, shape, classes)
         normalizer = p.expected_batch_size
         if normalizer is None:
@@ -277,6 +289,8 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
                 )
             details = DpFedSgdPlan(
                 model=spec.model,
+                features=features,
+                feature_dim=width,
                 dimension=dimension,
                 scale_bits=bits,
                 l1_sensitivity=l1,
@@ -338,7 +352,10 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
 
     def initial_state(self, job: JobSpec, plan: JobPlan, data: CoordinatorData) -> CoordinatorState:
         spec, d = self.spec(job), self.details(plan)
-        return initial_model_state(spec, data, algorithm=self.name, dimension=d.dimension)
+        front = front_for(d.features, data)
+        return initial_model_state(
+            spec, data, algorithm=self.name, dimension=d.dimension, front=front
+        )
 
     def _sampling_rate(self, spec: DpFedSgdJob) -> float:
         return spec.params.client_sampling_rate
@@ -354,6 +371,7 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
         return DpFedSgdTask(
             **fields,
             model=spec.model,
+            features=d.features,
             clip=d.clip,
             local_steps=d.local_steps,
             batch_sampling_rate=d.batch_sampling_rate,
@@ -442,14 +460,14 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
     ) -> RoundOutcome:
         spec, d = self.spec(job), self.details(plan)
         total = common.checked_aggregate(aggregate, length=d.dimension, survivors=survivors)
-        net = load_model(spec, state, data)
+        net, front = load_model(spec, state, data), load_front(state)
         scale = -d.learning_rate / (d.expected_batch_size * survivors)
         update = scale * total  # the mean of the agents' local model deltas
         blobs = dict(state.blobs)
         step = server_step(
             spec.params.optimizer(), update, blobs, step_number=state.model_version + 1
         )
-        model, evaluation = stepped_model(spec, net, step, data, algorithm=self.name)
+        model, evaluation = stepped_model(spec, net, step, data, algorithm=self.name, front=front)
         metrics: dict[str, float] = {
             "survivors": float(survivors),
             "update_norm": float(np.linalg.norm(update)),
@@ -596,14 +614,15 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
             raise AlgorithmError("the encoding's clip or scale differs from the task's")
         from dpfl.learning.params import model_from_bytes
 
-        net = common.build_model(t.model, data.input_shape, data.num_classes, seed=0)
+        x, shape, model = agent_inputs(t, data, model)
+        net = common.build_model(t.model, shape, data.num_classes, seed=0)
         try:
             model_from_bytes(model, model=net)
         except LearningError as exc:
             raise AlgorithmError(f"the global model does not load: {exc}") from exc
         result = integer_dp_sgd(
             net,
-            data.x,
+            x,
             data.y,
             steps=t.local_steps,
             sampling_rate=t.batch_sampling_rate,

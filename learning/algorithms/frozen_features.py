@@ -25,16 +25,26 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import BaseModel, Field, model_validator
 
-from dpfl.learning.algorithms.base import AlgorithmError, CoordinatorData
+from dpfl.learning.algorithms.base import AgentData, AlgorithmError, CoordinatorData
 from dpfl.learning.algorithms.extractors import (
+    SHA256_PATTERN,
     build_extractor,
     feature_dim,
     fit_artifact,
     is_learned,
 )
 
-__all__ = ["FeatureFront", "front_for", "unpack"]
+__all__ = [
+    "FeatureFront",
+    "FeaturePlanFields",
+    "FeatureTaskFields",
+    "agent_inputs",
+    "front_for",
+    "model_input_shape",
+    "unpack",
+]
 
 MAGIC = b"DPFLFZN1"
 _MAX_HEADER = 1 << 16
@@ -42,6 +52,79 @@ _HEADER_KEYS = {"features", "dim", "sha256", "artifact_bytes"}
 # the coordinator's test split seen through φ, per (test array, map): evaluation runs every round
 _TEST_FEATURES: dict[tuple[int, str], tuple[weakref.ref[Any], npt.NDArray[np.float32]]] = {}
 _CACHE_SIZE = 4
+
+
+class FeaturePlanFields(BaseModel):
+    """The plan fields of a model behind φ: the map's full spec and its width (None for
+    ``identity``: the model sees the records themselves)."""
+
+    features: str = Field(default="identity", min_length=1)
+    feature_dim: int | None = Field(default=None, ge=1)
+
+
+class FeatureTaskFields(BaseModel):
+    """The task fields of a model behind φ: its spec (``identity``: none) and, for a learned map,
+    the SHA-256 the model bundle's artifact must have (added once the state holds it; an agent
+    refuses a learned map without one)."""
+
+    features: str = Field(default="identity", min_length=1)
+    features_sha256: str | None = Field(default=None, pattern=SHA256_PATTERN)
+
+    @model_validator(mode="after")
+    def _hash_of_a_learned_map(self) -> FeatureTaskFields:
+        if self.features_sha256 is not None and not is_learned(self.features):
+            raise ValueError("features_sha256: only a learned feature map is named by a hash")
+        return self
+
+
+def model_input_shape(
+    features: str, shape: tuple[int, ...], model: str
+) -> tuple[tuple[int, ...], int | None]:
+    """The shape the model sees behind ``features`` and φ's width (None for ``identity``).
+
+    Raises:
+        AlgorithmError: a cnn behind a map (φ gives vectors), or a malformed spec.
+    """
+    if features == "identity":
+        return shape, None
+    width = feature_dim(features, shape)
+    if model == "cnn":
+        raise AlgorithmError(
+            f"params.features: {features!r} gives vectors of {width} values and a cnn needs "
+            "images; use logreg or mlp behind a feature map"
+        )
+    return (width,), width
+
+
+def agent_inputs(
+    task: FeatureTaskFields, data: AgentData, model: bytes
+) -> tuple[npt.NDArray[np.float32], tuple[int, ...], bytes]:
+    """The agent's records as its model sees them, their shape, and the model bytes: through
+    the task's φ, rebuilt from the download only when it is the map the task names (by spec
+    and, for a learned map, by the task's SHA-256, never the bundle's own).
+
+    Raises:
+        AlgorithmError: a download whose map is not the task's, or a corrupted artifact.
+    """
+    front, plain = unpack(model)
+    if task.features == "identity":
+        if front is not None:
+            raise AlgorithmError(
+                f"the download carries feature map {front.spec!r}; the task names none"
+            )
+        return data.x, tuple(data.input_shape), plain
+    if front is None or front.spec != task.features:
+        raise AlgorithmError(
+            f"the task names feature map {task.features!r}; the download carries "
+            f"{'none' if front is None else repr(front.spec)}"
+        )
+    if is_learned(task.features) and task.features_sha256 is None:
+        raise AlgorithmError(
+            f"the task names learned feature map {task.features!r} without its SHA-256"
+        )
+    extractor = front.extractor(tuple(data.input_shape), sha256=task.features_sha256)
+    x: npt.NDArray[np.float32] = np.asarray(extractor(data.x), dtype=np.float32)
+    return x, (front.dim,), plain
 
 
 @dataclass(frozen=True, slots=True)

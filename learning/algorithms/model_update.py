@@ -169,8 +169,15 @@ class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
             "delta": spec.privacy.delta,
             "dimension": d.dimension,
         }
+        params = self._task(spec, plan, fields)
+        front = None if state.model is None else unpack(state.model)[0]
+        if front is not None and front.sha256 is not None:
+            # the learned map the model bundle carries (docs/features.md#behind-a-trained-model)
+            params = self.task_type.model_validate(
+                {**params.model_dump(), "features_sha256": front.sha256}
+            )
         return RoundTask(
-            params=self._task(spec, plan, fields),
+            params=params,
             vector_length=d.dimension,
             model_version=state.model_version if state.model is not None else None,
         )

@@ -1,6 +1,7 @@
-"""DP-FedAvg and DP-Fed-LS behind a frozen feature map (``params.features``): the coordinator
-fits a learned map on the public pool only, bundles it with every model version, the plan and
-charge are those of the model on φ's output, and an agent refuses a map the task does not name."""
+"""DP-FedAvg, DP-Fed-LS and DP-FedSGD behind a frozen feature map (``params.features``): the
+coordinator fits a learned map on the public pool only, bundles it with every model version, the
+plan and charge are those of the model on φ's output, and an agent refuses a map the task does
+not name."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from dpfl.cli.simulate import simulate_job
 from dpfl.learning.algorithms.base import AgentData, AlgorithmError, CoordinatorData
 from dpfl.learning.algorithms.dp_fed_ls import ALGORITHM as FEDLS
 from dpfl.learning.algorithms.dp_fedavg import ALGORITHM as FEDAVG
+from dpfl.learning.algorithms.dp_fedsgd import ALGORITHM as FEDSGD
 from dpfl.learning.algorithms.frozen_features import MAGIC, FeatureFront, front_for, unpack
 from dpfl.learning.algorithms.model_update import load_front, load_model
 from dpfl.learning.jobs import parse_job
@@ -179,3 +181,38 @@ def test_dp_fedavg_behind_a_learned_map_end_to_end() -> None:
     assert max(result.epsilon.values()) <= 8.0 + 1e-9
     assert result.accuracy is not None
     assert result.accuracy >= 0.6
+
+
+def test_dp_fedsgd_trains_behind_a_learned_map_end_to_end(digits_public_split: Split) -> None:
+    """Record-level DP-FedSGD: each clipped per-record gradient is one of the small model on
+    φ(x), so the plan's dimension is that model's; the job completes and the ledger's ε stays
+    within the target. A cnn behind the map is refused by name."""
+    doc: dict[str, object] = {
+        "name": "fedsgd-features",
+        "algorithm": "dp-fedsgd",
+        "data": {
+            "dataset": "digits",
+            "partition": {"scheme": "iid"},
+            "public": {"source": "train", "fraction": 0.2},
+        },
+        "model": "logreg",
+        "rounds": 2,
+        "privacy": {"unit": "record", "delta": 1e-5, "target_epsilon": 8.0, "noise": "skellam"},
+        "params": {
+            "clip": 1.0,
+            "local_steps": 2,
+            "batch_sampling_rate": 0.2,
+            "learning_rate": 0.5,
+            "features": "public-kmeans",
+            "public_kmeans": KMEANS,
+        },
+    }
+    coordinator, _ = digits_public_split
+    plan = FEDSGD.plan(parse_job(doc), population=4, data=coordinator)
+    assert plan.details.feature_dim == 16
+    assert plan.details.dimension == 17 * 10
+    result = simulate_job(parse_job(doc), agents=4)
+    assert result.status == "completed", result.error
+    assert max(result.epsilon.values()) <= 8.0 + 1e-9
+    with pytest.raises(AlgorithmError, match="use logreg or mlp"):
+        FEDSGD.plan(parse_job({**doc, "model": "cnn"}), population=4, data=coordinator)
