@@ -52,16 +52,14 @@ from dpfl.learning.algorithms.model_update import (
     ModelUpdatePlan,
     ModelUpdateTask,
     initial_model_state,
-    load_front,
     load_model,
-    stepped_model,
+    optimizer_round,
 )
 from dpfl.learning.algorithms.server_optimizers import (
     AdaptiveServer,
     MomentumServer,
     ServerOptimizer,
     SgdServer,
-    server_step,
 )
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpec, ModelUpdateJob
@@ -431,27 +429,17 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
     ) -> RoundOutcome:
         spec, d = self.spec(job), self.details(plan)
         total = common.checked_aggregate(aggregate, length=d.dimension, survivors=max(survivors, 1))
-        net, front = load_model(spec, state, data), load_front(state)
+        net = load_model(spec, state, data)
         update = self._post_process(spec, net, total / d.expected_participants)
-        blobs = dict(state.blobs)
-        step = server_step(
-            spec.params.optimizer(), update, blobs, step_number=state.model_version + 1
-        )
-        model, evaluation = stepped_model(spec, net, step, data, algorithm=self.name, front=front)
-        metrics: dict[str, float] = {
-            "survivors": float(survivors),
-            "update_norm": float(np.linalg.norm(update)),
-            **evaluation,
-        }
-        return RoundOutcome(
-            state=CoordinatorState(
-                model=model,
-                model_version=state.model_version + 1,
-                details={"round": round_number},
-                blobs=blobs,
-            ),
-            metrics=metrics,
-            done=round_number >= spec.rounds,
+        return optimizer_round(
+            spec,
+            state,
+            data,
+            update=update,
+            optimizer=spec.params.optimizer(),
+            algorithm=self.name,
+            round_number=round_number,
+            survivors=survivors,
         )
 
     # -- agent side --------------------------------------------------------------------------

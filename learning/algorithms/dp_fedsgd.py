@@ -64,16 +64,13 @@ from dpfl.learning.algorithms.model_update import (
     ModelUpdatePlan,
     ModelUpdateTask,
     initial_model_state,
-    load_front,
-    load_model,
-    stepped_model,
+    optimizer_round,
 )
 from dpfl.learning.algorithms.server_optimizers import (
     AdaptiveServer,
     MomentumServer,
     ServerOptimizer,
     SgdServer,
-    server_step,
 )
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpec, ModelUpdateJob
@@ -460,28 +457,16 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
     ) -> RoundOutcome:
         spec, d = self.spec(job), self.details(plan)
         total = common.checked_aggregate(aggregate, length=d.dimension, survivors=survivors)
-        net, front = load_model(spec, state, data), load_front(state)
         scale = -d.learning_rate / (d.expected_batch_size * survivors)
-        update = scale * total  # the mean of the agents' local model deltas
-        blobs = dict(state.blobs)
-        step = server_step(
-            spec.params.optimizer(), update, blobs, step_number=state.model_version + 1
-        )
-        model, evaluation = stepped_model(spec, net, step, data, algorithm=self.name, front=front)
-        metrics: dict[str, float] = {
-            "survivors": float(survivors),
-            "update_norm": float(np.linalg.norm(update)),
-            **evaluation,
-        }
-        return RoundOutcome(
-            state=CoordinatorState(
-                model=model,
-                model_version=state.model_version + 1,
-                details={"round": round_number},
-                blobs=blobs,
-            ),
-            metrics=metrics,
-            done=round_number >= spec.rounds,
+        return optimizer_round(
+            spec,
+            state,
+            data,
+            update=scale * total,  # the mean of the agents' local model deltas
+            optimizer=spec.params.optimizer(),
+            algorithm=self.name,
+            round_number=round_number,
+            survivors=survivors,
         )
 
     # -- agent side --------------------------------------------------------------------------

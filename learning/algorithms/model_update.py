@@ -33,10 +33,17 @@ from dpfl.learning.algorithms.base import (
     CoordinatorState,
     JobPlan,
     PlanDetails,
+    RoundOutcome,
     RoundTask,
     TaskParams,
 )
 from dpfl.learning.algorithms.frozen_features import FeatureFront, unpack
+from dpfl.learning.algorithms.server_optimizers import (
+    AdaptiveServer,
+    MomentumServer,
+    SgdServer,
+    server_step,
+)
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpec, ModelUpdateJob
 from dpfl.secagg.encoding import EncodingConfig
@@ -49,6 +56,7 @@ __all__ = [
     "initial_model_state",
     "load_front",
     "load_model",
+    "optimizer_round",
     "stepped_model",
 ]
 
@@ -360,3 +368,38 @@ def stepped_model(
     metrics = common.evaluate_on_test(net, view)
     model = model_to_bytes(net, metadata={"model": spec.model, "algorithm": algorithm})
     return (model if front is None else front.pack(model)), metrics
+
+
+def optimizer_round(
+    spec: JobSpec,
+    state: CoordinatorState,
+    data: CoordinatorData,
+    *,
+    update: npt.NDArray[np.float64],
+    optimizer: SgdServer | MomentumServer | AdaptiveServer,
+    algorithm: str,
+    round_number: int,
+    survivors: int,
+) -> RoundOutcome:
+    """A round's end for the algorithms whose coordinator steps the global model by a server
+    optimizer (docs/algorithms.md#server-optimizers): ``θ ← θ + step(update)``, the optimizer's
+    state kept in the blobs, the model stepped behind the same feature map, and the metrics
+    (survivors, the update's norm, test accuracy and loss)."""
+    net, front = load_model(spec, state, data), load_front(state)
+    blobs = dict(state.blobs)
+    step = server_step(optimizer, update, blobs, step_number=state.model_version + 1)
+    model, evaluation = stepped_model(spec, net, step, data, algorithm=algorithm, front=front)
+    return RoundOutcome(
+        state=CoordinatorState(
+            model=model,
+            model_version=state.model_version + 1,
+            details={"round": round_number},
+            blobs=blobs,
+        ),
+        metrics={
+            "survivors": float(survivors),
+            "update_norm": float(np.linalg.norm(update)),
+            **evaluation,
+        },
+        done=round_number >= spec.rounds,
+    )
