@@ -15,7 +15,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
 import torch
 from numpy.typing import NDArray
 from torch import nn
@@ -23,7 +22,7 @@ from torch.nn.functional import binary_cross_entropy_with_logits, cross_entropy
 
 from dpfl.learning.device import select_device
 from dpfl.learning.errors import TrainingError
-from dpfl.learning.training import TeacherReport, as_tensors, evaluate
+from dpfl.learning.training import TeacherReport, as_tensors, check_teacher_recipe, fit_epochs
 
 __all__ = [
     "GradientReversal",
@@ -117,15 +116,9 @@ def fit_teacher_dann(
     Raises:
         TrainingError: bad data or hyper-parameters, or a model without hidden layers.
     """
-    from dpfl.learning.data.split import stratified_split
     from dpfl.learning.semisupervised import Augmenter
 
-    if epochs < 1 or batch_size < 1 or patience < 0 or not 0.0 <= validation_fraction < 1.0:
-        raise TrainingError(
-            "epochs, batch_size >= 1, patience >= 0 and validation_fraction in [0, 1)"
-        )
-    if schedule not in ("constant", "cosine"):
-        raise TrainingError(f"schedule must be constant or cosine, got {schedule!r}")
+    check_teacher_recipe(epochs, batch_size, patience, validation_fraction, schedule)
     if not (math.isfinite(weight) and weight > 0) or domain_hidden < 1:
         raise TrainingError("the domain weight must be > 0 and domain_hidden >= 1")
     xt, yt = as_tensors(x, y)
@@ -137,15 +130,6 @@ def fit_teacher_dann(
             f"{tuple(xt.shape[1:])}"
         )
     features, head = split_model(model)
-    train_idx = np.arange(xt.shape[0])
-    val_idx = np.empty(0, dtype=np.int64)
-    if validation_fraction > 0:
-        train_idx, val_idx = stratified_split(
-            yt.numpy(), test_fraction=validation_fraction, seed=seed
-        )
-        if val_idx.size == 0 or train_idx.size == 0:
-            train_idx, val_idx = np.arange(xt.shape[0]), np.empty(0, dtype=np.int64)
-    xtr, ytr = xt[train_idx], yt[train_idx]
     home = next(model.parameters()).device
     target = select_device(device)
     domain = _domain_classifier(head.in_features, domain_hidden, seed).to(target)
@@ -153,62 +137,36 @@ def fit_teacher_dann(
     optimizer = torch.optim.SGD(
         [*model.parameters(), *domain.parameters()], lr=learning_rate, momentum=momentum
     )
-    per_epoch = math.ceil(xtr.shape[0] / batch_size)
-    total = per_epoch * epochs
-    scheduler = (
-        torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda s: 0.5 * (1.0 + math.cos(math.pi * s / total))
-        )
-        if schedule == "cosine"
-        else None
-    )
     augment = Augmenter(shift=augment_shift)
-    generator = torch.Generator().manual_seed(seed)
-    best: tuple[float, int, dict[str, torch.Tensor]] | None = None
-    since, run, step = 0, 0, 0
-    try:
-        for epoch in range(1, epochs + 1):
-            run = epoch
-            order = torch.randperm(xtr.shape[0], generator=generator)
-            for i in range(0, xtr.shape[0], batch_size):
-                idx = order[i : i + batch_size]
-                t_idx = torch.randint(tx.shape[0], (idx.shape[0],), generator=generator)
-                xs, xd = xtr[idx], tx[t_idx]
-                if augment_shift:
-                    xs, xd = augment(xs, generator), augment(xd, generator)
-                model.train()
-                domain.train()
-                optimizer.zero_grad(set_to_none=True)
-                both = torch.cat([xs, xd]).to(target)
-                feats = features(both)
-                n = xs.shape[0]
-                label_loss = cross_entropy(head(feats[:n]), ytr[idx].to(target))
-                is_target = torch.cat([torch.zeros(n), torch.ones(xd.shape[0])]).to(target)
-                lam = dann_lambda(step / total)
-                domain_logits = domain(grad_reverse(feats, lam)).squeeze(1)
-                domain_loss = binary_cross_entropy_with_logits(domain_logits, is_target)
-                torch.autograd.backward(label_loss + weight * domain_loss)
-                optimizer.step()
-                step += 1
-                if scheduler is not None:
-                    scheduler.step()
-            if val_idx.size:
-                acc = evaluate(
-                    model, xt[val_idx].numpy(), yt[val_idx].numpy(), device=device
-                ).accuracy
-                if best is None or acc > best[0]:
-                    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                    best, since = (acc, epoch, state), 0
-                else:
-                    since += 1
-                    if patience and since >= patience:
-                        break
-        if best is not None:
-            model.load_state_dict(best[2])
-    finally:
-        model.to(home)
-    return TeacherReport(
-        epochs_run=run,
-        best_epoch=best[1] if best is not None else run,
-        validation_accuracy=best[0] if best is not None else None,
+
+    def step(xs: torch.Tensor, ys: torch.Tensor, progress: float, g: torch.Generator) -> None:
+        xd = tx[torch.randint(tx.shape[0], (xs.shape[0],), generator=g)]
+        if augment_shift:
+            xs, xd = augment(xs, g), augment(xd, g)
+        model.train()
+        domain.train()
+        optimizer.zero_grad(set_to_none=True)
+        feats = features(torch.cat([xs, xd]).to(target))
+        n = xs.shape[0]
+        label_loss = cross_entropy(head(feats[:n]), ys.to(target))
+        is_target = torch.cat([torch.zeros(n), torch.ones(xd.shape[0])]).to(target)
+        domain_logits = domain(grad_reverse(feats, dann_lambda(progress))).squeeze(1)
+        domain_loss = binary_cross_entropy_with_logits(domain_logits, is_target)
+        torch.autograd.backward(label_loss + weight * domain_loss)
+        optimizer.step()
+
+    return fit_epochs(
+        model,
+        xt,
+        yt,
+        optimizer=optimizer,
+        step=step,
+        epochs=epochs,
+        batch_size=batch_size,
+        schedule=schedule,
+        validation_fraction=validation_fraction,
+        patience=patience,
+        seed=seed,
+        device=device,
+        home=home,
     )

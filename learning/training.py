@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +37,9 @@ __all__ = [
     "TeacherReport",
     "TrainReport",
     "as_tensors",
+    "check_teacher_recipe",
     "evaluate",
+    "fit_epochs",
     "fit_teacher",
     "local_update",
     "predict_labels",
@@ -515,17 +518,83 @@ def fit_teacher(
     Raises:
         TrainingError: bad data or hyper-parameters.
     """
-    from dpfl.learning.data.split import stratified_split
     from dpfl.learning.semisupervised import Augmenter
 
+    check_teacher_recipe(epochs, batch_size, patience, validation_fraction, schedule)
+    xt, yt = as_tensors(x, y)
+    assert yt is not None
+    home = next(model.parameters()).device
+    trainer = SgdTrainer(
+        model,
+        learning_rate=learning_rate,
+        momentum=momentum,
+        weight_decay=weight_decay,
+        device=select_device(device),
+    )
+    augment = Augmenter(shift=augment_shift)
+
+    def step(xb: torch.Tensor, yb: torch.Tensor, progress: float, g: torch.Generator) -> None:
+        del progress
+        trainer.step(xb if augment_shift == 0 else augment(xb, g), yb)
+
+    return fit_epochs(
+        model,
+        xt,
+        yt,
+        optimizer=trainer.optimizer,
+        step=step,
+        epochs=epochs,
+        batch_size=batch_size,
+        schedule=schedule,
+        validation_fraction=validation_fraction,
+        patience=patience,
+        seed=seed,
+        device=device,
+        home=home,
+    )
+
+
+def check_teacher_recipe(
+    epochs: int, batch_size: int, patience: int, validation_fraction: float, schedule: str
+) -> None:
+    """Refuse a teacher recipe :func:`fit_epochs` cannot run.
+
+    Raises:
+        TrainingError: naming the bad values.
+    """
     if epochs < 1 or batch_size < 1 or patience < 0 or not 0.0 <= validation_fraction < 1.0:
         raise TrainingError(
             "epochs, batch_size >= 1, patience >= 0 and validation_fraction in [0, 1)"
         )
     if schedule not in ("constant", "cosine"):
         raise TrainingError(f"schedule must be constant or cosine, got {schedule!r}")
-    xt, yt = as_tensors(x, y)
-    assert yt is not None
+
+
+def fit_epochs(
+    model: nn.Module,
+    xt: torch.Tensor,
+    yt: torch.Tensor,
+    *,
+    optimizer: torch.optim.Optimizer,
+    step: Callable[[torch.Tensor, torch.Tensor, float, torch.Generator], None],
+    epochs: int,
+    batch_size: int,
+    schedule: str,
+    validation_fraction: float,
+    patience: int,
+    seed: int,
+    device: str | torch.device | None,
+    home: torch.device,
+) -> TeacherReport:
+    """The epoch loop of the teacher recipes (:func:`fit_teacher`, and DANN's in
+    :mod:`~dpfl.learning.domain_adaptation`): a stratified validation split of the agent's own
+    records, shuffled batches of the rest handed to ``step(xb, yb, progress, generator)``
+    (``progress`` = steps done / all steps), the cosine schedule on ``optimizer``, the best epoch
+    on the validation split kept (early stop after ``patience`` epochs without gain), and the
+    model moved back to ``home``. Every random draw comes from one generator seeded by ``seed``.
+    """
+    from dpfl.learning.data.split import stratified_split
+
     train_idx = np.arange(xt.shape[0])
     val_idx = np.empty(0, dtype=np.int64)
     if validation_fraction > 0:
@@ -535,35 +604,25 @@ def fit_teacher(
         if val_idx.size == 0 or train_idx.size == 0:
             train_idx, val_idx = np.arange(xt.shape[0]), np.empty(0, dtype=np.int64)
     xtr, ytr = xt[train_idx], yt[train_idx]
-    home = next(model.parameters()).device
-    trainer = SgdTrainer(
-        model,
-        learning_rate=learning_rate,
-        momentum=momentum,
-        weight_decay=weight_decay,
-        device=select_device(device),
-    )
-    per_epoch = math.ceil(xtr.shape[0] / batch_size)
-    total = per_epoch * epochs
+    total = math.ceil(xtr.shape[0] / batch_size) * epochs
     scheduler = (
         torch.optim.lr_scheduler.LambdaLR(
-            trainer.optimizer, lambda s: 0.5 * (1.0 + math.cos(math.pi * s / total))
+            optimizer, lambda s: 0.5 * (1.0 + math.cos(math.pi * s / total))
         )
         if schedule == "cosine"
         else None
     )
-    augment = Augmenter(shift=augment_shift)
     generator = torch.Generator().manual_seed(seed)
     best: tuple[float, int, dict[str, torch.Tensor]] | None = None
-    since, run = 0, 0
+    since, run, done = 0, 0, 0
     try:
         for epoch in range(1, epochs + 1):
             run = epoch
             order = torch.randperm(xtr.shape[0], generator=generator)
             for i in range(0, xtr.shape[0], batch_size):
                 idx = order[i : i + batch_size]
-                xb = xtr[idx] if augment_shift == 0 else augment(xtr[idx], generator)
-                trainer.step(xb, ytr[idx])
+                step(xtr[idx], ytr[idx], done / total, generator)
+                done += 1
                 if scheduler is not None:
                     scheduler.step()
             if val_idx.size:
