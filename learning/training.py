@@ -16,7 +16,7 @@ import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -31,6 +31,7 @@ from dpfl.learning.models import build_model
 from dpfl.learning.params import flatten_parameters
 
 __all__ = [
+    "BatchTrainer",
     "Evaluation",
     "LocalUpdate",
     "SgdTrainer",
@@ -44,6 +45,7 @@ __all__ = [
     "local_update",
     "predict_labels",
     "predict_probabilities",
+    "run_sgd",
     "train",
     "train_student",
     "train_teacher",
@@ -176,8 +178,17 @@ class SgdTrainer:
         return float(loss.detach())
 
 
-def _run_sgd(
-    trainer: SgdTrainer,
+class BatchTrainer(Protocol):
+    """Anything that takes one step on a batch and returns its loss (:class:`SgdTrainer`, or
+    DANN's trainer in :mod:`~dpfl.learning.domain_adaptation`)."""
+
+    def step(self, xb: torch.Tensor, yb: torch.Tensor) -> float:
+        """One step on ``(xb, yb)``; the batch's mean loss."""
+        ...
+
+
+def run_sgd(
+    trainer: BatchTrainer,
     xt: torch.Tensor,
     yt: torch.Tensor,
     *,
@@ -257,7 +268,7 @@ def train(
         device=select_device(device),
     )
     try:
-        return _run_sgd(
+        return run_sgd(
             trainer, xt, yt, epochs=epochs, steps=steps, batch_size=batch_size, seed=seed
         )
     finally:

@@ -12,6 +12,7 @@ The task is :class:`DpFedAvgTask`, the plan :class:`DpFedAvgPlan`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
@@ -27,6 +28,7 @@ from dpfl.accounting import (
     SkellamEvent,
 )
 from dpfl.learning.algorithms import common
+from dpfl.learning.algorithms.adaptation import DomainAdaptation
 from dpfl.learning.algorithms.base import (
     AgentData,
     AlgorithmError,
@@ -105,6 +107,9 @@ class DpFedAvgParams(FeatureParams):
     server_optimizer: ServerOptimizer | None = None
     server_learning_rate: float | None = Field(default=None, gt=0)
     server_momentum: float | None = Field(default=None, ge=0, lt=1)
+    # DP-FedAvg+DA: local steps on the DANN loss against the public images the agents may read
+    # (docs/algorithms.md#teachers-adapted-to-the-public-domain)
+    local_domain_adaptation: DomainAdaptation = DomainAdaptation()
 
     @model_validator(mode="after")
     def _one_way_each(self) -> Self:
@@ -156,6 +161,21 @@ class FedAvgJobBase(ModelUpdateJob):
     params: DpFedAvgParams = DpFedAvgParams()
     UNITS = ("agent",)
 
+    @model_validator(mode="after")
+    def _adaptation_needs(self) -> Self:
+        """DANN local steps need public images the agents read, hidden layers, and the raw
+        records (not a feature map's output)."""
+        if self.params.local_domain_adaptation.method == "none":
+            return self
+        where = "params.local_domain_adaptation"
+        if not self.data.has_public_pool:
+            raise ValueError(f"{where}: dann needs a public pool the agents read (data.public)")
+        if self.model == "logreg":
+            raise ValueError(f"{where}: dann needs hidden layers to align (mlp or cnn)")
+        if self.params.features != "identity":
+            raise ValueError(f"{where}: dann adapts the model itself; leave params.features out")
+        return self
+
 
 class DpFedAvgJob(FedAvgJobBase):
     algorithm: Literal["dp-fedavg"]
@@ -188,6 +208,7 @@ class FedAvgTaskBase(ModelUpdateTask, FeatureTaskFields):
     sampling_rate: float = Field(gt=0, le=1)
     population: int = Field(ge=1)
     expected_participants: float = Field(gt=0)
+    domain_adaptation: DomainAdaptation = DomainAdaptation()
 
     @model_validator(mode="after")
     def _one_kind_of_local_work(self) -> Self:
@@ -298,6 +319,15 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
             spec, data, algorithm=self.name, dimension=d.dimension, front=front
         )
 
+    def round_task(
+        self, job: JobSpec, plan: JobPlan, state: CoordinatorState, *, round_number: int
+    ) -> RoundTask:
+        """The base task; with DANN local steps, agents download the public images first."""
+        task = super().round_task(job, plan, state, round_number=round_number)
+        if self.spec(job).params.local_domain_adaptation.method == "none":
+            return task
+        return replace(task, needs_public_data=True)
+
     def _sampling_rate(self, spec: FS) -> float:
         return spec.params.sampling_rate
 
@@ -311,6 +341,7 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
             **self._task_extras(d),
             model=spec.model,
             features=d.features,
+            domain_adaptation=p.local_domain_adaptation,
             clip=p.clip,
             local_steps=p.local_work()[0],
             local_epochs=p.local_work()[1],
@@ -509,19 +540,42 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
 
         x, shape, model = agent_inputs(t, data, model)
         net = common.build_model(t.model, shape, data.num_classes, seed=0)
+        adaptation = t.domain_adaptation
+        if adaptation.method != "none" and public_x is None:
+            raise AlgorithmError(
+                "the task adapts to the public domain (dann) but no public images came"
+            )
         try:
             model_from_bytes(model, model=net)
-            update = local_update(
-                net,
-                x,
-                data.y,
-                steps=t.local_steps,
-                epochs=t.local_epochs,
-                batch_size=t.batch_size,
-                learning_rate=t.learning_rate,
-                seed=t.train_seed,
-                device=device,
-            )
+            if adaptation.method == "none":
+                update = local_update(
+                    net,
+                    x,
+                    data.y,
+                    steps=t.local_steps,
+                    epochs=t.local_epochs,
+                    batch_size=t.batch_size,
+                    learning_rate=t.learning_rate,
+                    seed=t.train_seed,
+                    device=device,
+                )
+            else:
+                from dpfl.learning.domain_adaptation import dann_local_update
+
+                update = dann_local_update(
+                    net,
+                    x,
+                    data.y,
+                    np.asarray(public_x),
+                    steps=t.local_steps,
+                    epochs=t.local_epochs,
+                    batch_size=t.batch_size,
+                    learning_rate=t.learning_rate,
+                    weight=adaptation.weight,
+                    hidden=adaptation.hidden,
+                    seed=t.train_seed,
+                    device=device,
+                )
         except LearningError as exc:
             raise AlgorithmError(f"local training failed: {exc}") from exc
         delta = update.delta.astype(np.float64)

@@ -30,6 +30,7 @@ from dpfl.accounting import (
     VotingEvent,
 )
 from dpfl.learning.algorithms import common, teachers
+from dpfl.learning.algorithms.adaptation import DomainAdaptation
 from dpfl.learning.algorithms.base import AgentData, AlgorithmError, Contract, TaskParams
 from dpfl.learning.algorithms.voting import (
     SOURCE,
@@ -54,22 +55,6 @@ __all__ = [
     "batch_sizes",
     "vote_sensitivities",
 ]
-
-
-class DomainAdaptation(Contract):
-    """How teachers adapt to the public domain: ``none`` (plain teachers) or ``dann``
-    (domain-adversarial features, ``weight`` on the domain loss, a domain classifier with
-    ``hidden`` units per layer) using the public images the agent received as the target."""
-
-    method: Literal["none", "dann"] = "none"
-    weight: float = Field(default=1.0, gt=0, le=100)
-    hidden: int = Field(default=100, ge=1, le=4096)
-
-    @model_validator(mode="after")
-    def _options_need_a_method(self) -> DomainAdaptation:
-        if self.method == "none" and (self.weight, self.hidden) != (1.0, 100):
-            raise ValueError("weight and hidden only apply to method dann")
-        return self
 
 
 class PateFlParams(VotingParams):
