@@ -501,6 +501,8 @@ class RowResult(BaseModel):
     declined: dict[str, int]
     quick: bool
     wall_s: float
+    # each seed's last-round metrics (e.g. PATE-FL's pseudo_label_accuracy, student_labels)
+    metrics: list[dict[str, float]] = Field(default_factory=list)
 
 
 def run_row(row: Row, seeds: Sequence[int], *, quick: bool, data_dir: str | None) -> RowResult:
@@ -513,6 +515,7 @@ def run_row(row: Row, seeds: Sequence[int], *, quick: bool, data_dir: str | None
     epsilons: list[float] = []
     stops: list[str | None] = []
     declined: dict[str, int] = {}
+    metrics: list[dict[str, float]] = []
     started = time.monotonic()
     for seed in seeds:
         result = dpfl.simulate(
@@ -525,6 +528,7 @@ def run_row(row: Row, seeds: Sequence[int], *, quick: bool, data_dir: str | None
             data_dir=data_dir,
         )
         accuracies.append(result.accuracy)
+        metrics.append({k: float(v) for k, v in result.metrics.items()})
         epsilons.append(max(result.epsilon.values(), default=0.0))
         stops.append(None if result.stop is None else f"{result.stop.kind}: {result.stop.message}")
         for rule, count in result.invitations.declined_by_rule.items():
@@ -555,6 +559,7 @@ def run_row(row: Row, seeds: Sequence[int], *, quick: bool, data_dir: str | None
         declined=declined,
         quick=quick,
         wall_s=round(time.monotonic() - started, 3),
+        metrics=metrics,
     )
 
 

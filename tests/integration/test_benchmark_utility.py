@@ -109,6 +109,8 @@ def test_quick_run_writes_lines_table_and_curves(tmp_path: Path) -> None:
         assert x["mean"] == pytest.approx(sum(x["accuracies"]) / 2)
         assert x["epsilon"] <= x["epsilon_target"]
         assert x["delta"] == pytest.approx(1000**-1.1)
+        assert len(x["metrics"]) == 2
+        assert all("survivors" in m for m in x["metrics"])
     fedls = lines[1]
     assert fedls["paper"] == 0.851
     assert fedls["target"] == 0.86
