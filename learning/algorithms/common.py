@@ -32,7 +32,7 @@ from dpfl.accounting import (
 from dpfl.learning.algorithms.base import AlgorithmError, CoordinatorData, PlanDetails
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpec
-from dpfl.secagg.encoding import EncodingConfig
+from dpfl.secagg.encoding import DEFAULT_ROUNDING_BETA, EncodingConfig
 from dpfl.secagg.errors import ParameterError
 from dpfl.secagg.noise import NoiseKind, NoiseSpec
 from dpfl.secagg.randomness import RandomStream
@@ -386,12 +386,19 @@ def check_sensitivities(pairs: Mapping[str, tuple[float, float]], *, source: str
         raise AlgorithmError("; ".join(wrong))
 
 
-def choose_scale_bits(*, clip: float, dimension: int, inflation: float = SCALE_INFLATION) -> int:
+def choose_scale_bits(
+    *,
+    clip: float,
+    dimension: int,
+    inflation: float = SCALE_INFLATION,
+    rounding_beta: float = DEFAULT_ROUNDING_BETA,
+) -> int:
     """The smallest b whose rounding inflates the L2 sensitivity by at most ``inflation``.
 
     Conditional stochastic rounding bounds the rounded vector's norm by
     ``Δ₂ = √(c² + d/4 + √(2 ln 1/β)·(c + √d/2))`` with ``c = S·2^b`` (Kairouz, Liu & Steinke 2021,
-    Thm. 1); we take the smallest b with ``Δ₂ ≤ (1 + inflation)·c``. Then the noise calibrated on
+    Thm. 1), unconditional rounding (β = 0) by ``c + √d``; we take the smallest b with
+    ``Δ₂ ≤ (1 + inflation)·c``. Then the noise calibrated on
     Δ₂ is within ``inflation`` of what the unrounded vector needs, and the per-coordinate rounding
     variance (≤ 1/4 per agent) is negligible next to the summed noise variance (≥ z²c², and
     ``d/4 ≤ 2·inflation·c²``). The ring must still hold the sum: see the callers, which lower b
@@ -400,7 +407,9 @@ def choose_scale_bits(*, clip: float, dimension: int, inflation: float = SCALE_I
     for bits in range(MAX_AUTO_SCALE_BITS + 1):
         if math.ldexp(clip, bits) >= 2.0**61:
             break
-        config = EncodingConfig(clip=clip, scale_bits=bits, ring_bits=64)
+        config = EncodingConfig(
+            clip=clip, scale_bits=bits, ring_bits=64, rounding_beta=rounding_beta
+        )
         if config.rounded_l2_bound(dimension) <= (1.0 + inflation) * config.scaled_clip:
             return bits
     raise AlgorithmError(

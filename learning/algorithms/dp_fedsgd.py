@@ -58,7 +58,12 @@ from dpfl.learning.algorithms.frozen_features import (
     front_for,
     model_input_shape,
 )
-from dpfl.learning.algorithms.integer_dpsgd import integer_dp_sgd, required_ring_bits, step_event
+from dpfl.learning.algorithms.integer_dpsgd import (
+    integer_dp_sgd,
+    required_ring_bits,
+    step_event,
+    step_sensitivities,
+)
 from dpfl.learning.algorithms.model_update import (
     ModelUpdateAlgorithm,
     ModelUpdatePlan,
@@ -248,8 +253,7 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
         mode = self._mode(spec)
 
         def make(bits: int) -> JobPlan:
-            probe = EncodingConfig(clip=p.clip, scale_bits=bits, ring_bits=64)
-            l1, l2 = probe.rounded_l1_bound(dimension), probe.rounded_l2_bound(dimension)
+            l1, l2 = step_sensitivities(clip=p.clip, scale_bits=bits, dimension=dimension)
 
             def job_event(z: float) -> DpEvent:
                 step = step_event(
@@ -312,7 +316,7 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
 
         bits = spec.secagg.scale_bits
         if bits is None:
-            bits = common.choose_scale_bits(clip=p.clip, dimension=dimension)
+            bits = common.choose_scale_bits(clip=p.clip, dimension=dimension, rounding_beta=0.0)
         plan = self._fit_scale(spec, population, bits, make)
         return self._with_claim_apart(spec, plan) if mode == SUM_DOMINATING else plan
 
@@ -398,7 +402,9 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
         )
         if d.agent_noise is not None and noise.parameter < d.agent_noise:
             noise = NoiseSpec(noise.kind, d.agent_noise)  # more participants than planned
-        probe = EncodingConfig(clip=d.clip, scale_bits=d.scale_bits, ring_bits=64, noise=noise)
+        probe = EncodingConfig(
+            clip=d.clip, scale_bits=d.scale_bits, ring_bits=64, noise=noise, rounding_beta=0.0
+        )
         bits = required_ring_bits(
             participants=participants,
             steps=d.local_steps,
@@ -410,7 +416,9 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
                 f"{participants} agents × {d.local_steps} steps × {d.max_local_size} "
                 f"records at scale 2^{d.scale_bits} need a {bits}-bit ring (> 64)"
             )
-        return EncodingConfig(clip=d.clip, scale_bits=d.scale_bits, ring_bits=bits, noise=noise)
+        return EncodingConfig(
+            clip=d.clip, scale_bits=d.scale_bits, ring_bits=bits, noise=noise, rounding_beta=0.0
+        )
 
     def claimed_round_event(self, plan: JobPlan) -> DpEvent:
         """One round: S compositions of the Poisson-subsampled step release with the plan's
@@ -519,11 +527,12 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
             step = step.event
         elif t.batch_sampling_rate < 1.0:
             raise AlgorithmError("the task samples records but the event does not say so")
+        l1, l2 = step_sensitivities(clip=t.clip, scale_bits=t.scale_bits, dimension=t.dimension)
         total = common.claimed_total(
             step,
             noise=t.noise,
-            l1=encoding.rounded_l1_bound(t.dimension),
-            l2=encoding.rounded_l2_bound(t.dimension),
+            l1=l1,
+            l2=l2,
             dimension=t.dimension,
             source=_SOURCE,
         )
@@ -615,7 +624,6 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
             learning_rate=t.learning_rate,
             normalizer=t.expected_batch_size,
             scale_bits=t.scale_bits,
-            rounding_bound=encoding.rounded_l2_bound(t.dimension),
             noise=encoding.noise,
             stream=stream,
             device=device,

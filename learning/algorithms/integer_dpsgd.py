@@ -1,12 +1,14 @@
 """DP-SGD in the secure-aggregation ring: DP-FedSGD's local steps with exact integer noise.
 
 Per step: a Poisson batch at rate exactly p; per-record gradients (``torch.func``), each clipped
-to C, scaled by 2^b and conditionally rounded PER RECORD, so every record's integer vector has
-the encoder's bounds Δ₂, Δ₁; their exact sum clamped per coordinate to what the ring was sized for
-(1-Lipschitz, so the step's sensitivities are unchanged, whatever the data set's size); plus this
-agent's noise share; then ``θ ← θ − γ·(I_s + n_s)/(B·2^b)``. The agent sends the exact sum of its
-S noisy steps, so each step's sum over agents is one subsampled Skellam release
-(docs/algorithms.md#dp-fedsgd).
+to C and scaled by 2^b, then truncated toward zero to a fixed point of f fractional bits (which
+never raises a record's norm); their exact sum clamped per coordinate to what the ring was sized
+for (1-Lipschitz); that sum stochastically rounded ONCE, ``⌊(A + U)/2^f⌋`` with U uniform on f
+bits; plus this agent's noise share; then ``θ ← θ − γ·(I_s + n_s)/(B·2^b)``. Coupling the two
+neighbours through the same U bounds one record's move by ``c + √d`` in L2 and ``c·√d + d`` in L1
+(:func:`step_sensitivities`; docs/accounting.md#dp-fedsgd-one-rounding-per-step). The agent sends
+the exact sum of its S noisy steps, so each step's sum over agents is one subsampled Skellam
+release (docs/algorithms.md#dp-fedsgd).
 """
 
 from __future__ import annotations
@@ -21,13 +23,7 @@ import numpy.typing as npt
 from dpfl.accounting import DpEvent, GaussianEvent, PoissonSampledEvent, SkellamEvent
 from dpfl.learning.algorithms import common
 from dpfl.learning.algorithms.base import AlgorithmError
-from dpfl.secagg.encoding import (
-    DEFAULT_KAPPA,
-    EncodingConfig,
-    bit_budget,
-    norm_at_most,
-    stochastic_round,
-)
+from dpfl.secagg.encoding import DEFAULT_KAPPA, EncodingConfig, bit_budget
 from dpfl.secagg.noise import NoiseSpec
 from dpfl.secagg.randomness import RandomStream
 
@@ -35,13 +31,18 @@ __all__ = [
     "IntegerSteps",
     "clamped_sum",
     "clip_rows",
+    "fixed_point_rows",
     "integer_dp_sgd",
     "required_ring_bits",
-    "round_rows",
+    "round_sum",
     "step_event",
+    "step_sensitivities",
 ]
 
-_MAX_ROUNDING_ATTEMPTS = 10_000
+#: Fractional bits of the fixed point in which a step's records are summed exactly.
+FRACTION_BITS = 16
+#: Every fixed-point sum stays below 2^62 in magnitude (int64 without overflow).
+_SUM_BITS = 62
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,32 +80,51 @@ def clamped_sum(rows: npt.NDArray[np.int64], limit: int | None) -> npt.NDArray[n
     return out
 
 
-def round_rows(
-    scaled: npt.NDArray[np.float64], bound: float, stream: RandomStream
-) -> npt.NDArray[np.int64]:
-    """Conditional stochastic rounding of every row until its L2 norm is ≤ ``bound``.
+def step_sensitivities(*, clip: float, scale_bits: int, dimension: int) -> tuple[float, float]:
+    """(Δ₁, Δ₂) of one record in one step's rounded sum: ``c·√d + d`` and ``c + √d``, c = C·2^b.
+
+    The step rounds the fixed-point sum once (:func:`round_sum`); with the two neighbours coupled
+    through the same draws every coordinate moves by at most ⌈|δ_i|⌉ ≤ |δ_i| + 1 where the record
+    moves it by δ_i, and by 0 elsewhere. These are the encoder's bounds without conditional
+    rounding (``rounding_beta = 0``)."""
+    probe = EncodingConfig(clip=clip, scale_bits=scale_bits, ring_bits=64, rounding_beta=0.0)
+    return probe.rounded_l1_bound(dimension), probe.rounded_l2_bound(dimension)
+
+
+def fraction_bits(records: int, coordinate_bound: int) -> int:
+    """f ≤ :data:`FRACTION_BITS` such that ``records`` rows of magnitude ≤ ``coordinate_bound``
+    (ring units), in fixed point of f fractional bits, sum below 2^62.
 
     Raises:
-        AlgorithmError: a row still over the bound after 10 000 draws (impossible for rows of
-            norm ≤ C·2^b with the encoder's β).
+        AlgorithmError: even whole units would overflow (more than 2^62/⌈C·2^b⌉ records).
     """
-    n, d = scaled.shape
-    out = np.empty((n, d), dtype=np.int64)
-    pending = np.arange(n)
-    for _ in range(_MAX_ROUNDING_ATTEMPTS):
-        if pending.size == 0:
-            return out
-        rounded = stochastic_round(scaled[pending].reshape(-1), stream).reshape(pending.size, d)
-        squares = np.einsum("ij,ij->i", rounded.astype(np.float64), rounded.astype(np.float64))
-        slack = squares * (d + 2) * 2.0**-52
-        limit = bound * bound
-        sure = squares + slack < limit * (1 - 2.0**-51)
-        unsure = ~sure & (squares - slack <= limit * (1 + 2.0**-51))
-        for i in np.flatnonzero(unsure):
-            sure[i] = norm_at_most(rounded[i], bound)
-        out[pending[sure]] = rounded[sure]
-        pending = pending[~sure]
-    raise AlgorithmError("conditional rounding of a record's gradient did not meet its bound")
+    headroom = _SUM_BITS - (max(records, 1) * coordinate_bound).bit_length()
+    if headroom < 0:
+        raise AlgorithmError(
+            f"{records} records at {coordinate_bound} units per coordinate overflow 64 bits"
+        )
+    return min(FRACTION_BITS, headroom)
+
+
+def fixed_point_rows(scaled: npt.NDArray[np.float64], bits: int) -> npt.NDArray[np.int64]:
+    """Every value times 2^``bits``, truncated toward zero: |out_i| ≤ |v_i|·2^bits, so no row's
+    norm grows (exact for |v|·2^bits < 2^63: the product by a power of two is exact and the
+    integer cast truncates)."""
+    product = scaled * math.ldexp(1.0, bits)
+    out: npt.NDArray[np.int64] = product.astype(np.int64)
+    return out
+
+
+def round_sum(
+    fixed: npt.NDArray[np.int64], bits: int, stream: RandomStream
+) -> npt.NDArray[np.int64]:
+    """``⌊(A + U)/2^bits⌋`` per coordinate, U uniform on ``bits`` bits: A/2^bits rounded up with
+    probability exactly its fractional part (unbiased), and monotone in A for fixed U."""
+    if bits == 0:
+        return fixed.copy()
+    draws = (stream.uint64(fixed.size) >> np.uint64(64 - bits)).astype(np.int64)
+    out: npt.NDArray[np.int64] = np.right_shift(fixed + draws, bits)
+    return out
 
 
 def _per_sample_gradients(model: Any, names: list[str], xb: Any, yb: Any) -> Any:
@@ -133,7 +153,6 @@ def integer_dp_sgd(
     learning_rate: float,
     normalizer: float,
     scale_bits: int,
-    rounding_bound: float,
     noise: NoiseSpec,
     stream: RandomStream,
     device: str = "cpu",
@@ -151,9 +170,8 @@ def integer_dp_sgd(
         learning_rate: γ > 0.
         normalizer: B > 0, the common expected batch size.
         scale_bits: b.
-        rounding_bound: Δ₂, the conditional rounding's L2 bound for one record.
         noise: this agent's per-step noise share (ring units).
-        stream: the agent's CSPRNG stream (batches, rounding, noise).
+        stream: the agent's CSPRNG stream (batches, rounding draws, noise).
         device: where gradients are computed.
         coordinate_limit: L, the clamp of every coordinate of each step's integer sum (None:
             no clamp).
@@ -208,8 +226,12 @@ def integer_dp_sgd(
             except RuntimeError as exc:
                 raise AlgorithmError(f"per-record gradients failed: {exc}") from None
             clipped = clip_rows(rows.detach().to("cpu", torch.float64).numpy(), clip)
-            integers = round_rows(np.ldexp(clipped, scale_bits), rounding_bound, stream)
-            released = released + clamped_sum(integers, coordinate_limit)
+            bits = fraction_bits(len(chosen), math.ceil(math.ldexp(clip, scale_bits)))
+            fixed = fixed_point_rows(clipped, scale_bits + bits)
+            limit = (
+                None if coordinate_limit is None else min(coordinate_limit << bits, 1 << _SUM_BITS)
+            )
+            released = released + round_sum(clamped_sum(fixed, limit), bits, stream)
         total += released
         update = torch.from_numpy(released.astype(np.float64) * -step_size)
         with torch.no_grad():

@@ -35,8 +35,11 @@ from dpfl.learning.algorithms.integer_dpsgd import (
     _per_sample_gradients,
     clamped_sum,
     clip_rows,
+    fixed_point_rows,
+    fraction_bits,
     integer_dp_sgd,
-    round_rows,
+    round_sum,
+    step_sensitivities,
 )
 from dpfl.learning.jobs import parse_job
 from dpfl.learning.models import build_model
@@ -91,7 +94,6 @@ def test_one_integer_step_matches_record_by_record_gradients(
         g = torch.cat([p.grad.reshape(-1) for p in net.parameters()]).double().numpy()
         truth.append(g * min(1.0, clip / np.linalg.norm(g)))
     summed = np.ldexp(np.sum(truth, axis=0), bits)
-    config = EncodingConfig(clip=clip, scale_bits=bits, ring_bits=64)
     result = integer_dp_sgd(
         net,
         x,
@@ -102,31 +104,46 @@ def test_one_integer_step_matches_record_by_record_gradients(
         learning_rate=0.5,
         normalizer=4.0,
         scale_bits=bits,
-        rounding_bound=config.rounded_l2_bound(650),
         noise=NoiseSpec.none(),
         stream=_stream("one-step"),
     )
     assert result.batch_sizes == (20,)
     assert result.total.dtype == np.int64
-    # each record is rounded to floor or ceiling per coordinate: < 1 per record away
-    assert np.abs(result.total - summed).max() < 20
-    assert abs(result.total.sum() - summed.sum()) < 20 * 650
+    # the sum is rounded once, to floor or ceiling per coordinate (truncation costs 20·2^-16)
+    assert np.abs(result.total - summed).max() < 1.01
     after = flatten_parameters(net, dtype=np.float64)
     np.testing.assert_allclose(
         after, before - 0.5 * result.total / (4.0 * 2**bits), rtol=1e-5, atol=1e-6
     )
 
 
-def test_records_are_rounded_within_the_norm_bound() -> None:
+def test_fixed_point_truncation_never_raises_a_norm() -> None:
     rng = np.random.default_rng(0)
-    config = EncodingConfig(clip=1.0, scale_bits=6, ring_bits=64)
-    bound = config.rounded_l2_bound(40)
     rows = rng.normal(size=(300, 40))
     rows *= 64.0 / np.linalg.norm(rows, axis=1, keepdims=True)  # on the clip sphere
-    out = round_rows(rows, bound, _stream("rows"))
-    assert out.dtype == np.int64
-    assert np.all(np.linalg.norm(out, axis=1) <= bound)
-    assert np.all(np.abs(out - rows) < 1)
+    fixed = fixed_point_rows(rows, 5)
+    assert fixed.dtype == np.int64
+    assert np.all(np.abs(fixed) <= np.abs(np.ldexp(rows, 5)))
+    assert np.all(np.linalg.norm(fixed, axis=1) <= 64.0 * 32)
+    assert np.all(np.abs(fixed - np.ldexp(rows, 5)) < 1)
+
+
+def test_the_sum_is_rounded_once_without_bias() -> None:
+    """⌊(A + U)/2^f⌋ rounds A/2^f up with probability exactly its fractional part."""
+    bits = 4
+    fixed = np.array([-37, -16, -1, 0, 5, 16, 23], dtype=np.int64)
+    draws = np.stack([round_sum(fixed, bits, _stream(f"sum{i}")) for i in range(4000)])
+    exact = fixed / 16
+    assert np.all((draws == np.floor(exact)[None]) | (draws == np.ceil(exact)[None]))
+    np.testing.assert_allclose(draws.mean(axis=0), exact, atol=0.03)
+    assert np.array_equal(round_sum(fixed, 0, _stream("none")), fixed)
+
+
+def test_fraction_bits_keep_the_sum_in_64_bits() -> None:
+    assert fraction_bits(100, 1 << 18) == 16
+    assert fraction_bits(1 << 20, 1 << 30) == 62 - 51
+    with pytest.raises(AlgorithmError, match="overflow 64 bits"):
+        fraction_bits(1 << 40, 1 << 30)
 
 
 def test_noise_is_added_at_every_step_and_the_batches_are_poisson(
@@ -145,7 +162,6 @@ def test_noise_is_added_at_every_step_and_the_batches_are_poisson(
         learning_rate=1e-9,  # the model barely moves: the steps' data parts stay comparable
         normalizer=1.0,
         scale_bits=0,
-        rounding_bound=EncodingConfig(clip=1.0, scale_bits=0, ring_bits=64).rounded_l2_bound(650),
         noise=noise,
         stream=_stream("noisy"),
     )
@@ -163,9 +179,13 @@ def test_noise_is_added_at_every_step_and_the_batches_are_poisson(
 def test_plan_calibrates_s_subsampled_skellam_steps_per_round(plan: JobPlan) -> None:
     assert get_algorithm("dp-fedsgd") is ALGORITHM
     d = plan.details
-    config = EncodingConfig(clip=1.0, scale_bits=d.scale_bits, ring_bits=64)
-    assert d.l2_sensitivity == config.rounded_l2_bound(650)
+    # one rounding per step: Δ₂ = c + √d, and b the smallest scale keeping it within 0.1 % of c
+    config = EncodingConfig(clip=1.0, scale_bits=d.scale_bits, ring_bits=64, rounding_beta=0.0)
+    assert d.l2_sensitivity == config.scaled_clip + math.sqrt(650)
+    assert d.l1_sensitivity == pytest.approx(config.scaled_clip * math.sqrt(650) + 650)
     assert d.l2_sensitivity <= 1.001 * config.scaled_clip
+    smaller = math.ldexp(1.0, d.scale_bits - 1)
+    assert smaller + math.sqrt(650) > 1.001 * smaller
     assert math.sqrt(2 * d.noise_total) == pytest.approx(plan.noise_multiplier * d.l2_sensitivity)
     step = PoissonSampledEvent(
         0.1, SkellamEvent(d.noise_total, d.l1_sensitivity, d.l2_sensitivity, 650)
@@ -646,7 +666,6 @@ def _clamped_steps(x: Any, y: Any, *, limit: int | None, seed: str, steps: int =
         learning_rate=0.5,
         normalizer=10.0,
         scale_bits=4,
-        rounding_bound=EncodingConfig(clip=1.0, scale_bits=4, ring_bits=64).rounded_l2_bound(650),
         noise=NoiseSpec.none(),
         stream=_stream(seed),
         coordinate_limit=limit,
@@ -678,25 +697,35 @@ def test_max_local_size_clamps_each_step_instead_of_refusing(
         _clamped_steps(x, y, limit=0, seed="bad")
 
 
-def test_the_clamp_keeps_one_records_sensitivity(digits_agents: list[AgentData]) -> None:
-    """Add/remove one record at an agent far above M_max: the clamped step sums (of the real
-    clipped, rounded per-record gradients) differ by at most that record's rounded vector per
-    coordinate, so by at most Δ₁ in L1 and Δ₂ in L2."""
+def test_the_clamp_and_the_rounding_keep_one_records_sensitivity(
+    digits_agents: list[AgentData],
+) -> None:
+    """Add/remove one record at an agent far above M_max: with the same rounding draws, the
+    rounded clamped step sums (of the real clipped per-record gradients) differ by at most
+    ⌈|that record's fixed-point move|⌉ per coordinate, so by at most Δ₁ in L1 and Δ₂ in L2."""
     agent = digits_agents[1]
-    config = EncodingConfig(clip=1.0, scale_bits=4, ring_bits=64)
+    bits, clip, dimension = 4, 1.0, 650
+    l1, l2 = step_sensitivities(clip=clip, scale_bits=bits, dimension=dimension)
+    assert l2 == pytest.approx(16 + math.sqrt(dimension))
+    assert l1 == pytest.approx(16 * math.sqrt(dimension) + dimension)
     net = build_model("logreg", input_shape=(1, 8, 8), num_classes=10, seed=0)
     names = [name for name, _ in net.named_parameters()]
     xt = torch.as_tensor(np.concatenate([np.repeat(agent.x[:1], 30, axis=0), agent.x[1:9]]))
     yt = torch.as_tensor(np.concatenate([np.repeat(agent.y[:1], 30, axis=0), agent.y[1:9]]))
     grads = _per_sample_gradients(net, names, xt, yt).detach().to(torch.float64).numpy()
-    rows = round_rows(
-        np.ldexp(clip_rows(grads, 1.0), 4), config.rounded_l2_bound(650), _stream("rows")
-    )
-    limit = 3 * config.coordinate_bound
+    f = fraction_bits(len(grads), 16)
+    rows = fixed_point_rows(clip_rows(grads, clip), bits + f)
+    limit = (3 * EncodingConfig(clip=clip, scale_bits=bits, ring_bits=64).coordinate_bound) << f
+    worst = 0.0
     for k in range(30, 38):  # remove each of the 8 distinct records in turn
-        without = clamped_sum(np.delete(rows, k, axis=0), limit)
-        gap = (clamped_sum(rows, limit) - without).astype(np.float64)
-        assert np.all(np.abs(gap) <= np.abs(rows[k]))
-        assert np.abs(gap).sum() <= config.rounded_l1_bound(650)
-        assert np.linalg.norm(gap) <= config.rounded_l2_bound(650)
+        for draw in range(3):
+            label = f"coupled{draw}"
+            with_k = round_sum(clamped_sum(rows, limit), f, _stream(label))
+            without = round_sum(clamped_sum(np.delete(rows, k, axis=0), limit), f, _stream(label))
+            gap = (with_k - without).astype(np.float64)
+            assert np.all(np.abs(gap) <= np.ceil(np.abs(rows[k]) / 2**f))
+            assert np.abs(gap).sum() <= l1
+            assert np.linalg.norm(gap) <= l2
+            worst = max(worst, float(np.linalg.norm(gap)))
+    assert worst > 0.5 * 16  # the records do move the sum
     assert np.abs(rows.sum(axis=0)).max() > limit  # the clamp acted
