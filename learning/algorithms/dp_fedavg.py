@@ -309,7 +309,9 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
 
         bits = spec.secagg.scale_bits
         if bits is None:
-            bits = common.choose_scale_bits(clip=p.clip, dimension=dimension)
+            bits = common.choose_scale_bits(
+                clip=p.clip, dimension=dimension, inflation=self.scale_inflation
+            )
         return self._fit_scale(spec, population, bits, make)
 
     def initial_state(self, job: JobSpec, plan: JobPlan, data: CoordinatorData) -> CoordinatorState:

@@ -224,6 +224,10 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
     task_type = DpFedSgdTask
     unit = "record"
     model_direction = -1.0  # the model steps against the summed gradients
+    #: One rounding per step costs √d over c (docs/accounting.md#dp-fedsgd-one-rounding-per-step);
+    #: keeping that within 0.1 % would need b with μ ∝ 4^b so large that the exact Poisson
+    #: sampler's rare exact fallback takes seconds per call (docs/secagg.md#integer-noise).
+    scale_inflation: ClassVar[float] = 1e-2
 
     @staticmethod
     def _mode(job: DpFedSgdJob) -> AccountingMode:
@@ -316,7 +320,9 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
 
         bits = spec.secagg.scale_bits
         if bits is None:
-            bits = common.choose_scale_bits(clip=p.clip, dimension=dimension, rounding_beta=0.0)
+            bits = common.choose_scale_bits(
+                clip=p.clip, dimension=dimension, inflation=self.scale_inflation, rounding_beta=0.0
+            )
         plan = self._fit_scale(spec, population, bits, make)
         return self._with_claim_apart(spec, plan) if mode == SUM_DOMINATING else plan
 

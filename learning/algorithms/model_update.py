@@ -16,7 +16,7 @@ import abc
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Literal, Self
+from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
 import numpy.typing as npt
@@ -99,6 +99,9 @@ class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
         """A copy whose client sampling draws from ``source``."""
         return type(self)(random_source=source)
 
+    #: How far rounding may inflate the L2 sensitivity when b is chosen automatically.
+    scale_inflation: ClassVar[float] = common.SCALE_INFLATION
+
     # -- what a subclass defines -------------------------------------------------------------
 
     @abc.abstractmethod
@@ -145,7 +148,8 @@ class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
                 self._encoding(
                     spec, self.details(plan), participants=population, min_survivors=survivors
                 )
-                rule = {"scale_bits_rule": "given" if given else "inflation<=0.1%"}
+                auto = f"inflation<={self.scale_inflation:.1%}"
+                rule = {"scale_bits_rule": "given" if given else auto}
                 return replace(plan, calibration={**plan.calibration, **rule})
             except AlgorithmError:
                 if given or bits == 0:
