@@ -5,7 +5,8 @@ coordinator's ledger; δ; the paper's figure; the target and whether it was met)
 ``table.md`` and ``curves.png`` (accuracy against ε) to ``--out``. ``--quick`` runs a tiny digits
 version of each row (a smoke test, not a result).
 
-Usage: ``python benchmarks/utility.py [--rows NAME,...] [--seeds K] [--out DIR] [--quick]``.
+Usage: ``python benchmarks/utility.py [--rows NAME,...] [--seeds K] [--out DIR] [--quick]
+[--workers W]``.
 Rows, settings and what is not expressible yet: docs/utility.md#the-benchmark.
 """
 
@@ -14,10 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
+import os
 import statistics
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -223,11 +227,30 @@ def _fedls_rows() -> list[Row]:
     return rows
 
 
-def _fmnist_fedsgd(name: str, *, local_steps: int, sampling_rate: float, rate: float) -> Row:
+def _fmnist_fedsgd(
+    name: str,
+    *,
+    local_steps: int,
+    sampling_rate: float,
+    rate: float,
+    server_momentum: float | None = None,
+) -> Row:
     """Fashion-MNIST CNN, 10 IID agents (6000 records each), 20 rounds, record level, Skellam,
     ε 4 at δ 1e-5, provable accounting; ``local_steps`` = 1/``sampling_rate`` is one local epoch.
-    The rate of the epoch row was chosen on a validation split (docs/utility.md); the 1-step row
-    takes the same rate and batch."""
+    The rate and server momentum of the epoch row were chosen on a validation split
+    (docs/utility.md); the 1-step row takes the same rate and batch."""
+    params: dict[str, Any] = {
+        "clip": 1.0,
+        "local_steps": local_steps,
+        "batch_sampling_rate": sampling_rate,
+        "learning_rate": rate,
+    }
+    if server_momentum is not None:
+        params["server_optimizer"] = {
+            "kind": "momentum",
+            "learning_rate": 1.0,
+            "momentum": server_momentum,
+        }
     return Row(
         name=name,
         series=f"DP-FedSGD ({'1 step' if local_steps == 1 else '1 epoch'})",
@@ -238,12 +261,7 @@ def _fmnist_fedsgd(name: str, *, local_steps: int, sampling_rate: float, rate: f
             "model": "cnn",
             "rounds": 20,
             "privacy": {"unit": "record", "delta": 1e-5, "target_epsilon": 4.0, "noise": "skellam"},
-            "params": {
-                "clip": 1.0,
-                "local_steps": local_steps,
-                "batch_sampling_rate": sampling_rate,
-                "learning_rate": rate,
-            },
+            "params": params,
         },
         agents=10,
         epsilon=4.0,
@@ -412,7 +430,13 @@ def rows() -> list[Row]:
     ]
     others = [
         _fmnist_fedsgd("fmnist-dp-fedsgd-1step", local_steps=1, sampling_rate=0.1, rate=8.0),
-        _fmnist_fedsgd("fmnist-dp-fedsgd-1epoch", local_steps=10, sampling_rate=0.1, rate=8.0),
+        _fmnist_fedsgd(
+            "fmnist-dp-fedsgd-1epoch",
+            local_steps=10,
+            sampling_rate=0.1,
+            rate=8.0,
+            server_momentum=0.5,
+        ),
         Row(
             name="mnist-dp-helmet",
             series="DP-Helmet",
@@ -507,49 +531,64 @@ class RowResult(BaseModel):
     metrics: list[dict[str, float]] = Field(default_factory=list)
 
 
-def run_row(row: Row, seeds: Sequence[int], *, quick: bool, data_dir: str | None) -> RowResult:
-    """Run ``row`` once per seed through ``dpfl.simulate``."""
+class SeedOutcome(BaseModel):
+    """One seed of one row: what :func:`combine` needs from its ``dpfl.simulate`` result."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    accuracy: float | None
+    epsilon: float
+    stop_reason: str | None
+    declined: dict[str, int]
+    metrics: dict[str, float]
+    wall_s: float
+
+
+def run_seed(row: Row, seed: int, *, quick: bool, data_dir: str | None) -> SeedOutcome:
+    """Run ``row`` once through ``dpfl.simulate`` with ``seed``."""
     import dpfl
 
-    document = row.document(quick=quick)
-    agents = row.quick_agents if quick else row.agents
-    accuracies: list[float | None] = []
-    epsilons: list[float] = []
-    stops: list[str | None] = []
-    declined: dict[str, int] = {}
-    metrics: list[dict[str, float]] = []
     started = time.monotonic()
-    for seed in seeds:
-        result = dpfl.simulate(
-            document,
-            agents,
-            seed=seed,
-            budget_epsilon=row.budget_epsilon,
-            agent_max_epsilon_per_job=row.agent_max_epsilon,
-            agent_max_epsilon_total=row.agent_max_epsilon,
-            data_dir=data_dir,
-        )
-        accuracies.append(result.accuracy)
-        metrics.append({k: float(v) for k, v in result.metrics.items()})
-        epsilons.append(max(result.epsilon.values(), default=0.0))
-        stops.append(None if result.stop is None else f"{result.stop.kind}: {result.stop.message}")
-        for rule, count in result.invitations.declined_by_rule.items():
+    result = dpfl.simulate(
+        row.document(quick=quick),
+        row.quick_agents if quick else row.agents,
+        seed=seed,
+        budget_epsilon=row.budget_epsilon,
+        agent_max_epsilon_per_job=row.agent_max_epsilon,
+        agent_max_epsilon_total=row.agent_max_epsilon,
+        data_dir=data_dir,
+    )
+    return SeedOutcome(
+        accuracy=result.accuracy,
+        epsilon=max(result.epsilon.values(), default=0.0),
+        stop_reason=None if result.stop is None else f"{result.stop.kind}: {result.stop.message}",
+        declined=dict(result.invitations.declined_by_rule),
+        metrics={k: float(v) for k, v in result.metrics.items()},
+        wall_s=time.monotonic() - started,
+    )
+
+
+def combine(
+    row: Row, seeds: Sequence[int], outcomes: Sequence[SeedOutcome], *, quick: bool
+) -> RowResult:
+    """The row's line from its seeds' outcomes (``wall_s``: their run times summed)."""
+    accuracies = [o.accuracy for o in outcomes]
+    declined: dict[str, int] = {}
+    for outcome in outcomes:
+        for rule, count in outcome.declined.items():
             declined[rule] = declined.get(rule, 0) + count
     measured = [a for a in accuracies if a is not None]
     complete = len(measured) == len(accuracies)
-    mean = statistics.fmean(measured) if complete and measured else None
-    std = statistics.stdev(measured) if complete and len(measured) > 1 else None
-    epsilon = max(epsilons) if epsilons else None
     return RowResult(
         row=row.name,
         series=row.series,
-        algorithm=str(document["algorithm"]),
-        agents=agents,
+        algorithm=str(row.document(quick=quick)["algorithm"]),
+        agents=row.quick_agents if quick else row.agents,
         seeds=list(seeds),
         accuracies=accuracies,
-        mean=mean,
-        std=std,
-        epsilon=epsilon,
+        mean=statistics.fmean(measured) if complete and measured else None,
+        std=statistics.stdev(measured) if complete and len(measured) > 1 else None,
+        epsilon=max((o.epsilon for o in outcomes), default=None),
         epsilon_target=row.epsilon,
         delta=row.delta,
         paper=row.paper,
@@ -557,12 +596,54 @@ def run_row(row: Row, seeds: Sequence[int], *, quick: bool, data_dir: str | None
         target=row.target,
         beats=list(row.beats),
         met=None,
-        stop_reasons=stops,
+        stop_reasons=[o.stop_reason for o in outcomes],
         declined=declined,
         quick=quick,
-        wall_s=round(time.monotonic() - started, 3),
-        metrics=metrics,
+        wall_s=round(sum(o.wall_s for o in outcomes), 3),
+        metrics=[o.metrics for o in outcomes],
     )
+
+
+def run_row(row: Row, seeds: Sequence[int], *, quick: bool, data_dir: str | None) -> RowResult:
+    """Run ``row`` once per seed through ``dpfl.simulate``, one seed after the other."""
+    outcomes = [run_seed(row, seed, quick=quick, data_dir=data_dir) for seed in seeds]
+    return combine(row, seeds, outcomes, quick=quick)
+
+
+def _worker_init(threads: int) -> None:
+    """Cap each worker's BLAS and torch threads before torch loads (the workers share the
+    cores)."""
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ[name] = str(threads)
+    import torch
+
+    torch.set_num_threads(threads)
+
+
+def run_rows(
+    chosen: Sequence[Row],
+    seeds: Sequence[int],
+    *,
+    quick: bool,
+    data_dir: str | None,
+    workers: int,
+) -> Iterator[RowResult]:
+    """Every row's line, in ``chosen``'s order. ``workers`` > 1 runs the (row, seed) runs in
+    that many processes (one thread each), so seeds and rows share the cores; each line is
+    yielded once its row's seeds are done and the rows before it were yielded."""
+    if workers == 1:
+        for row in chosen:
+            yield run_row(row, seeds, quick=quick, data_dir=data_dir)
+        return
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init,
+                             initargs=(1,)) as pool:  # fmt: skip
+        futures = [
+            [pool.submit(run_seed, row, seed, quick=quick, data_dir=data_dir) for seed in seeds]
+            for row in chosen
+        ]
+        for row, pending in zip(chosen, futures, strict=True):
+            yield combine(row, seeds, [f.result() for f in pending], quick=quick)
 
 
 def judged(result: RowResult, others: Mapping[str, RowResult]) -> RowResult:
@@ -621,7 +702,7 @@ def curves(results: Sequence[RowResult], path: Path) -> None:
     for name, points in sorted(series.items()):
         points.sort(key=lambda r: r.epsilon_target)
         ax.errorbar(
-            [p.epsilon for p in points],
+            [p.epsilon or 0.0 for p in points],
             [100 * (p.mean or 0.0) for p in points],
             yerr=[100 * (p.std or 0.0) for p in points],
             marker="o",
@@ -649,6 +730,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny digits smoke run of the rows")
     parser.add_argument("--data-dir", default=None, help="default: $DPFL_DATA_DIR")
     parser.add_argument("--list", action="store_true", help="print the row names and exit")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes running the rows' seeds side by side, one thread each (default 1: "
+        "one run after the other in this process)",
+    )
     args = parser.parse_args(argv)
     every = rows()
     if args.list:
@@ -657,6 +745,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.seeds < 1:
         parser.error("--seeds must be >= 1")
+    if args.workers < 1:
+        parser.error("--workers must be >= 1")
     chosen = every
     if args.rows is not None:
         names = [n.strip() for n in args.rows.split(",") if n.strip()]
@@ -667,11 +757,12 @@ def main(argv: list[str] | None = None) -> int:
         chosen = [known[n] for n in names]
     seeds = list(range(1, args.seeds + 1))
     results: dict[str, RowResult] = {}
-    for row in chosen:  # each row's line as soon as it ran (a baseline runs before its rival)
-        results[row.name] = judged(
-            run_row(row, seeds, quick=args.quick, data_dir=args.data_dir), results
-        )
-        print(json.dumps(results[row.name].model_dump(mode="json")), flush=True)
+    # each row's line as soon as it ran (a baseline comes before its rival)
+    for line in run_rows(
+        chosen, seeds, quick=args.quick, data_dir=args.data_dir, workers=args.workers
+    ):
+        results[line.row] = judged(line, results)
+        print(json.dumps(results[line.row].model_dump(mode="json")), flush=True)
     final = [results[r.name] for r in chosen]
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "table.md").write_text(table(final), encoding="utf-8")

@@ -80,6 +80,7 @@ def test_judged_and_table() -> None:
 
 @pytest.mark.slow
 def test_quick_run_writes_lines_table_and_curves(tmp_path: Path) -> None:
+    """Two worker processes run the two rows' four seeds; the lines come in row order."""
     rows = "mnist-iid-dp-fedavg-poisson-eps7,mnist-iid-dp-fed-ls-poisson-eps7"
     done = subprocess.run(
         [
@@ -90,6 +91,8 @@ def test_quick_run_writes_lines_table_and_curves(tmp_path: Path) -> None:
             "2",
             "--rows",
             rows,
+            "--workers",
+            "2",
             "--out",
             str(tmp_path),
         ],
@@ -121,6 +124,33 @@ def test_quick_run_writes_lines_table_and_curves(tmp_path: Path) -> None:
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_seed_outcomes_combine_into_the_row_line() -> None:
+    utility = _utility()
+    row = next(r for r in utility.rows() if r.name == "mnist-iid-dp-fed-ls-poisson-eps7")
+    outcomes = [
+        utility.SeedOutcome(
+            accuracy=a, epsilon=e, stop_reason=None, declined=d, metrics={"m": a}, wall_s=w
+        )
+        for a, e, d, w in [
+            (0.8, 6.5, {"max_epsilon_total": 2}, 1.5),
+            (0.9, 6.9, {"max_epsilon_total": 1, "other": 1}, 2.5),
+        ]
+    ]
+    line = utility.combine(row, [1, 2], outcomes, quick=False)
+    assert line.accuracies == [0.8, 0.9]
+    assert line.mean == pytest.approx(0.85)
+    assert line.std == pytest.approx(0.0707, abs=1e-4)
+    assert line.epsilon == 6.9
+    assert line.declined == {"max_epsilon_total": 3, "other": 1}
+    assert line.wall_s == 4.0
+    assert line.agents == 1000
+    assert line.metrics == [{"m": 0.8}, {"m": 0.9}]
+    failed = outcomes[0].model_copy(update={"accuracy": None, "stop_reason": "error: boom"})
+    partial = utility.combine(row, [1, 2], [failed, outcomes[1]], quick=False)
+    assert partial.mean is None
+    assert partial.stop_reasons == ["error: boom", None]
+
+
 def test_unknown_row_is_refused(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "utility.py"), "--rows", "nope", "--out",
@@ -129,3 +159,10 @@ def test_unknown_row_is_refused(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 2
     assert "unknown rows ['nope']" in done.stderr
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "utility.py"), "--workers", "0", "--out",
+         str(tmp_path)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--workers must be >= 1" in done.stderr
