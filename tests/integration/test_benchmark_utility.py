@@ -76,6 +76,21 @@ def test_judged_and_table() -> None:
     assert "| hit | 2 | 2 | 3 (≤ 4) |" in text
     assert "85.0 % ± 7.0" in text
     assert "| yes |" in text
+    claim = low.model_copy(update={"epsilon": 15.5, "claimed_epsilon": 3.998})
+    assert "| 15.5 (≤ 4); claim 4, not a bound |" in utility.table([claim])
+
+
+def test_the_claim_row_is_the_epoch_row_under_the_papers_accounting() -> None:
+    """Shown apart: same recipe, sum-dominating accounting, no target, and budgets and a policy
+    that let its agents pay their share's local-DP charge."""
+    utility = _utility()
+    rows = {r.name: r for r in utility.rows()}
+    epoch, claim = rows["fmnist-dp-fedsgd-1epoch"], rows["fmnist-dp-fedsgd-1epoch-claim"]
+    assert claim.document()["params"] == epoch.document()["params"]
+    assert epoch.document()["privacy"]["accounting"] == "provable"
+    assert claim.document()["privacy"]["accounting"] == "sum-dominating"
+    assert (epoch.target, claim.target) == (0.82, None)
+    assert claim.agent_policy == {"min_noise_multiplier": 0.0}
 
 
 @pytest.mark.slow
@@ -137,6 +152,7 @@ def test_seed_outcomes_combine_into_the_row_line() -> None:
         ]
     ]
     line = utility.combine(row, [1, 2], outcomes, quick=False)
+    assert line.claimed_epsilon is None
     assert line.accuracies == [0.8, 0.9]
     assert line.mean == pytest.approx(0.85)
     assert line.std == pytest.approx(0.0707, abs=1e-4)
@@ -149,6 +165,11 @@ def test_seed_outcomes_combine_into_the_row_line() -> None:
     partial = utility.combine(row, [1, 2], [failed, outcomes[1]], quick=False)
     assert partial.mean is None
     assert partial.stop_reasons == ["error: boom", None]
+    claims = [
+        o.model_copy(update={"claimed_epsilon": c})
+        for o, c in zip(outcomes, (3.9, 4.0), strict=True)
+    ]
+    assert utility.combine(row, [1, 2], claims, quick=False).claimed_epsilon == 4.0
 
 
 def test_unknown_row_is_refused(tmp_path: Path) -> None:
