@@ -387,8 +387,7 @@ class StudentSpec(Strict):
     (the answered queries only, ``student_epochs`` epochs), or semi-supervised on the whole pool
     with ``steps`` steps of ``consistency``, ``vat`` or ``self-training`` (post-processing, no
     privacy cost; docs/algorithms.md#semi-supervised-student). ``min_margin`` keeps only the
-    pseudo-labels whose noisy vote margin reaches it; ``ema_decay`` > 0 makes the student the
-    moving average of its weights over the steps."""
+    pseudo-labels whose noisy vote margin reaches it."""
 
     method: Literal["supervised", "consistency", "vat", "self-training"] = "supervised"
     steps: int = Field(default=1000, ge=1, le=1_000_000)
@@ -401,7 +400,6 @@ class StudentSpec(Strict):
     # answered queries whose noisy vote margin (top − second, over the survivors) is below this
     # stay unlabeled: a filter on the released histogram, so free (docs/algorithms.md)
     min_margin: float = Field(default=0.0, ge=0, lt=1)
-    ema_decay: float = Field(default=0.0, ge=0, lt=1)
 
 
 class VotingParams(Strict):

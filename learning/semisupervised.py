@@ -150,7 +150,6 @@ def train_semi_supervised(
     vat_epsilon: float = 2.0,
     self_training_rounds: int = 2,
     augment: bool = True,
-    ema_decay: float = 0.0,
     seed: int = 0,
     device: str | torch.device | None = None,
 ) -> SemiSupervisedReport:
@@ -162,9 +161,6 @@ def train_semi_supervised(
     adversarial loss on unlabeled batches. ``self-training``: ``self_training_rounds`` times,
     label the pool with the model, keep the confident ones and retrain from the current weights.
     The learning rate follows a cosine schedule over ``steps`` (per round for self-training).
-    ``ema_decay`` > 0 leaves the model holding the exponential moving average of its weights
-    over the steps (as FixMatch evaluates), which smooths the last steps' noise from wrong
-    pseudo-labels; the live weights still make the pseudo-labels during training.
 
     Raises:
         TrainingError: bad data or hyper-parameters.
@@ -173,8 +169,6 @@ def train_semi_supervised(
     _check(xa, ya, pool)
     if steps < 1 or batch_size < 1 or unlabeled_ratio < 1 or not 0 < threshold <= 1:
         raise TrainingError("steps, batch_size, unlabeled_ratio >= 1 and threshold in (0, 1]")
-    if not 0.0 <= ema_decay < 1.0:
-        raise TrainingError(f"ema_decay must be in [0, 1), got {ema_decay}")
     target = select_device(device)
     home = next(model.parameters()).device
     model.to(target)
@@ -194,7 +188,6 @@ def train_semi_supervised(
         weight_decay=weight_decay,
         threshold=threshold,
         vat_epsilon=vat_epsilon,
-        ema_decay=ema_decay,
         weak=weak,
         strong=strong,
         generator=generator,
@@ -252,7 +245,6 @@ def _run(
     weight_decay: float,
     threshold: float,
     vat_epsilon: float,
-    ema_decay: float,
     weak: Augmenter,
     strong: Augmenter,
     generator: torch.Generator,
@@ -272,8 +264,6 @@ def _run(
     ub = batch_size * unlabeled_ratio
     losses: list[float] = []
     confident: list[float] = []
-    params = [p for p in model.parameters() if p.requires_grad]
-    average = [p.detach().clone() for p in params] if ema_decay > 0 else []
     model.train()
     for _ in range(steps):
         idx = torch.randint(n, (min(batch_size, n),), generator=generator)
@@ -300,15 +290,7 @@ def _run(
         torch.autograd.backward(loss)
         optimizer.step()
         schedule.step()
-        if average:
-            with torch.no_grad():
-                for a, p in zip(average, params, strict=True):
-                    a.lerp_(p, 1.0 - ema_decay)
         losses.append(float(loss.detach()))
-    if average:
-        with torch.no_grad():
-            for p, a in zip(params, average, strict=True):
-                p.copy_(a)
     return SemiSupervisedReport(
         steps=steps,
         mean_loss=float(np.mean(losses)),

@@ -490,7 +490,6 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
                     vat_epsilon=student.vat_epsilon,
                     self_training_rounds=student.self_training_rounds,
                     augment=student.augment,
-                    ema_decay=student.ema_decay,
                     seed=job.seed,
                 )
                 metrics["student_confident_fraction"] = report.confident_fraction

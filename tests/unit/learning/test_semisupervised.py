@@ -7,7 +7,6 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from dpfl.learning.data.registry import load_dataset
 from dpfl.learning.errors import TrainingError
@@ -79,58 +78,6 @@ def test_bad_student_inputs_are_refused(digits: Any) -> None:
         train_semi_supervised(net, x[:10], y[:10], x[:, :, :4], method="vat", steps=1)
     with pytest.raises(TrainingError, match="threshold"):
         train_semi_supervised(net, x[:10], y[:10], x, method="vat", steps=1, threshold=0.0)
-    with pytest.raises(TrainingError, match="ema_decay"):
-        train_semi_supervised(net, x[:10], y[:10], x, method="vat", steps=1, ema_decay=1.0)
-
-
-def _weights(net: torch.nn.Module) -> torch.Tensor:
-    return torch.cat([p.detach().flatten() for p in net.parameters()])
-
-
-@pytest.mark.parametrize("steps", [1, 3])
-def test_ema_student_ends_on_the_moving_average_of_the_live_weights(
-    digits: Any, steps: int
-) -> None:
-    """The averaged run follows the plain run's live trajectory w_1..w_t (the live weights make
-    the pseudo-labels) and ends on d^t·w_0 + Σ_s (1-d)·d^(t-s)·w_s."""
-    x, y = digits.x_train, digits.y_train
-    labelled = _few_labels(y, 3, seed=0)
-    decay = 0.6
-
-    def run(ema_decay: float) -> tuple[torch.Tensor, list[torch.Tensor]]:
-        net = build_model("logreg", input_shape=digits.input_shape, num_classes=10, seed=0)
-        live = [_weights(net)]
-        hook = register_optimizer_step_post_hook(
-            lambda *_: live.append(_weights(net))
-        )
-        try:
-            train_semi_supervised(
-                net,
-                x[labelled],
-                y[labelled],
-                x,
-                method="consistency",
-                steps=steps,
-                threshold=0.3,
-                seed=5,
-                device="cpu",
-                ema_decay=ema_decay,
-            )
-        finally:
-            hook.remove()
-        return _weights(net), live
-
-    plain, plain_live = run(0.0)
-    averaged, live = run(decay)
-    assert len(live) == steps + 1
-    for a, b in zip(live, plain_live, strict=True):
-        torch.testing.assert_close(a, b)
-    torch.testing.assert_close(plain, live[-1])
-    expected = decay**steps * live[0] + sum(
-        (1 - decay) * decay ** (steps - s) * live[s] for s in range(1, steps + 1)
-    )
-    torch.testing.assert_close(averaged, expected)
-    assert not torch.allclose(averaged, plain)
 
 
 def test_augmenter_shifts_images_and_scales_with_their_size() -> None:
