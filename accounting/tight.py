@@ -1,18 +1,20 @@
 """Tight (ε, δ): the exact Gaussian privacy profile, and pessimistic PLD composition.
 
 Compositions of Gaussians on the same data use the closed-form profile (``"analytic_gaussian"``);
-Poisson-subsampled Gaussians use dp_accounting's pessimistic PLD (``"pld"``) on a grid refined
-until the remaining excess is small. Every other event has no tight path and is reported by RDP
-only. Why each figure is an upper bound: docs/accounting.md#the-tight-path and
-docs/accounting.md#the-pld-grid-follows-ε.
+Poisson-subsampled Gaussians and one-coordinate Skellam releases use dp_accounting's pessimistic
+PLD (``"pld"``) on a grid refined until the remaining excess is small. Every other event has no
+tight path and is reported by RDP only. Why each figure is an upper bound:
+docs/accounting.md#the-tight-path and docs/accounting.md#the-pld-grid-follows-ε.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from scipy import optimize, special
 
@@ -25,6 +27,7 @@ from .events import (
     NoPrivacyEvent,
     PoissonSampledEvent,
     SelfComposedEvent,
+    SkellamEvent,
     VotingEvent,
     guaranteed_event,
 )
@@ -38,6 +41,8 @@ __all__ = [
     "adaptive_pld_epsilon",
     "gaussian_delta",
     "gaussian_epsilon",
+    "skellam_pld",
+    "skellam_tail_bound",
     "supports_tight",
     "tight_epsilon",
     "tight_method",
@@ -56,10 +61,12 @@ _MAX_REFINEMENTS = 8
 
 @dataclass
 class _Parts:
-    """An event flattened into its Gaussian coefficient and its subsampled groups."""
+    """An event flattened into its Gaussian coefficient, its subsampled groups and its
+    one-coordinate Skellam releases ``(mu, integer shift)``."""
 
     rho: float = 0.0
     sampled: Counter[tuple[float, float]] = field(default_factory=Counter)
+    skellam: Counter[tuple[float, int]] = field(default_factory=Counter)
 
 
 def _parts_of(event: DpEvent) -> _Parts:
@@ -92,6 +99,17 @@ def _flatten(event: DpEvent, count: int, parts: _Parts) -> None:
         return
     if isinstance(event, VotingEvent):
         parts.rho += count * (_coefficient(lambda: voting_rdp_coefficient(event)) or 0.0)
+        return
+    if isinstance(event, SkellamEvent):
+        if event.dimension != 1:
+            raise UnsupportedEventError(
+                f"no tight path for a SkellamEvent of dimension {event.dimension} (only one "
+                "coordinate: docs/accounting.md#skellam-votes-the-pld-of-one-coordinate)"
+            )
+        # integer query and noise: a shift within the bound is at most its integer part
+        shift = math.floor(min(event.l1_sensitivity, event.l2_sensitivity))
+        if shift > 0:
+            parts.skellam[(event.mu, shift)] += count
         return
     if isinstance(event, DataDependentVotingEvent):
         # The data-independent bound is a worst-case one, hence also a bound here.
@@ -128,7 +146,7 @@ def tight_method(event: DpEvent) -> str | None:
         _flatten(event, 1, parts)
     except UnsupportedEventError:
         return None
-    return "pld" if parts.sampled else "analytic_gaussian"
+    return "pld" if parts.sampled or parts.skellam else "analytic_gaussian"
 
 
 def supports_tight(event: DpEvent) -> bool:
@@ -194,6 +212,52 @@ def _check_delta(delta: float) -> None:
         raise InvalidParameterError(f"delta must be a number in (0, 1), got {delta!r}")
 
 
+#: Half-width of the Skellam support written out, in standard deviations; the mass beyond it
+#: (bounded by Chernoff) is charged as infinite privacy loss.
+_SKELLAM_SUPPORT_SDS = 14.0
+
+
+def skellam_tail_bound(mu: float, k: float) -> float:
+    """An upper bound on P(|X| ≥ k) for X ~ Sk(mu): twice the Chernoff bound
+    ``exp(2·mu·(cosh t − 1) − t·k)`` at its minimiser ``t = asinh(k/(2·mu))`` (the MGF of
+    Sk(mu) is ``exp(2·mu·(cosh t − 1))``)."""
+    if k <= 0.0:
+        return 1.0
+    t = math.asinh(k / (2.0 * mu))
+    return min(1.0, 2.0 * math.exp(2.0 * mu * (math.cosh(t) - 1.0) - t * k))
+
+
+@functools.lru_cache(maxsize=64)
+def skellam_pld(mu: float, shift: int, interval: float) -> Any:
+    """The pessimistic PLD of ``Sk(mu)`` shifted by ``shift`` against ``Sk(mu)`` (integers), on
+    a grid of step ``interval``: the exact masses ``e^{−2mu}·I_|k|(2mu)`` over ±14 standard
+    deviations, each loss rounded up to the grid, and the Chernoff bound on the rest charged as
+    infinite loss. Symmetric: the reflection ``x ↦ shift − x`` swaps the two laws. Derivation:
+    docs/accounting.md#skellam-votes-the-pld-of-one-coordinate."""
+    import numpy as np
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    if shift < 1 or not mu > 0.0 or not interval > 0.0:
+        raise InvalidParameterError(
+            f"need mu > 0, an integer shift >= 1 and a grid step > 0, got {mu}, {shift}, {interval}"
+        )
+    half = math.ceil(_SKELLAM_SUPPORT_SDS * math.sqrt(2.0 * mu)) + shift
+    x = np.arange(-half, half + 1)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        mass = special.ive(np.abs(x), 2.0 * mu)  # P(X = x), X ~ Sk(mu)
+        # the shifted law puts P(x) on x + shift, where the unshifted law puts P(x + shift)
+        loss = np.log(mass) - np.log(special.ive(np.abs(x + shift), 2.0 * mu))
+    finite = np.isfinite(loss) & (mass > 0.0)
+    infinity = float(mass[~finite & (mass > 0.0)].sum()) + skellam_tail_bound(mu, half + 1.0)
+    index = np.ceil(loss[finite] / interval).astype(np.int64)
+    keys, where = np.unique(index, return_inverse=True)
+    sums = np.bincount(where, weights=mass[finite])
+    rounded = dict(zip(keys.tolist(), sums.tolist(), strict=True))
+    return pld_lib.PrivacyLossDistribution.create_from_rounded_probability(
+        rounded, min(1.0, infinity), interval, pessimistic_estimate=True
+    )
+
+
 def _pld_epsilon(parts: _Parts, delta: float, interval: float) -> float:
     """ε at ``delta`` of the pessimistic PLD of ``parts`` on a grid of step ``interval``."""
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
@@ -206,6 +270,10 @@ def _pld_epsilon(parts: _Parts, delta: float, interval: float) -> float:
             pessimistic_estimate=True,
             value_discretization_interval=interval,
         )
+    for (mu, shift), count in sorted(parts.skellam.items()):
+        one = skellam_pld(mu, shift, interval)
+        block = one.self_compose(count) if count > 1 else one
+        composed = block if composed is None else composed.compose(block)
     for (rate, z), count in sorted(parts.sampled.items()):
         step = pld_lib.from_gaussian_mechanism(
             standard_deviation=z,
@@ -305,9 +373,10 @@ def tight_epsilon(
     ):
         raise InvalidParameterError("value_discretization_interval must be in (0, 0.1]")
     parts = _parts_of(event)
+    pld = bool(parts.sampled or parts.skellam)
     if _unbounded(parts):
-        return TightResult(math.inf, "analytic_gaussian" if not parts.sampled else "pld")
-    if not parts.sampled and not force_pld:
+        return TightResult(math.inf, "pld" if pld else "analytic_gaussian")
+    if not pld and not force_pld:
         return TightResult(gaussian_epsilon(math.sqrt(2.0 * parts.rho), delta), "analytic_gaussian")
     if value_discretization_interval is not None:
         interval = float(value_discretization_interval)

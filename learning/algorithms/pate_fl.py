@@ -149,6 +149,14 @@ def _soft_scale_bits(level: str, num_classes: int) -> int:
     raise AlgorithmError("no scale keeps the rounding of soft votes small")  # pragma: no cover
 
 
+def query_dimension(*, level: str, vote: str, num_classes: int) -> int:
+    """The coordinates of one query's release that one agent's change moves: 1 for a one-hot
+    vote at agent level (adding or removing the agent moves only the class it voted for; the
+    other coordinates' outputs are the same law under both neighbours), else every class.
+    docs/accounting.md#skellam-votes-the-pld-of-one-coordinate."""
+    return 1 if (vote, level) == ("one-hot", "agent") else num_classes
+
+
 def _batch_event(details: PateFlPlan, count: int, sigma: float) -> DpEvent:
     """The event of ``count`` queries answered with the plan's noise (σ in vote units)."""
     u = math.ldexp(1.0, details.scale_bits)
@@ -161,7 +169,9 @@ def _batch_event(details: PateFlPlan, count: int, sigma: float) -> DpEvent:
             mu=(sigma * u) ** 2 / 2.0,
             l1_sensitivity=details.l1_sensitivity,
             l2_sensitivity=details.l2_sensitivity,
-            dimension=details.num_classes,
+            dimension=query_dimension(
+                level=details.level, vote=details.vote, num_classes=details.num_classes
+            ),
         )
     return SelfComposedEvent(query, count)
 
@@ -264,8 +274,9 @@ class PateFl(VotingAlgorithm[PateFlJob, PateFlPlan, PateFlTask]):
             query = self._per_query(t, event)
             if t.noise == "gaussian" and t.vote != "soft":
                 raise AlgorithmError("Gaussian noise: one-hot votes claim a VotingEvent")
+            dimension = query_dimension(level=t.level, vote=t.vote, num_classes=t.num_classes)
             total = common.claimed_total(
-                query, noise=t.noise, l1=l1, l2=l2, dimension=t.num_classes, source=SOURCE
+                query, noise=t.noise, l1=l1, l2=l2, dimension=dimension, source=SOURCE
             )
         self._check_noise(t, total, encoding, **counts)
 

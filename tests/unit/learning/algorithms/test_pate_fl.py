@@ -79,14 +79,24 @@ def test_plan_skellam_per_query_events(setup: tuple[Any, JobPlan, Any]) -> None:
     assert d.scale_bits == 10  # one-hot votes, Skellam: fine-grained noise
     assert d.noise_total == pytest.approx((3.0 * 1024) ** 2 / 2)
     event = event_from_json(plan.calibration["event"])
-    assert event == SelfComposedEvent(SkellamEvent(d.noise_total, 1024.0, 1024.0, 10), 200)
+    # one coordinate per query: adding or removing an agent moves only the class it voted for
+    assert event == SelfComposedEvent(SkellamEvent(d.noise_total, 1024.0, 1024.0, 1), 200)
     # at integer orders (where the Skellam bound is stated) it is within a fraction of a percent
     # of the Gaussian votes' RDP at this scale
     integer = np.array([float(a).is_integer() for a in ORDERS])
-    voting = rdp_curve(VotingEvent(queries=200, sigma=3.0, level="agent"))[integer]
+    gaussian = VotingEvent(queries=200, sigma=3.0, level="agent")
+    voting = rdp_curve(gaussian)[integer]
     skellam = rdp_curve(event)[integer]
     assert np.all(skellam <= voting * 1.001)
     assert np.all(skellam >= voting)
+    # and its (ε, δ) comes from the PLD of that coordinate: within 1 % of the Gaussian votes'
+    # exact figure, well under its own RDP conversion
+    report = compute_epsilon(event, delta=1e-5)
+    assert report.method == "pld"
+    exact = compute_epsilon(gaussian, delta=1e-5).epsilon
+    assert exact * 0.99 <= report.epsilon <= exact * 1.01
+    assert report.rdp_epsilon is not None
+    assert report.epsilon < 0.95 * report.rdp_epsilon
 
 
 def test_plan_calibrates_sigma_for_the_target(digits_public: Any) -> None:
@@ -275,18 +285,24 @@ def test_agent_check_accepts_and_refuses(setup: tuple[Any, JobPlan, Any]) -> Non
     with pytest.raises(AlgorithmError, match="expected 100 per-query"):
         check(e=[SelfComposedEvent(inner, 50)])
     with pytest.raises(AlgorithmError, match="L2"):
-        check(e=[SelfComposedEvent(SkellamEvent(inner.mu, inner.l1_sensitivity, 1.0, 10), 100)])
+        check(e=[SelfComposedEvent(SkellamEvent(inner.mu, inner.l1_sensitivity, 1.0, 1), 100)])
+    whole = SkellamEvent(inner.mu, inner.l1_sensitivity, inner.l2_sensitivity, 10)
+    with pytest.raises(AlgorithmError, match="dimension 10, the task 1"):
+        check(e=[SelfComposedEvent(whole, 100)])
     with pytest.raises(AlgorithmError, match="below"):
         check(min_survivors=5)
-    stronger = SkellamEvent(inner.mu * 2, inner.l1_sensitivity, inner.l2_sensitivity, 10)
+    stronger = SkellamEvent(inner.mu * 2, inner.l1_sensitivity, inner.l2_sensitivity, 1)
     with pytest.raises(AlgorithmError, match="below"):
         check(e=[SelfComposedEvent(stronger, 100)])
     with pytest.raises(AlgorithmError, match="only describes Gaussian"):
         check(e=[VotingEvent(queries=100, sigma=3.0, level="agent")])
     with pytest.raises(AlgorithmError, match="Skellam noise but a GaussianEvent is claimed"):
         check(e=[SelfComposedEvent(GaussianEvent(3.0, 1.0), 100)])
-    with pytest.raises(AlgorithmError, match="L1"):
+    # a record-level task moves two classes of a query: every class is the release's dimension
+    with pytest.raises(AlgorithmError, match="dimension 1, the task 10"):
         check(p={**params, "level": "instance"})
+    with pytest.raises(AlgorithmError, match="L1"):
+        check(p={**params, "level": "instance"}, e=[SelfComposedEvent(whole, 100)])
     other_scale = EncodingConfig(
         clip=config.clip, scale_bits=0, ring_bits=config.ring_bits, noise=config.noise
     )
