@@ -172,18 +172,17 @@ def test_seed_outcomes_combine_into_the_row_line() -> None:
     assert utility.combine(row, [1, 2], claims, quick=False).claimed_epsilon == 4.0
 
 
-def test_unknown_row_is_refused(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [(["--rows", "nope"], "unknown rows ['nope']"), (["--workers", "0"], "--workers must be >= 1")],
+)
+def test_bad_arguments_are_refused(tmp_path: Path, args: list[str], message: str) -> None:
     done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "utility.py"), "--rows", "nope", "--out",
-         str(tmp_path)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
+        [sys.executable, str(ROOT / "benchmarks" / "utility.py"), *args, "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     assert done.returncode == 2
-    assert "unknown rows ['nope']" in done.stderr
-    done = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "utility.py"), "--workers", "0", "--out",
-         str(tmp_path)],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert done.returncode == 2
-    assert "--workers must be >= 1" in done.stderr
+    assert message in done.stderr
