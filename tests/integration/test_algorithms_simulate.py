@@ -91,12 +91,15 @@ def _check_ledger(job: Any, sim: Simulation, store: Any, result: Any) -> dict[st
         for row, curve in zip(rows, curves, strict=True):
             np.testing.assert_allclose(np.asarray(row.curve), curve, rtol=1e-12)
         recomputed, _ = epsilon_from_rdp(np.sum(curves, axis=0), delta=delta)
-        assert store.client_budget(agent.agent_id, delta=delta).epsilon == pytest.approx(
-            recomputed, rel=1e-9
-        )
-        assert result.epsilon[agent.agent_id] == pytest.approx(recomputed, rel=1e-9)
+        budget = store.client_budget(agent.agent_id, delta=delta)
+        assert budget.epsilon == pytest.approx(recomputed, rel=1e-9)
+        # the simulation reports the job's own figure: the smaller of its RDP and tight bounds
+        spent = budget.by_job[sim.job_id]
+        assert result.epsilon[agent.agent_id] == spent.epsilon <= recomputed * (1 + 1e-9)
         if job.privacy.target_epsilon is not None:
-            assert recomputed <= job.privacy.target_epsilon * (1 + 1e-6)
+            assert spent.epsilon <= job.privacy.target_epsilon * (1 + 1e-6)
+            if spent.method == "rdp":
+                assert recomputed <= job.privacy.target_epsilon * (1 + 1e-6)
         # the agent recorded every round it took part in, before sending its input
         took_part = [
             r
@@ -175,3 +178,35 @@ def test_fed_ls_fixed_size_sampling_over_grpc(coordinator_db: str, tmp_path: Pat
                 assert isinstance(event.event, SkellamEvent)
 
     _simulate(job, coordinator_db, tmp_path, check)
+
+
+def test_agent_level_skellam_votes_report_the_jobs_pld_figure(tmp_path: Path) -> None:
+    """One-hot votes at agent level are calibrated on their one-coordinate PLD: the job's
+    figure (what the simulation reports) meets the target, while the RDP total that budgets use
+    is larger, never smaller."""
+    document = job_to_dict(load_job(EXAMPLES / "demo-pate-fl.yaml"))
+    document["privacy"] = {**document["privacy"], "unit": "agent", "target_epsilon": 4.0}
+    document["rounds"] = 2
+    document["params"] = {**document["params"], "queries": 60, "teacher_epochs": 5}
+    job = parse_job(document)
+
+    def check(result: Any, sim: Simulation, store: Any) -> None:
+        assert result.status == "completed", result.error
+        charged = 0
+        for agent in sim.agents:
+            budget = store.client_budget(agent.agent_id, delta=job.privacy.delta)
+            spent = budget.by_job.get(sim.job_id)
+            if spent is None:
+                assert result.epsilon[agent.agent_id] == 0.0
+                continue
+            charged += 1
+            assert spent.method == "pld"
+            assert result.epsilon[agent.agent_id] == spent.epsilon
+            assert 3.9 < spent.epsilon <= 4.0 * (1 + 1e-6)
+            assert spent.rdp_epsilon is not None
+            assert budget.epsilon == pytest.approx(spent.rdp_epsilon)
+            assert budget.epsilon > 4.0
+        assert charged >= AGENTS // 2
+        _check_ledger(job, sim, store, result)
+
+    _simulate(job, f"sqlite:///{tmp_path / 'coordinator.db'}", tmp_path, check)
