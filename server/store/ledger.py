@@ -9,6 +9,7 @@ guaranteed counterpart is what is charged.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -280,9 +281,17 @@ def epsilon_of(curve: Curve, delta: float) -> tuple[float, float | None]:
     (it is (0, 0)-DP), so the conversion's additive log(1/δ)/(α−1) term does not apply.
     """
     delta = check_delta(delta)
-    arr = np.asarray(curve, dtype=np.float64)
+    arr = np.ascontiguousarray(curve, dtype=np.float64)
     if not (arr > 0).any():
         return 0.0, None
+    return _converted(arr.tobytes(), delta)
+
+
+@functools.lru_cache(maxsize=4096)
+def _converted(blob: bytes, delta: float) -> tuple[float, float | None]:
+    """The conversion of one curve (its float64 bytes), memoised: a round's budget checks and
+    commit convert each client's curve, and clients of one job mostly share the same one."""
+    arr = np.frombuffer(blob, dtype=np.float64)
     epsilon, order = epsilon_from_rdp(arr, delta=delta, orders=ORDERS)
     if not math.isfinite(epsilon):
         return math.inf, None

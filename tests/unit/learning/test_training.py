@@ -11,6 +11,7 @@ from dpfl.learning.errors import TrainingError
 from dpfl.learning.models import build_model
 from dpfl.learning.params import flatten_parameters
 from dpfl.learning.training import (
+    SgdTrainer,
     evaluate,
     local_update,
     predict_labels,
@@ -134,3 +135,29 @@ def test_teachers_and_a_student_from_their_votes(digits) -> None:  # type: ignor
     assert evaluate(student, digits.x_test, digits.y_test).accuracy > 0.85
     with pytest.raises(TrainingError, match="needs the unlabeled"):
         train_student(student, public[:10], pseudo[:10], epochs=1, self_training_rounds=1)
+
+
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_direct_sgd_update_matches_torch_sgd(digits, momentum) -> None:  # type: ignore[no-untyped-def]
+    """The direct update (taken without momentum or decay) and torch's SGD give the same
+    weights, also when the rate in the optimizer's group changes between steps."""
+    x = torch.tensor(digits.x_train[:64], dtype=torch.float32)
+    y = torch.tensor(digits.y_train[:64], dtype=torch.int64)
+    ours, reference = _logreg(3), _logreg(3)
+    trainer = SgdTrainer(
+        ours, learning_rate=0.2, momentum=momentum, device=torch.device("cpu"), direct=True
+    )
+    sgd = torch.optim.SGD(reference.parameters(), lr=0.2, momentum=momentum)
+    for i in range(6):
+        rate = 0.2 * 0.5 ** (i // 2)
+        trainer.optimizer.param_groups[0]["lr"] = rate
+        sgd.param_groups[0]["lr"] = rate
+        xb, yb = x[i * 8 : (i + 1) * 8], y[i * 8 : (i + 1) * 8]
+        trainer.step(xb, yb)
+        sgd.zero_grad()
+        torch.nn.functional.cross_entropy(reference(xb), yb).backward()
+        sgd.step()
+    np.testing.assert_allclose(
+        flatten_parameters(ours), flatten_parameters(reference), rtol=1e-6, atol=1e-7
+    )
+    assert not np.allclose(flatten_parameters(ours), flatten_parameters(_logreg(3)))

@@ -10,6 +10,7 @@ import pytest
 
 from dpfl.accounting import (
     ORDERS,
+    AccountingError,
     DataDependentVotingEvent,
     GaussianEvent,
     NoPrivacyEvent,
@@ -159,3 +160,21 @@ def test_to_json_hides_secrets_and_handles_infinity() -> None:
     assert data["agent"]["created_at"] == "2030-01-01T00:00:00+00:00"
     assert data["agent"]["status"] == "active"
     assert to_json(JobEpsilon("j", math.inf, None, 1, None))["epsilon"] == "inf"
+
+
+def test_epsilon_of_is_memoised_by_value_and_delta() -> None:
+    """Clients of one job share curves, so conversions are memoised: the memo must key on the
+    curve's values and δ, never on the array object, and must match the direct conversion."""
+    a = rdp_curve(EVENT) * 3
+    b = rdp_curve(EVENT) * 5
+    direct_a = epsilon_from_rdp(a, delta=1e-5)
+    assert epsilon_of(a, 1e-5) == (pytest.approx(direct_a[0]), pytest.approx(direct_a[1]))
+    assert epsilon_of(a, 1e-3)[0] < epsilon_of(a, 1e-5)[0]  # δ is part of the key
+    assert epsilon_of(b, 1e-5)[0] > epsilon_of(a, 1e-5)[0]  # so is every value of the curve
+    mutable = a.copy()
+    first = epsilon_of(mutable, 1e-5)
+    mutable *= 2  # the same array object with new values: a fresh conversion
+    assert epsilon_of(mutable, 1e-5)[0] == pytest.approx(epsilon_from_rdp(a * 2, delta=1e-5)[0])
+    assert epsilon_of(list(a), 1e-5) == first  # any sequence of the same values
+    with pytest.raises(AccountingError, match=f"{len(ORDERS)} orders"):
+        epsilon_of(a[:-1], 1e-5)  # a curve off the grid is still refused, memo or not
