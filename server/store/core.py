@@ -120,12 +120,16 @@ class StoreCore(abc.ABC):
         return model
 
     @staticmethod
-    def _existing_agents(tx: StoreTx, agent_ids: Iterable[str], *, lock: bool = False) -> None:
+    def _existing_agents(
+        tx: StoreTx, agent_ids: Iterable[str], *, lock: bool = False
+    ) -> dict[str, Agent]:
+        """The agents by id; NotFound names every missing one."""
         ids = sorted(set(agent_ids))
         found = tx.get_agents(ids, lock=lock)
         missing = [a for a in ids if a not in found]
         if missing:
             raise NotFound(f"agents not found: {', '.join(repr(a) for a in missing)}")
+        return found
 
 
 # ----------------------------------------------------------------------------------------------

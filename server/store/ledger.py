@@ -132,6 +132,35 @@ def _as_bool(value: object, what: str) -> bool:
     return value
 
 
+@dataclass(frozen=True, slots=True)
+class _CheckedEvent:
+    event: dict[str, Any]
+    curve: Curve
+    data_dependent_event: dict[str, Any] | None
+    data_dependent_curve: Curve | None
+
+
+def _check_event(event: DpEvent, what: str) -> _CheckedEvent:
+    """A charge's event validated: its guaranteed part and (if any) its data-dependent one
+    survive their JSON round trip, and their curves are computed."""
+    try:
+        guaranteed = guaranteed_event(event)
+        dd = event if is_data_dependent(event) else None
+        for ev in (guaranteed, dd):
+            if ev is not None and event_from_json(event_to_json(ev)) != ev:
+                raise InvalidInput(f"{what}: the event does not survive its JSON round trip")
+        curve = _checked_curve(guaranteed, what)
+        dd_curve = None if dd is None else np.minimum(_checked_curve(dd, what), curve)
+    except AccountingError as exc:
+        raise InvalidInput(f"{what}: {exc}") from exc
+    return _CheckedEvent(
+        event=event_to_json(guaranteed),
+        curve=curve,
+        data_dependent_event=None if dd is None else event_to_json(dd),
+        data_dependent_curve=dd_curve,
+    )
+
+
 def prepare_charges(charges: Sequence[Charge]) -> list[PreparedCharge]:
     """Validate a round's charges and compute their curves, before anything is written.
 
@@ -145,7 +174,9 @@ def prepare_charges(charges: Sequence[Charge]) -> list[PreparedCharge]:
         InvalidInput: a duplicated client, a bad flag or honest fraction, an event that
             ``dpfl.accounting`` rejects, or one that does not survive its JSON round trip.
     """
-    curves: dict[DpEvent, Curve] = {}  # DP-FedAvg charges one event to a whole population
+    # DP-FedAvg charges one event to a whole population: each distinct event is checked, its
+    # JSON built and its curves computed once
+    checked: dict[DpEvent, _CheckedEvent] = {}
     seen: set[str] = set()
     out = []
     for i, charge in enumerate(charges):
@@ -165,16 +196,11 @@ def prepare_charges(charges: Sequence[Charge]) -> list[PreparedCharge]:
         if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t <= 1:
             raise InvalidInput(f"{what}: honest_fraction must be in (0, 1], got {t!r}")
         try:
-            guaranteed = guaranteed_event(charge.event)
-            dd = charge.event if is_data_dependent(charge.event) else None
-            for ev in (guaranteed, dd):
-                if ev is not None and event_from_json(event_to_json(ev)) != ev:
-                    raise InvalidInput(f"{what}: the event does not survive its JSON round trip")
-                if ev is not None and ev not in curves:
-                    curves[ev] = _checked_curve(ev, what)
-        except AccountingError as exc:
-            raise InvalidInput(f"{what}: {exc}") from exc
-        curve = curves[guaranteed]
+            event = checked.get(charge.event)
+        except TypeError:  # unhashable, so no event: _check_event names the problem
+            event = None
+        if event is None:
+            event = checked[charge.event] = _check_event(charge.event, what)
         out.append(
             PreparedCharge(
                 agent_id=charge.agent_id,
@@ -184,10 +210,10 @@ def prepare_charges(charges: Sequence[Charge]) -> list[PreparedCharge]:
                     charge.secure_aggregation, f"{what}: secure_aggregation"
                 ),
                 honest_fraction=float(t),
-                event=event_to_json(guaranteed),
-                curve=curve,
-                data_dependent_event=None if dd is None else event_to_json(dd),
-                data_dependent_curve=None if dd is None else np.minimum(curves[dd], curve),
+                event=event.event,
+                curve=event.curve,
+                data_dependent_event=event.data_dependent_event,
+                data_dependent_curve=event.data_dependent_curve,
             )
         )
     return out

@@ -304,8 +304,7 @@ class ReportsMixin(StoreCore):
             )
         }
         with self._transaction(write=False) as tx:
-            self._existing_agents(tx, ids)
-            agents = tx.get_agents(ids)
+            agents = self._existing_agents(tx, ids)
             by_agent: dict[str, list[CurveSum]] = defaultdict(list)
             for s in tx.curve_sums(ids):
                 by_agent[s.agent_id].append(s)

@@ -202,7 +202,7 @@ class RoundsMixin(StoreCore):
             if rnd.status not in _UNFINISHED:
                 raise InvalidTransition(f"round {round_id} is {rnd.status.value}")
             if rnd.status == RoundStatus.COMMITTED and stage in CHARGED_STAGES:
-                charged = {e.agent_id for e in tx.entries(round_id=round_id)}
+                charged = tx.charged_agents(round_id)
                 uncharged = sorted(set(alive) - charged)
                 if uncharged:
                     raise Conflict(

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
@@ -64,6 +64,7 @@ from dpfl.server.store.sql_rows import (
     audit_record,
     credential_record,
     curve_sum,
+    entry_from_charge,
     entry_record,
     job_record,
     model_record,
@@ -75,6 +76,13 @@ from dpfl.server.store.sql_rows import (
 from dpfl.server.store.tx import CredentialRow, EnrollmentTokenRow, NewRound, StoreTx
 
 __all__ = ["SqlStore"]
+
+
+# the tables the hot ledger path reads and writes with Core statements (no ORM objects): a round
+# of a large population charges every member
+_AGENTS = cast(sa.Table, AgentRow.__table__)
+_ENTRIES = cast(sa.Table, LedgerEntryRow.__table__)
+_SUMS = cast(sa.Table, CurveSumRow.__table__)
 
 
 class _SqlTx(StoreTx):
@@ -113,16 +121,18 @@ class _SqlTx(StoreTx):
     def get_agents(self, agent_ids: Sequence[str], *, lock: bool = False) -> dict[str, Agent]:
         if not agent_ids:
             return {}
-        query = sa.select(AgentRow).where(AgentRow.id.in_(sorted(agent_ids))).order_by(AgentRow.id)
+        table = _AGENTS
+        query = sa.select(table).where(table.c.id.in_(sorted(agent_ids))).order_by(table.c.id)
         if lock:
             query = query.with_for_update()
-        return {row.id: agent_record(row) for row in self._s.scalars(query)}
+        return {row.id: agent_record(row) for row in self._s.execute(query)}
 
     def list_agents(self, *, except_status: AgentStatus | None = None) -> list[Agent]:
-        query = sa.select(AgentRow).order_by(AgentRow.created_at, AgentRow.id)
+        table = _AGENTS
+        query = sa.select(table).order_by(table.c.created_at, table.c.id)
         if except_status is not None:
-            query = query.where(AgentRow.status != except_status.value)
-        return [agent_record(r) for r in self._s.scalars(query)]
+            query = query.where(table.c.status != except_status.value)
+        return [agent_record(r) for r in self._s.execute(query)]
 
     def update_agent(self, agent: Agent) -> None:
         row = self._s.get_one(AgentRow, agent.id)
@@ -356,36 +366,41 @@ class _SqlTx(StoreTx):
     def insert_entries(
         self, rnd: Round, algorithm: str, charges: Sequence[PreparedCharge], at: datetime
     ) -> list[LedgerEntry]:
-        rows = [
-            LedgerEntryRow(
-                agent_id=c.agent_id,
-                job_id=rnd.job_id,
-                round_id=rnd.id,
-                round_number=rnd.number,
-                attempt=rnd.attempt,
-                algorithm=algorithm,
-                unit=c.unit.value,
-                event=c.event,
-                curve=encode_curve(c.curve),
-                approximate=c.approximate,
-                secure_aggregation=c.secure_aggregation,
-                honest_fraction=c.honest_fraction,
-                data_dependent_event=c.data_dependent_event,
-                data_dependent_curve=None
+        # one executemany INSERT, then the ids by client (not a unit of work of N objects)
+        table = _ENTRIES
+        values = [
+            {
+                "agent_id": c.agent_id,
+                "job_id": rnd.job_id,
+                "round_id": rnd.id,
+                "round_number": rnd.number,
+                "attempt": rnd.attempt,
+                "algorithm": algorithm,
+                "unit": c.unit.value,
+                "event": c.event,
+                "curve": encode_curve(c.curve),
+                "approximate": c.approximate,
+                "secure_aggregation": c.secure_aggregation,
+                "honest_fraction": c.honest_fraction,
+                "data_dependent_event": c.data_dependent_event,
+                "data_dependent_curve": None
                 if c.data_dependent_curve is None
                 else encode_curve(c.data_dependent_curve),
-                created_at=at,
-            )
+                "created_at": at,
+            }
             for c in charges
         ]
-        self._s.add_all(rows)
+        if not values:
+            return []
         try:
-            self._s.flush()  # an IntegrityError here aborts the whole transaction
+            self._s.execute(sa.insert(table), values)
         except IntegrityError:
             raise AlreadyExists(
                 f"a client of round {rnd.id} already has a ledger entry for it"
             ) from None
-        return [entry_record(r) for r in rows]
+        query = sa.select(table.c.agent_id, table.c.id).where(table.c.round_id == rnd.id)
+        ids: dict[str, int] = {row.agent_id: row.id for row in self._s.execute(query)}
+        return [entry_from_charge(ids[c.agent_id], rnd, algorithm, c, at) for c in charges]
 
     def entries(
         self,
@@ -394,44 +409,78 @@ class _SqlTx(StoreTx):
         job_id: str | None = None,
         round_id: int | None = None,
     ) -> list[LedgerEntry]:
-        query = sa.select(LedgerEntryRow).order_by(LedgerEntryRow.id)
+        table = _ENTRIES
+        query = sa.select(table).order_by(table.c.id)
         if agent_id is not None:
-            query = query.where(LedgerEntryRow.agent_id == agent_id)
+            query = query.where(table.c.agent_id == agent_id)
         if job_id is not None:
-            query = query.where(LedgerEntryRow.job_id == job_id)
+            query = query.where(table.c.job_id == job_id)
         if round_id is not None:
-            query = query.where(LedgerEntryRow.round_id == round_id)
-        return [entry_record(r) for r in self._s.scalars(query)]
+            query = query.where(table.c.round_id == round_id)
+        return [entry_record(r) for r in self._s.execute(query)]
+
+    def charged_agents(self, round_id: int) -> set[str]:
+        table = _ENTRIES
+        query = sa.select(table.c.agent_id).where(table.c.round_id == round_id)
+        return set(self._s.execute(query).scalars())
 
     def curve_sums(
         self, agent_ids: Sequence[str] | None = None, job_id: str | None = None
     ) -> list[CurveSum]:
-        query = sa.select(CurveSumRow).order_by(CurveSumRow.agent_id, CurveSumRow.job_id)
+        table = _SUMS
+        query = sa.select(table).order_by(table.c.agent_id, table.c.job_id)
         if agent_ids is not None:
-            query = query.where(CurveSumRow.agent_id.in_(list(agent_ids)))
+            query = query.where(table.c.agent_id.in_(list(agent_ids)))
         if job_id is not None:
-            query = query.where(CurveSumRow.job_id == job_id)
-        return [curve_sum(r) for r in self._s.scalars(query)]
+            query = query.where(table.c.job_id == job_id)
+        return [curve_sum(r) for r in self._s.execute(query)]
 
     def put_curve_sums(self, sums: Sequence[CurveSum]) -> None:
-        # one query for the rows that exist (the session's identity map holds rows only weakly)
-        existing: dict[tuple[str, str], CurveSumRow] = {}
+        # the keys that exist, one query per job; then one executemany UPDATE and one INSERT
+        table = _SUMS
+        existing: set[tuple[str, str]] = set()
         for job_id in {s.job_id for s in sums}:
-            query = sa.select(CurveSumRow).where(
-                CurveSumRow.job_id == job_id,
-                CurveSumRow.agent_id.in_([s.agent_id for s in sums if s.job_id == job_id]),
+            query = sa.select(table.c.agent_id).where(
+                table.c.job_id == job_id,
+                table.c.agent_id.in_([s.agent_id for s in sums if s.job_id == job_id]),
             )
-            existing.update({(r.agent_id, r.job_id): r for r in self._s.scalars(query)})
-        for s in sums:
-            row = existing.get((s.agent_id, s.job_id))
-            if row is None:
-                row = CurveSumRow(agent_id=s.agent_id, job_id=s.job_id)
-                self._s.add(row)
-            row.curve = encode_curve(s.curve)
-            row.data_dependent_curve = encode_curve(s.data_dependent_curve)
-            row.entries = s.entries
-            row.data_dependent_entries = s.data_dependent_entries
-        self._s.flush()
+            existing.update((a, job_id) for a in self._s.execute(query).scalars())
+        rows = [
+            {
+                "key_agent": s.agent_id,
+                "key_job": s.job_id,
+                "curve": encode_curve(s.curve),
+                "data_dependent_curve": encode_curve(s.data_dependent_curve),
+                "entries": s.entries,
+                "data_dependent_entries": s.data_dependent_entries,
+            }
+            for s in sums
+        ]
+        updates = [r for r in rows if (r["key_agent"], r["key_job"]) in existing]
+        inserts = [
+            {**r, "agent_id": r["key_agent"], "job_id": r["key_job"]}
+            for r in rows
+            if (r["key_agent"], r["key_job"]) not in existing
+        ]
+        if updates:
+            statement = (
+                sa.update(table)
+                .where(
+                    table.c.agent_id == sa.bindparam("key_agent"),
+                    table.c.job_id == sa.bindparam("key_job"),
+                )
+                .values(
+                    curve=sa.bindparam("curve"),
+                    data_dependent_curve=sa.bindparam("data_dependent_curve"),
+                    entries=sa.bindparam("entries"),
+                    data_dependent_entries=sa.bindparam("data_dependent_entries"),
+                )
+            )
+            self._s.execute(statement, updates)
+        if inserts:
+            for r in inserts:
+                del r["key_agent"], r["key_job"]
+            self._s.execute(sa.insert(table), inserts)
 
     def replace_entry_curves(
         self, entry_id: int, curve: Curve, data_dependent_curve: Curve | None

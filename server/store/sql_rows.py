@@ -6,7 +6,12 @@ place: a field added to a record needs a line here, and the contract suite fails
 
 from __future__ import annotations
 
-from dpfl.server.store.ledger import CurveSum, decode_curve
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+
+from dpfl.server.store.ledger import CurveSum, PreparedCharge, decode_curve
 from dpfl.server.store.models import (
     AgentRow,
     AuditRecordRow,
@@ -44,6 +49,7 @@ __all__ = [
     "budget_of",
     "credential_record",
     "curve_sum",
+    "entry_from_charge",
     "entry_record",
     "job_record",
     "model_record",
@@ -57,7 +63,7 @@ def budget_of(epsilon: float | None, delta: float | None) -> Budget | None:
     return None if epsilon is None or delta is None else Budget(epsilon, delta)
 
 
-def agent_record(row: AgentRow) -> Agent:
+def agent_record(row: AgentRow | sa.Row[Any]) -> Agent:
     return Agent(
         id=row.id,
         name=row.name,
@@ -158,11 +164,11 @@ def set_round_row(row: RoundRow, rnd: Round) -> None:
 
 
 def _curve_tuple(blob: bytes | None) -> tuple[float, ...] | None:
-    return None if blob is None else tuple(float(x) for x in decode_curve(blob))
+    return None if blob is None else tuple(decode_curve(blob).tolist())
 
 
-def entry_record(row: LedgerEntryRow) -> LedgerEntry:
-    curve = tuple(float(x) for x in decode_curve(row.curve))
+def entry_record(row: LedgerEntryRow | sa.Row[Any]) -> LedgerEntry:
+    curve = tuple(decode_curve(row.curve).tolist())
     return LedgerEntry(
         id=row.id,
         agent_id=row.agent_id,
@@ -185,7 +191,34 @@ def entry_record(row: LedgerEntryRow) -> LedgerEntry:
     )
 
 
-def curve_sum(row: CurveSumRow) -> CurveSum:
+def entry_from_charge(
+    entry_id: int, rnd: Round, algorithm: str, charge: PreparedCharge, at: datetime
+) -> LedgerEntry:
+    """The entry just inserted for ``charge`` (what :func:`entry_record` reads back)."""
+    dd_curve = charge.data_dependent_curve
+    return LedgerEntry(
+        id=entry_id,
+        agent_id=charge.agent_id,
+        job_id=rnd.job_id,
+        round_id=rnd.id,
+        round_number=rnd.number,
+        attempt=rnd.attempt,
+        algorithm=algorithm,
+        unit=charge.unit,
+        event=dict(charge.event),
+        curve=tuple(charge.curve.tolist()),
+        approximate=charge.approximate,
+        secure_aggregation=charge.secure_aggregation,
+        honest_fraction=charge.honest_fraction,
+        data_dependent_event=None
+        if charge.data_dependent_event is None
+        else dict(charge.data_dependent_event),
+        data_dependent_curve=None if dd_curve is None else tuple(dd_curve.tolist()),
+        created_at=at,
+    )
+
+
+def curve_sum(row: CurveSumRow | sa.Row[Any]) -> CurveSum:
     return CurveSum(
         row.agent_id,
         row.job_id,

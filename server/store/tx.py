@@ -195,6 +195,10 @@ class StoreTx(abc.ABC):
         """Ledger entries matching every given filter, ordered by id."""
 
     @abc.abstractmethod
+    def charged_agents(self, round_id: int) -> set[str]:
+        """The clients with a ledger entry for the round."""
+
+    @abc.abstractmethod
     def curve_sums(
         self, agent_ids: Sequence[str] | None = None, job_id: str | None = None
     ) -> list[CurveSum]:

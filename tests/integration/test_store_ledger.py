@@ -25,6 +25,7 @@ from dpfl.accounting import (
     VotingEvent,
     compute_epsilon,
     event_to_json,
+    guaranteed_event,
     rdp_curve,
 )
 from dpfl.learning.jobs import parse_job
@@ -469,6 +470,48 @@ class LedgerContract:
         assert opted_in.epsilon_before == pytest.approx(report.data_dependent_epsilon, abs=1e-12)
         assert not strict.allowed
         assert opted_in.allowed
+
+    def test_a_mixed_round_returns_exactly_what_it_stored(
+        self, store: Store, population: list[str]
+    ) -> None:
+        """One commit writing entries of several events (one data-dependent) for clients with and
+        without a running sum returns the entries as they read back, and the sums stay exact."""
+        job = store.create_job(PATE, members=population)
+        store.set_job_status(job.id, JobStatus.RUNNING)
+        a, b, c, d = population[:4]
+        first = store.start_round(job.id, 1)
+        store.commit_round(first.id, [Charge(x, ROUND_EVENT, AGENT) for x in (a, b)])
+        store.complete_round(first.id)
+        dd = DataDependentVotingEvent(
+            margins=(0.8,) * 10, num_agents=100, num_classes=10, sigma=12.0, s=1.0, level="agent"
+        )
+        other = PoissonSampledEvent(0.1, GaussianEvent(sigma=2.0))
+        rnd = store.start_round(job.id, 2)
+        result = store.commit_round(
+            rnd.id,
+            [
+                Charge(a, dd, AGENT),
+                Charge(b, ROUND_EVENT, AGENT, honest_fraction=0.5),
+                Charge(c, dd, AGENT),  # no running sum yet
+                Charge(d, other, AGENT, approximate=True),
+            ],
+        )
+        stored = store.ledger_entries(round_id=rnd.id)
+        assert sorted(result.entries, key=lambda e: e.id) == stored
+        by_agent = {e.agent_id: e for e in stored}
+        assert by_agent[a].data_dependent_event == event_to_json(dd)
+        assert by_agent[b].data_dependent_event is None
+        assert by_agent[b].honest_fraction == 0.5
+        assert by_agent[d].approximate is True
+        report = store.verify_ledger()
+        assert report.ok, report.mismatches
+        assert by_agent[a].event == event_to_json(guaranteed_event(dd))
+        assert store.client_budget(a, delta=1e-5).epsilon == pytest.approx(
+            accountant_epsilon([ROUND_EVENT, guaranteed_event(dd)], 1e-5), rel=1e-9
+        )
+        assert store.client_budget(c, delta=1e-5).epsilon == pytest.approx(
+            accountant_epsilon([guaranteed_event(dd)], 1e-5), rel=1e-9
+        )
 
     def test_flags_for_approximate_and_local_dp_charges(
         self, store: Store, job_id: str, population: list[str]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from datetime import UTC, datetime
 
@@ -77,6 +78,26 @@ def test_prepare_computes_each_distinct_curve_and_keeps_the_json() -> None:
     assert prepared[0].identity() != prepared[1].identity()
 
 
+def test_prepare_checks_each_distinct_event_once_and_keeps_them_apart() -> None:
+    """Equal events (even distinct objects) share one check; different events in one round keep
+    their own JSON and curves, in the charges' order."""
+    other = GaussianEvent(sigma=3.0, sensitivity=1.0)
+    twin = copy.deepcopy(EVENT)
+    assert twin is not EVENT
+    assert twin == EVENT
+    charges = [
+        Charge("a", EVENT, ProtectedUnit.AGENT),
+        Charge("b", other, ProtectedUnit.AGENT),
+        Charge("c", twin, ProtectedUnit.AGENT),
+    ]
+    a, b, c = prepare_charges(charges)
+    assert a.event == c.event == event_to_json(EVENT)
+    assert b.event == event_to_json(other)
+    assert np.array_equal(a.curve, rdp_curve(EVENT))
+    assert np.array_equal(c.curve, a.curve)
+    assert np.array_equal(b.curve, rdp_curve(other))
+
+
 def test_prepare_splits_data_dependent_events() -> None:
     dd = DataDependentVotingEvent(
         margins=(0.8, 0.9), num_agents=100, num_classes=10, sigma=20.0, s=1.0, level="agent"
@@ -103,6 +124,14 @@ def test_prepare_splits_data_dependent_events() -> None:
         ([Charge("a", EVENT, "x")], "unit"),  # type: ignore[arg-type]
         ([Charge("a", EVENT, ProtectedUnit.AGENT, secure_aggregation=None)], "secure_agg"),  # type: ignore[arg-type]
         ([Charge("a", 3.0, ProtectedUnit.AGENT)], "charge of agent 'a'"),  # type: ignore[arg-type]
+        # an unhashable non-event after a good charge: refused by name, not a TypeError
+        (
+            [
+                Charge("a", EVENT, ProtectedUnit.AGENT),
+                Charge("b", {"kind": "x"}, ProtectedUnit.AGENT),  # type: ignore[arg-type]
+            ],
+            "charge of agent 'b'",
+        ),
         (["not a charge"], "must be a Charge"),
     ],
 )

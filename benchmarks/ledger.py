@@ -1,0 +1,149 @@
+"""Ledger speed per round: prints ONE JSON line per (database, N) with medians in seconds.
+
+What the coordinator asks of its store in every round of a job whose N members are all charged
+(DP-FedAvg under Poisson client sampling: every member could have been sampled, so every member
+pays the amplified cost): the pre-round budget check of the whole population, the round's start,
+the stages it records, and the commit of N ledger entries. Afterwards the job's per-client ε is
+read once, as ``dpfl simulate`` does. The store is the production ``SqlStore`` on a SQLite file
+and, when reachable, on a fresh PostgreSQL database (dropped afterwards).
+
+    python benchmarks/ledger.py --agents 100 1000 --rounds 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from dpfl.accounting import GaussianEvent, PoissonSampledEvent
+from dpfl.learning.jobs import parse_job
+from dpfl.server.store import Budget, Charge, JobStatus, ProtectedUnit
+from dpfl.server.store.sql import SqlStore
+
+DEFAULT_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
+JOB = parse_job(
+    {"name": "ledger-bench", "algorithm": "dp-fedavg", "privacy": {"target_epsilon": 1000}}
+)
+#: one round of DP-Fed-LS's MNIST row: Poisson rate 0.05, noise multiplier about 1
+EVENT = PoissonSampledEvent(0.05, GaussianEvent.from_multiplier(1.0))
+
+
+@contextmanager
+def fresh_postgres(admin_url: str) -> Iterator[str]:
+    """A new empty database on the server of ``admin_url``, dropped afterwards."""
+    import sqlalchemy as sa
+    from sqlalchemy.engine import make_url
+
+    name = f"dpfl_ledger_{os.getpid()}_{secrets.token_hex(3)}"
+    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with admin.connect() as c:
+            c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+def unreachable(admin_url: str) -> str | None:
+    """None when the PostgreSQL server answers, else why."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(admin_url, connect_args={"connect_timeout": 3})
+    try:
+        with engine.connect():
+            return None
+    except sa.exc.OperationalError as exc:
+        return str(exc.orig)
+    finally:
+        engine.dispose()
+
+
+def measure(url: str, agents: int, rounds: int) -> dict[str, float]:
+    """Median seconds per round of each store call, over ``rounds`` rounds of one job."""
+    store = SqlStore(url)
+    try:
+        ids = [store.create_agent(name=f"a{i}", budget=Budget(1e6, 1e-5)).id for i in range(agents)]
+        job = store.create_job(JOB, members=ids)
+        store.set_job_status(job.id, JobStatus.RUNNING)
+        times: dict[str, list[float]] = {
+            k: [] for k in ("population", "check", "start", "stages", "commit", "round")
+        }
+        sample = ids[: max(1, agents // 20)]
+        for number in range(1, rounds + 1):
+            t0 = time.perf_counter()
+            active = {a.id for a in store.list_agents()}
+            members = [a for a in store.job_members(job.id) if a in active]
+            t1 = time.perf_counter()
+            checks = store.check_budgets(dict.fromkeys(members, EVENT))
+            assert all(c.allowed for c in checks.values())
+            t2 = time.perf_counter()
+            rnd = store.start_round(job.id, number, invited=sample)
+            t3 = time.perf_counter()
+            for stage in ("advertise_keys", "share_keys", "masked_input"):
+                store.record_stage(rnd.id, stage, survivors=sample, seconds=0.1)
+            t4 = time.perf_counter()
+            store.commit_round(rnd.id, [Charge(a, EVENT, ProtectedUnit.AGENT) for a in members])
+            store.record_stage(rnd.id, "unmask", survivors=sample, seconds=0.1)
+            store.complete_round(rnd.id)
+            t5 = time.perf_counter()
+            for key, value in zip(
+                times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t5 - t0), strict=True
+            ):
+                times[key].append(value)
+        t6 = time.perf_counter()
+        epsilons = store.job_epsilons(job.id)
+        read = time.perf_counter() - t6
+        assert len(epsilons) == agents
+        out = {k: round(statistics.median(v), 4) for k, v in times.items()}
+        out["job_epsilons"] = round(read, 4)
+        return out
+    finally:
+        store.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--agents", type=int, nargs="+", default=[100, 1000])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--postgres", default=DEFAULT_POSTGRES, help="server to create a DB on")
+    parser.add_argument("--no-postgres", action="store_true", help="SQLite only")
+    args = parser.parse_args(argv)
+    backends = ["sqlite"]
+    if not args.no_postgres:
+        reason = unreachable(args.postgres)
+        if reason is None:
+            backends.append("postgresql")
+        else:  # the server is optional: say why, measure SQLite
+            print(f"postgresql skipped: {reason}", file=sys.stderr)
+    for backend in backends:
+        for n in args.agents:
+            line: dict[str, Any] = {
+                "benchmark": "ledger",
+                "database": backend,
+                "agents": n,
+                "rounds": args.rounds,
+            }
+            if backend == "sqlite":
+                with tempfile.TemporaryDirectory() as tmp:
+                    line.update(measure(f"sqlite:///{Path(tmp) / 'ledger.db'}", n, args.rounds))
+            else:
+                with fresh_postgres(args.postgres) as url:
+                    line.update(measure(url, n, args.rounds))
+            print(json.dumps(line), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
