@@ -74,12 +74,22 @@ class InProcessCoordinator:
     ) -> list[pb.DownloadChunk]:
         c = self.coordinator
         pairs = list(metadata)
-
-        def serve() -> list[pb.DownloadChunk]:
-            agent, jobs = handlers.authenticate_member(c.store, pairs)
-            return list(handlers.download(c.store, agent, request, blobs=c.orchestrator, jobs=jobs))
-
-        return await asyncio.to_thread(serve)
+        # as over gRPC: a download along the agent's live stream is trusted as the stream is
+        live = c.registry.verified_agent(pairs) if c.registry is not None else None
+        invited = (
+            live is not None
+            and c.registry is not None
+            and c.registry.in_round(live.id, request.job_id)
+        )
+        return await asyncio.to_thread(
+            handlers.serve_download,
+            c.store,
+            pairs,
+            request,
+            blobs=c.orchestrator,
+            live=live,
+            invited=invited,
+        )
 
     def connector(self, *, agent_id: str, credential: str) -> InProcessConnector:
         """An agent's connector to this coordinator."""

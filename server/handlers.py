@@ -391,6 +391,38 @@ def download(
     return chunk_blob(data, media_type=media, chunk_bytes=chunk_bytes)
 
 
+def serve_download(
+    store: Store,
+    metadata: Metadata | None,
+    request: pb.DownloadRequest,
+    *,
+    blobs: BlobSource | None,
+    live: Agent | None,
+    invited: bool,
+    certificate_cn: str | None = None,
+) -> list[pb.DownloadChunk]:
+    """A download as every transport serves it (blocking: run it on a worker thread).
+
+    ``live``: the agent whose open, authenticated stream carries the credential in ``metadata``
+    (``SessionRegistry.verified_agent``), trusted as that stream is, since evicting the agent
+    closes both; None authenticates against the store. ``invited``: ``live`` is an invitee of the
+    job's running round, and so a member for this download without reading its memberships.
+
+    Raises:
+        InvalidCredential, InvalidInput, NotFound: as :func:`authenticate_member` and
+            :func:`download`.
+    """
+    jobs: frozenset[str] | None = None
+    if live is not None:
+        agent = live
+        check_certificate_binding(agent, certificate_cn)
+        if invited:
+            jobs = frozenset({request.job_id})
+    else:
+        agent, jobs = authenticate_member(store, metadata, certificate_cn=certificate_cn)
+    return list(download(store, agent, request, blobs=blobs, jobs=jobs))
+
+
 def chunk_blob(data: bytes, *, media_type: str, chunk_bytes: int) -> Iterator[pb.DownloadChunk]:
     """Split ``data`` into chunks; the last carries the SHA-256 of the whole blob."""
     if chunk_bytes < 1:

@@ -225,22 +225,16 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             # an invitee of the job's running round is a member for that round's download
             invited = live is not None and self.registry.in_round(live.id, request.job_id)
 
-            def serve() -> list[pb.DownloadChunk]:  # one worker-thread hop for both steps
-                jobs: frozenset[str] | None = None
-                if live is not None:
-                    agent = live
-                    handlers.check_certificate_binding(agent, certificate_cn)
-                    if invited:
-                        jobs = frozenset({request.job_id})
-                else:
-                    agent, jobs = handlers.authenticate_member(
-                        self.store, metadata, certificate_cn=certificate_cn
-                    )
-                return list(
-                    handlers.download(self.store, agent, request, blobs=self.blobs, jobs=jobs)
-                )
-
-            chunks = await asyncio.to_thread(serve)
+            chunks = await asyncio.to_thread(  # one worker-thread hop for both steps
+                handlers.serve_download,
+                self.store,
+                metadata,
+                request,
+                blobs=self.blobs,
+                live=live,
+                invited=invited,
+                certificate_cn=certificate_cn,
+            )
         except Exception as exc:
             await context.abort(*grpc_status(exc))
         for chunk in chunks:
