@@ -23,16 +23,13 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import SecretStr
 
 from dpfl.cli.sim_result import SimulationResult, invitations_from_rounds, stop_reason
 from dpfl.cmdline import Subparsers
 from dpfl.learning.jobs import JobSpec, job_to_dict, load_job, parse_job
-
-if TYPE_CHECKING:
-    from dpfl.server.store import Store
 
 __all__ = [
     "RemoteAgent",
@@ -327,14 +324,6 @@ class Simulation:
                 return job
             await asyncio.sleep(0.05)
 
-    def _job_epsilon(self, store: Store, agent_id: str, delta: float) -> float:
-        """The client's ε for this job in the ledger: the smaller of the job's RDP figure and
-        its tight figure, both proven bounds (docs/accounting.md#which-bound-each-ledger-figure-is);
-        0 for a client this job never charged."""
-        spent = store.client_budget(agent_id, delta=delta, include_events=False).by_job
-        mine = spent.get(self.job_id or "")
-        return 0.0 if mine is None else float(mine.epsilon)
-
     def result(self, wall_s: float) -> SimulationResult:
         store = self.coordinator.store
         job = store.get_job(self.job_id)
@@ -342,7 +331,11 @@ class Simulation:
         done = [r for r in rounds if r.status.value == "completed"]
         last = max(done, key=lambda r: r.number) if done else None
         delta = self.job.privacy.delta
-        epsilon = {a.agent_id: self._job_epsilon(store, a.agent_id, delta) for a in self.agents}
+        # each client's ε for this job in the ledger: the smaller of the job's RDP figure and its
+        # tight figure, both proven bounds (docs/accounting.md#which-bound-each-ledger-figure-is);
+        # 0 for a client the job never charged. One read of the job's entries for all clients.
+        charged = store.job_epsilons(self.job_id or "", delta=delta)
+        epsilon = {a.agent_id: float(charged.get(a.agent_id, 0.0)) for a in self.agents}
         plan = rounds[-1].noise.get("plan", {}) if rounds else {}
         runner = self.coordinator.orchestrator.runner(self.job_id)
         metrics = {}

@@ -109,3 +109,27 @@ def test_a_generous_policy_lets_every_agent_take_part_and_the_json_line_matches(
     assert sorted(line.pop("epsilon").values()) == sorted(mine.pop("epsilon").values())
     assert line == mine
     assert "invitations: 9 sent, 9 accepted, 0 declined" in done.stderr.replace("\n", " ")
+
+
+def test_each_clients_epsilon_is_its_figure_for_the_job_in_the_ledger(tmp_path: Path) -> None:
+    """The reported ε per client is the ledger's per-job figure (the smaller of RDP and tight),
+    read for the whole job at once; a client the job never charged shows 0."""
+    from dpfl.server.store import open_store
+
+    url = f"sqlite:///{tmp_path / 'coordinator.db'}"
+    result = dpfl.simulate(JOB, 3, budget_epsilon=2.5, database_url=url)
+    store = open_store(url)
+    try:
+        for agent, epsilon in result.epsilon.items():
+            by_job = store.client_budget(agent, delta=1e-5).by_job
+            assert epsilon == by_job[result.job_id].epsilon
+            assert 0 < epsilon <= 2.5
+    finally:
+        store.close()
+    assert len(result.epsilon) == 3
+    # no client can afford round 1 (about 2.2): the job charges nobody, every figure is 0
+    poor = dpfl.simulate(JOB, 3, budget_epsilon=1.0)
+    assert poor.stop is not None
+    assert poor.stop.kind == "budget_exhausted"
+    assert poor.epsilon == dict.fromkeys(poor.epsilon, 0.0)
+    assert len(poor.epsilon) == 3
