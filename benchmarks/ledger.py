@@ -14,60 +14,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import secrets
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from harness.postgres import DEFAULT_POSTGRES, fresh_postgres, unreachable
 
 from dpfl.accounting import GaussianEvent, PoissonSampledEvent
 from dpfl.learning.jobs import parse_job
 from dpfl.server.store import Budget, Charge, JobStatus, ProtectedUnit
 from dpfl.server.store.sql import SqlStore
 
-DEFAULT_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 JOB = parse_job(
     {"name": "ledger-bench", "algorithm": "dp-fedavg", "privacy": {"target_epsilon": 1000}}
 )
 #: one round of DP-Fed-LS's MNIST row: Poisson rate 0.05, noise multiplier about 1
 EVENT = PoissonSampledEvent(0.05, GaussianEvent.from_multiplier(1.0))
-
-
-@contextmanager
-def fresh_postgres(admin_url: str) -> Iterator[str]:
-    """A new empty database on the server of ``admin_url``, dropped afterwards."""
-    import sqlalchemy as sa
-    from sqlalchemy.engine import make_url
-
-    name = f"dpfl_ledger_{os.getpid()}_{secrets.token_hex(3)}"
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as c:
-            c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
-
-
-def unreachable(admin_url: str) -> str | None:
-    """None when the PostgreSQL server answers, else why."""
-    import sqlalchemy as sa
-
-    engine = sa.create_engine(admin_url, connect_args={"connect_timeout": 3})
-    try:
-        with engine.connect():
-            return None
-    except sa.exc.OperationalError as exc:
-        return str(exc.orig)
-    finally:
-        engine.dispose()
 
 
 def measure(url: str, agents: int, rounds: int) -> dict[str, float]:
@@ -139,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                 with tempfile.TemporaryDirectory() as tmp:
                     line.update(measure(f"sqlite:///{Path(tmp) / 'ledger.db'}", n, args.rounds))
             else:
-                with fresh_postgres(args.postgres) as url:
+                with fresh_postgres(args.postgres, "ledger") as url:
                     line.update(measure(url, n, args.rounds))
             print(json.dumps(line), flush=True)
     return 0

@@ -19,12 +19,12 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from harness.federation import RawVectorSum, bench_job, worker
+from harness.postgres import DEFAULT_POSTGRES, fresh_postgres
 
 from dpfl.learning.algorithms.base import Algorithm, get_algorithm
 
@@ -34,7 +34,6 @@ TARGETS = {  # (agents, size) -> round seconds, on a quiet 2-core machine
     (300, 100_000): 10.0,
 }
 RSS_TARGET_MB = 1024.0
-DEFAULT_POSTGRES = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
 @dataclass
@@ -98,24 +97,6 @@ def rss_mb() -> tuple[float, float]:
             if key in ("VmRSS", "VmHWM"):
                 fields[key] = int(value.split()[0]) / 1024
     return round(fields.get("VmRSS", 0.0), 1), round(fields.get("VmHWM", 0.0), 1)
-
-
-@contextmanager
-def fresh_postgres(admin_url: str) -> Iterator[str]:
-    """A new empty database on the server of ``admin_url``, dropped afterwards."""
-    import sqlalchemy as sa
-    from sqlalchemy.engine import make_url
-
-    name = f"dpfl_scale_{os.getpid()}_{secrets.token_hex(3)}"
-    admin = sa.create_engine(admin_url, isolation_level="AUTOCOMMIT")
-    with admin.connect() as c:
-        c.execute(sa.text(f'CREATE DATABASE "{name}"'))
-    try:
-        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
-    finally:
-        with admin.connect() as c:
-            c.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-        admin.dispose()
 
 
 def _quantile(values: Sequence[float], q: float) -> float:
@@ -299,7 +280,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # one event loop for every point: gRPC's asyncio poller stays bound to its first loop
         out: list[dict[str, Any]] = []
         for n in args.agents:
-            with fresh_postgres(args.postgres) as url:
+            with fresh_postgres(args.postgres, "scale") as url:
                 out.extend(await _points(n, args, url, counter))
         return out
 

@@ -9,8 +9,11 @@ import subprocess
 import sys
 
 import pytest
-import sqlalchemy as sa
-from support.databases import postgres_admin_url, postgres_unreachable_reason
+from support.databases import (
+    postgres_admin_url,
+    postgres_databases,
+    postgres_unreachable_reason,
+)
 from support.paths import ROOT
 
 pytestmark = pytest.mark.slow
@@ -40,23 +43,13 @@ def test_ledger_benchmark_on_sqlite() -> None:
         assert all(isinstance(p[k], float) and p[k] >= 0 for k in FIELDS)
 
 
-def _ledger_databases(url: str) -> set[str]:
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as c:
-            names = c.execute(sa.text("SELECT datname FROM pg_database")).scalars()
-            return {n for n in names if n.startswith("dpfl_ledger_")}
-    finally:
-        engine.dispose()
-
-
 @pytest.mark.postgres
 def test_ledger_benchmark_on_postgresql_drops_its_database() -> None:
     url = postgres_admin_url()
     reason = postgres_unreachable_reason(url)
     if reason:
         pytest.skip(reason)
-    before = _ledger_databases(url)
+    before = postgres_databases(url, "dpfl_ledger_")
     points = _run("--rounds", "1", "--postgres", url)
     assert [(p["database"], p["agents"]) for p in points] == [
         ("sqlite", 3),
@@ -64,4 +57,4 @@ def test_ledger_benchmark_on_postgresql_drops_its_database() -> None:
         ("postgresql", 3),
         ("postgresql", 5),
     ]
-    assert _ledger_databases(url) == before
+    assert postgres_databases(url, "dpfl_ledger_") == before

@@ -10,21 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
-from support.databases import postgres_admin_url, postgres_unreachable_reason
+from support.databases import (
+    postgres_admin_url,
+    postgres_databases,
+    postgres_unreachable_reason,
+)
 from support.paths import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
-
-
-def _scale_databases(url: str) -> set[str]:
-    engine = sa.create_engine(url)
-    try:
-        with engine.connect() as c:
-            names = c.execute(sa.text("SELECT datname FROM pg_database")).scalars()
-            return {n for n in names if n.startswith("dpfl_scale_")}
-    finally:
-        engine.dispose()
 
 
 def test_scale_benchmark_prints_one_line_per_point(tmp_path: Path) -> None:
@@ -32,7 +25,7 @@ def test_scale_benchmark_prints_one_line_per_point(tmp_path: Path) -> None:
     reason = postgres_unreachable_reason(url)
     if reason:
         pytest.skip(reason)
-    before = _scale_databases(url)
+    before = postgres_databases(url, "dpfl_scale_")
     plot = tmp_path / "scale.png"
     done = subprocess.run(
         [
@@ -70,4 +63,4 @@ def test_scale_benchmark_prints_one_line_per_point(tmp_path: Path) -> None:
         assert p["coordinator_peak_rss_mb"] > 0
         assert p["bytes_per_agent_per_round"] > 4 * 500  # at least the model download
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert _scale_databases(url) == before
+    assert postgres_databases(url, "dpfl_scale_") == before

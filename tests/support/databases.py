@@ -86,6 +86,17 @@ def temporary_postgres_database(admin_url: str) -> Iterator[str]:
         admin.dispose()
 
 
+def postgres_databases(url: str, prefix: str) -> set[str]:
+    """The names of the server's databases that start with ``prefix`` (a benchmark's leftovers)."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as c:
+            names = c.execute(sa.text("SELECT datname FROM pg_database")).scalars()
+            return {n for n in names if n.startswith(prefix)}
+    finally:
+        engine.dispose()
+
+
 def clear_store_tables(url: str) -> None:
     """Delete every row the store wrote (not the schema version), children before parents."""
     from dpfl.server.store.models import Base
