@@ -29,9 +29,11 @@ from dpfl.secagg.randomness import RandomStream
 
 __all__ = [
     "IntegerSteps",
+    "clamp",
     "clamped_sum",
     "clip_rows",
     "fixed_point_rows",
+    "fixed_point_sum",
     "integer_dp_sgd",
     "required_ring_bits",
     "round_sum",
@@ -43,6 +45,9 @@ __all__ = [
 FRACTION_BITS = 16
 #: Every fixed-point sum stays below 2^62 in magnitude (int64 without overflow).
 _SUM_BITS = 62
+#: Records whose gradients are materialised at once: a whole batch of a CNN is hundreds of MB of
+#: float64 rows, freshly mapped (and page-faulted) at every step; chunks stay in the heap.
+RECORD_CHUNK = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +78,11 @@ def clamped_sum(rows: npt.NDArray[np.int64], limit: int | None) -> npt.NDArray[n
 
     Per coordinate ``|clamp(a + z) − clamp(a)| ≤ |z|``, so adding one row moves the result by at
     most that row in every coordinate, and its L1 and L2 norms bound the move."""
-    summed: npt.NDArray[np.int64] = rows.sum(axis=0)
+    return clamp(rows.sum(axis=0), limit)
+
+
+def clamp(summed: npt.NDArray[np.int64], limit: int | None) -> npt.NDArray[np.int64]:
+    """Every coordinate of ``summed`` clamped to ``[−limit, limit]`` (None: unchanged)."""
     if limit is None:
         return summed
     out: npt.NDArray[np.int64] = np.clip(summed, -limit, limit)
@@ -140,6 +149,34 @@ def _per_sample_gradients(model: Any, names: list[str], xb: Any, yb: Any) -> Any
 
     grads = vmap(grad(loss), in_dims=(None, 0, 0))(params, xb, yb)
     return torch.cat([grads[name].reshape(xb.shape[0], -1) for name in names], dim=1)
+
+
+def fixed_point_sum(
+    model: Any,
+    names: list[str],
+    x: Any,
+    y: Any,
+    *,
+    clip: float,
+    bits: int,
+    chunk: int = RECORD_CHUNK,
+) -> npt.NDArray[np.int64]:
+    """``Σ_j fixed_point_rows(clip_rows(g_j))``: the exact integer sum of the records' clipped
+    fixed-point gradients, ``chunk`` records at a time (integer sums do not depend on the
+    grouping)."""
+    import torch
+
+    total: npt.NDArray[np.int64] | None = None
+    for start in range(0, int(x.shape[0]), chunk):
+        rows = _per_sample_gradients(
+            model, names, x[start : start + chunk], y[start : start + chunk]
+        )
+        clipped = clip_rows(rows.detach().to("cpu", torch.float64).numpy(), clip)
+        part = fixed_point_rows(clipped, bits).sum(axis=0)
+        total = part if total is None else total + part
+    if total is None:
+        raise AlgorithmError("no records to sum")
+    return total
 
 
 def integer_dp_sgd(
@@ -219,19 +256,22 @@ def integer_dp_sgd(
         released = noise.sample(dimension, stream)
         if chosen:
             index = torch.tensor(chosen, dtype=torch.int64)
+            bits = fraction_bits(len(chosen), math.ceil(math.ldexp(clip, scale_bits)))
             try:
-                rows = _per_sample_gradients(
-                    model, names, xt[index].to(target), yt[index].to(target)
+                summed = fixed_point_sum(
+                    model,
+                    names,
+                    xt[index].to(target),
+                    yt[index].to(target),
+                    clip=clip,
+                    bits=scale_bits + bits,
                 )
             except RuntimeError as exc:
                 raise AlgorithmError(f"per-record gradients failed: {exc}") from None
-            clipped = clip_rows(rows.detach().to("cpu", torch.float64).numpy(), clip)
-            bits = fraction_bits(len(chosen), math.ceil(math.ldexp(clip, scale_bits)))
-            fixed = fixed_point_rows(clipped, scale_bits + bits)
             limit = (
                 None if coordinate_limit is None else min(coordinate_limit << bits, 1 << _SUM_BITS)
             )
-            released = released + round_sum(clamped_sum(fixed, limit), bits, stream)
+            released = released + round_sum(clamp(summed, limit), bits, stream)
         total += released
         update = torch.from_numpy(released.astype(np.float64) * -step_size)
         with torch.no_grad():

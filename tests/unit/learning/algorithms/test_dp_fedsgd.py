@@ -36,6 +36,7 @@ from dpfl.learning.algorithms.integer_dpsgd import (
     clamped_sum,
     clip_rows,
     fixed_point_rows,
+    fixed_point_sum,
     fraction_bits,
     integer_dp_sgd,
     round_sum,
@@ -76,12 +77,15 @@ def _stream(label: str) -> Any:
 # -- the integer local steps -----------------------------------------------------------------
 
 
+@pytest.mark.parametrize("model", ["logreg", "cnn"])
 def test_one_integer_step_matches_record_by_record_gradients(
-    digits_agents: list[AgentData],
+    digits_agents: list[AgentData], model: str
 ) -> None:
+    """torch.func's per-record gradients equal one-record backward passes (the cnn computes in
+    channels-last layout, dpfl.learning.models)."""
     agent = digits_agents[0]
     x, y = agent.x[:20], agent.y[:20]
-    net = build_model("logreg", input_shape=(1, 8, 8), num_classes=10, seed=1)
+    net = build_model(model, input_shape=(1, 8, 8), num_classes=10, seed=1)
     before = flatten_parameters(net, dtype=np.float64)
     bits, clip = 12, 0.5
     truth = []
@@ -115,6 +119,36 @@ def test_one_integer_step_matches_record_by_record_gradients(
     np.testing.assert_allclose(
         after, before - 0.5 * result.total / (4.0 * 2**bits), rtol=1e-5, atol=1e-6
     )
+
+
+def test_the_step_sum_adds_every_chunk_of_records_once(
+    digits_agents: list[AgentData],
+) -> None:
+    """The records' clipped fixed-point gradients are summed in chunks: the integer sum is the
+    sum of every chunk's rows, remainders included, and agrees with the whole batch's rows up to
+    the float32 rounding of the gradients (torch's batched convolution rounds differently for
+    different batch sizes)."""
+    agent = digits_agents[0]
+    net = build_model("cnn", input_shape=(1, 8, 8), num_classes=10, seed=3)
+    names = [name for name, _ in net.named_parameters()]
+    xt, yt = torch.as_tensor(agent.x[:70]), torch.as_tensor(agent.y[:70])
+    n = len(xt)
+    assert n > 33
+
+    def rows(lo: int, hi: int) -> np.ndarray:
+        grads = _per_sample_gradients(net, names, xt[lo:hi], yt[lo:hi]).detach()
+        return fixed_point_rows(clip_rows(grads.to(torch.float64).numpy(), 0.5), 20)
+
+    whole = rows(0, n).sum(axis=0)
+    assert np.abs(whole).max() > 2**18  # the rows are far from zero
+    for chunk in (1, 2, 32, n - 1, n, 500):
+        summed = fixed_point_sum(net, names, xt, yt, clip=0.5, bits=20, chunk=chunk)
+        assert summed.dtype == np.int64
+        expected = sum(rows(lo, min(lo + chunk, n)).sum(axis=0) for lo in range(0, n, chunk))
+        assert np.array_equal(summed, expected)
+        assert np.abs(summed - whole).max() <= n * 2**20 * 1e-5
+    with pytest.raises(AlgorithmError, match="no records"):
+        fixed_point_sum(net, names, xt[:0], yt[:0], clip=0.5, bits=20)
 
 
 def test_fixed_point_truncation_never_raises_a_norm() -> None:
