@@ -63,6 +63,10 @@ def check_dp_compatible(model: nn.Module) -> None:
 
 
 def _wrap(model: nn.Module, mode: GradSampleMode, clip: float) -> nn.Module:
+    # Opacus's per-sample samplers assume NCHW activations: on dpfl's channels-last CNN
+    # (dpfl.learning.models) its hooks mix records' gradients and torch's expanded weights fail,
+    # so the wrapped model computes in NCHW (test_clipped_sum_matches_the_microbatch_ground_truth)
+    model.to(memory_format=torch.contiguous_format)
     if mode in ("hooks", "functorch"):
         from opacus import GradSampleModule
 
