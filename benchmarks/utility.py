@@ -17,6 +17,7 @@ import json
 import math
 import multiprocessing
 import os
+import queue
 import statistics
 import sys
 import time
@@ -40,7 +41,10 @@ class Row(BaseModel):
     ``job`` is a job document or the name of a YAML file under benchmarks/utility/.
     ``quick`` is merged (recursively) into the job for ``--quick`` (with the digits data set,
     ``quick_agents`` agents and at most two rounds). ``beats``: names of rows whose mean
-    accuracy this row must reach too (the target is then also relative).
+    accuracy this row must reach too (the target is then also relative). ``extra``: a row outside
+    the issue's table (another setting, a comparison), run when named or with ``--all``.
+    ``cost``: a rough run time of one seed on the development machine (s), only for scheduling:
+    ``--workers`` starts the longest runs first so that none is left alone at the end.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -61,6 +65,8 @@ class Row(BaseModel):
     quick: dict[str, Any] = Field(default_factory=dict)
     quick_agents: int = Field(default=4, ge=1)
     note: str = ""
+    extra: bool = False
+    cost: float = Field(default=60.0, gt=0)
 
     def document(self, *, quick: bool = False) -> dict[str, Any]:
         """The job document (read from benchmarks/utility/ when ``job`` names a file)."""
@@ -120,6 +126,8 @@ def _noniid_row(
     target: float | None,
     paper_note: str,
     quick_params: dict[str, Any],
+    cost: float,
+    extra: bool = False,
 ) -> Row:
     """A row of the non-IID setting (:func:`_mnist_noniid`): 100 agents, ε 4.3, δ 1e-3, the
     paper's figure of its algorithm. DP-FedAvg's agents get budgets for all 20 rounds: the
@@ -142,6 +150,8 @@ def _noniid_row(
             "data": {"public": {"fraction": 0.5}, "partition": {"classes_per_agent": 3}},
             "params": quick_params,
         },
+        cost=cost,
+        extra=extra,
     )
 
 
@@ -206,6 +216,7 @@ def _fedls_rows() -> list[Row]:
                     budget_epsilon=1000.0,
                     agent_max_epsilon=1000.0,
                     quick=quick,
+                    cost=50,
                 )
             )
             rows.append(
@@ -223,6 +234,7 @@ def _fedls_rows() -> list[Row]:
                     budget_epsilon=1000.0,
                     agent_max_epsilon=1000.0,
                     quick=quick,
+                    cost=50,
                 )
             )
     return rows
@@ -284,6 +296,7 @@ def _fmnist_fedsgd(
         # each agent's share of the split noise is below the default policy's floor of 0.5
         agent_policy={"min_noise_multiplier": 0.0} if claim else None,
         quick={"params": {"local_steps": min(local_steps, 3), "batch_sampling_rate": 0.1}},
+        cost=40 * local_steps,
     )
 
 
@@ -330,7 +343,8 @@ def _usps_rows() -> list[Row]:
         "learning_rate": 0.3,
         "server_optimizer": {"kind": "adam", "learning_rate": 0.02},
     }
-    common: dict[str, Any] = {"agents": 100, "epsilon": 3.6, "delta": 1e-3}
+    # issue 13's cross-domain setting, outside this table: run with --all or by name
+    common: dict[str, Any] = {"agents": 100, "epsilon": 3.6, "delta": 1e-3, "extra": True}
     return [
         Row(
             name="usps-dp-fedavg",
@@ -346,6 +360,7 @@ def _usps_rows() -> list[Row]:
                 "data": quick["data"],
                 "params": {"sampling_rate": 1.0, "local_steps": 5, "learning_rate": 0.5},
             },
+            cost=200,
             **common,
         ),
         Row(
@@ -356,6 +371,7 @@ def _usps_rows() -> list[Row]:
             paper_note="PATE-FL paper, MNIST+SVHN agents",
             beats=("usps-dp-fedavg",),
             quick=quick,
+            cost=700,
             **common,
         ),
         Row(
@@ -371,6 +387,7 @@ def _usps_rows() -> list[Row]:
             paper_note="PATE-FL paper, MNIST+SVHN agents, ε 2.8; target also ≥ PATE-FL + 5 points",
             beats=("usps-pate-fl",),
             quick={**quick, "model": "mlp"},  # DANN aligns hidden features: not logreg
+            cost=800,
             **common,
         ),
     ]
@@ -404,6 +421,7 @@ def rows() -> list[Row]:
                 "teacher_epochs": 3,
                 "student": {"method": "consistency", "steps": 50},
             },
+            cost=700,
         ),
         _noniid_row(
             "mnist-noniid-dp-fedavg",
@@ -429,6 +447,7 @@ def rows() -> list[Row]:
                 "sampling_rate": 1.0,
                 "public_kmeans": {"centroids": 16, "patch": 3, "stride": 1, "dim": 16},
             },
+            cost=100,
         ),
         _noniid_row(
             "mnist-noniid-dp-fedavg-cnn",
@@ -448,6 +467,8 @@ def rows() -> list[Row]:
             target=None,
             paper_note="the former recipe (cnn on pixels), kept for comparison",
             quick_params={"sampling_rate": 1.0, "local_steps": 5, "learning_rate": 0.5},
+            cost=200,
+            extra=True,
         ),
     ]
     others = [
@@ -482,6 +503,7 @@ def rows() -> list[Row]:
                     "public_kmeans": {"centroids": 16, "patch": 3, "stride": 1, "dim": 16},
                 },
             },
+            cost=75,
         ),
         Row(
             name="mnist-private-knn-fl",
@@ -524,6 +546,7 @@ def rows() -> list[Row]:
                     "student": {"method": "consistency", "steps": 50},
                 },
             },
+            cost=180,
         ),
     ]
     return [*noniid, *_fedls_rows(), *others, *_usps_rows()]
@@ -648,14 +671,39 @@ def run_row(row: Row, seeds: Sequence[int], *, quick: bool, data_dir: str | None
     return combine(row, seeds, outcomes, quick=quick)
 
 
-def _worker_init(threads: int) -> None:
-    """Cap each worker's BLAS and torch threads before torch loads (the workers share the
-    cores)."""
+def _worker_init(threads: int, cores: Any) -> None:
+    """Cap each worker's BLAS and torch threads before torch loads, and pin it to a core of its
+    own taken from ``cores`` (a queue) when there is one: the workers then never share a core,
+    and each run's agent host sizes its training pool to that one core."""
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[name] = str(threads)
+    try:
+        core = cores.get(timeout=10)
+    except queue.Empty:  # a replacement worker: the cores were handed out
+        core = None
+    if core is not None:
+        os.sched_setaffinity(0, {core})
     import torch
 
     torch.set_num_threads(threads)
+
+
+def core_plan(workers: int) -> list[int | None]:
+    """One core per worker while there are enough cores to go round, else no pinning."""
+    try:
+        available = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return [None] * workers
+    if workers > len(available):
+        return [None] * workers
+    return list(available[:workers])
+
+
+def schedule(chosen: Sequence[Row], seeds: Sequence[int]) -> list[tuple[int, int]]:
+    """The (row index, seed) runs, longest first by the rows' ``cost`` (ties in table order):
+    the last runs to start are the short ones, so the workers finish close together."""
+    runs = [(i, seed) for i in range(len(chosen)) for seed in seeds]
+    return sorted(runs, key=lambda run: -chosen[run[0]].cost)
 
 
 def run_rows(
@@ -667,21 +715,26 @@ def run_rows(
     workers: int,
 ) -> Iterator[RowResult]:
     """Every row's line, in ``chosen``'s order. ``workers`` > 1 runs the (row, seed) runs in
-    that many processes (one thread each), so seeds and rows share the cores; each line is
-    yielded once its row's seeds are done and the rows before it were yielded."""
+    that many processes (one thread each, each on its own core when there are enough), longest
+    first (:func:`schedule`); each line is yielded once its row's seeds are done and the rows
+    before it were yielded."""
     if workers == 1:
         for row in chosen:
             yield run_row(row, seeds, quick=quick, data_dir=data_dir)
         return
     context = multiprocessing.get_context("spawn")
+    cores = context.Queue()
+    for core in core_plan(workers):
+        cores.put(core)
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init,
-                             initargs=(1,)) as pool:  # fmt: skip
-        futures = [
-            [pool.submit(run_seed, row, seed, quick=quick, data_dir=data_dir) for seed in seeds]
-            for row in chosen
-        ]
-        for row, pending in zip(chosen, futures, strict=True):
-            yield combine(row, seeds, [f.result() for f in pending], quick=quick)
+                             initargs=(1, cores)) as pool:  # fmt: skip
+        futures = {
+            (i, seed): pool.submit(run_seed, chosen[i], seed, quick=quick, data_dir=data_dir)
+            for i, seed in schedule(chosen, seeds)
+        }
+        for i, row in enumerate(chosen):
+            outcomes = [futures[(i, seed)].result() for seed in seeds]
+            yield combine(row, seeds, outcomes, quick=quick)
 
 
 def judged(result: RowResult, others: Mapping[str, RowResult]) -> RowResult:
@@ -764,7 +817,12 @@ def curves(results: Sequence[RowResult], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--rows", default=None, help="comma-separated row names (default: all)")
+    parser.add_argument(
+        "--rows", default=None, help="comma-separated row names (default: the table's rows)"
+    )
+    parser.add_argument(
+        "--all", action="store_true", help="every row, the extra ones too (see --list)"
+    )
     parser.add_argument("--seeds", type=int, default=3, help="seeds per row (default 3)")
     parser.add_argument("--out", type=Path, default=Path("build/utility"), help="results folder")
     parser.add_argument("--quick", action="store_true", help="tiny digits smoke run of the rows")
@@ -781,13 +839,13 @@ def main(argv: list[str] | None = None) -> int:
     every = rows()
     if args.list:
         for row in every:
-            print(row.name)
+            print(row.name + ("  (extra)" if row.extra else ""))
         return 0
     if args.seeds < 1:
         parser.error("--seeds must be >= 1")
     if args.workers < 1:
         parser.error("--workers must be >= 1")
-    chosen = every
+    chosen = every if args.all else [r for r in every if not r.extra]
     if args.rows is not None:
         names = [n.strip() for n in args.rows.split(",") if n.strip()]
         known = {r.name: r for r in every}

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
-import os
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -146,21 +145,22 @@ class AgentHost:
 
     Args:
         torch_threads: torch's intra-op CPU threads while the host lives (1: one per training).
-        workers: threads of the training executor (default: one per CPU core; more only take
-            turns at the GIL between small torch calls, docs/performance.md).
+        workers: threads of the training executor (default: one per core this process may run
+            on; more only take turns at the GIL between small torch calls,
+            docs/performance.md).
 
     Raises:
         TrainingError: ``torch_threads`` is not a positive integer.
     """
 
     def __init__(self, *, torch_threads: int = 1, workers: int | None = None) -> None:
-        from dpfl.learning.device import cpu_threads
+        from dpfl.learning.device import cpu_threads, usable_cores
 
         self._threads = contextlib.ExitStack()
         self._threads.enter_context(cpu_threads(torch_threads))
         #: where every hosted agent trains and encodes (created under the thread count above)
         self.executor = ThreadPoolExecutor(
-            max_workers=workers if workers is not None else os.cpu_count() or 1,
+            max_workers=workers if workers is not None else usable_cores(),
             thread_name_prefix="dpfl-train",
         )
         self.agents: list[SimulatedAgent] = []

@@ -21,7 +21,16 @@ from threadpoolctl import threadpool_limits
 
 from dpfl.learning.errors import TrainingError
 
-__all__ = ["cpu_threads", "select_device"]
+__all__ = ["cpu_threads", "select_device", "usable_cores"]
+
+
+def usable_cores() -> int:
+    """The cores this process may run on: its CPU affinity (a container's cpuset, a pinned
+    benchmark worker), not every core of the machine that ``os.cpu_count`` reports."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # no affinity on this platform
+        return os.cpu_count() or 1
 
 
 @contextmanager

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -186,3 +187,45 @@ def test_bad_arguments_are_refused(tmp_path: Path, args: list[str], message: str
     )
     assert done.returncode == 2
     assert message in done.stderr
+
+
+def test_the_longest_runs_start_first_and_every_run_once() -> None:
+    utility = _utility()
+    table = [r for r in utility.rows() if not r.extra]
+    order = utility.schedule(table, [1, 2, 3])
+    assert sorted(order) == [(i, s) for i in range(len(table)) for s in (1, 2, 3)]
+    costs = [table[i].cost for i, _ in order]
+    assert costs == sorted(costs, reverse=True)
+    assert table[order[0][0]].name == "mnist-noniid-pate-fl"
+    assert order[:3] == [(order[0][0], 1), (order[0][0], 2), (order[0][0], 3)]  # ties: in order
+
+
+def test_workers_get_a_core_each_only_when_there_are_enough() -> None:
+    utility = _utility()
+    cores = sorted(os.sched_getaffinity(0))
+    plan = utility.core_plan(len(cores))
+    assert plan == cores
+    assert utility.core_plan(1) == cores[:1]
+    assert utility.core_plan(len(cores) + 1) == [None] * (len(cores) + 1)
+
+
+def test_the_default_run_is_the_table_and_list_marks_the_extra_rows() -> None:
+    utility = _utility()
+    extra = {r.name for r in utility.rows() if r.extra}
+    assert extra == {
+        "mnist-noniid-dp-fedavg-cnn",
+        "usps-dp-fedavg",
+        "usps-pate-fl",
+        "usps-pate-fl-da",
+    }
+    assert len([r for r in utility.rows() if not r.extra]) == 23
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "utility.py"), "--list"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    listed = done.stdout.splitlines()
+    assert "usps-pate-fl  (extra)" in listed
+    assert "mnist-dp-helmet" in listed

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 from threadpoolctl import threadpool_info
 
-from dpfl.learning.device import cpu_threads, select_device
+from dpfl.learning.device import cpu_threads, select_device, usable_cores
 from dpfl.learning.errors import TrainingError
 
 
@@ -39,3 +43,16 @@ def test_cpu_threads_sets_and_restores() -> None:
     assert [pool["num_threads"] for pool in threadpool_info()] == blas_before
     with pytest.raises(TrainingError, match="positive integer"), cpu_threads(0):
         pass
+
+
+def test_usable_cores_follow_the_affinity_not_the_machine() -> None:
+    """A process pinned to one core (a cpuset, a pinned benchmark worker) counts one core."""
+    assert usable_cores() == len(os.sched_getaffinity(0))
+    pinned = (
+        "import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
+        "from dpfl.learning.device import usable_cores; print(usable_cores(), os.cpu_count())"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", pinned], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.split()[0] == "1"
