@@ -42,7 +42,7 @@ class Row(BaseModel):
     ``quick`` is merged (recursively) into the job for ``--quick`` (with the digits data set,
     ``quick_agents`` agents and at most two rounds). ``beats``: names of rows whose mean
     accuracy this row must reach too (the target is then also relative). ``extra``: a row outside
-    the issue's table (another setting, a comparison), run when named or with ``--all``.
+    the papers' settings (another setting, a comparison), run when named or with ``--all``.
     ``cost``: a rough run time of one seed on the development machine (s), only for scheduling:
     ``--workers`` starts the longest runs first so that none is left alone at the end.
     """
