@@ -26,6 +26,7 @@ from torch.nn.functional import cross_entropy
 
 from dpfl.learning.device import select_device
 from dpfl.learning.errors import ModelError, TrainingError
+from dpfl.learning.models import with_memory_format
 from dpfl.learning.params import flatten_parameters
 from dpfl.learning.training import LocalUpdate, as_tensors
 
@@ -66,7 +67,7 @@ def _wrap(model: nn.Module, mode: GradSampleMode, clip: float) -> nn.Module:
     # Opacus's per-sample samplers assume NCHW activations: on dpfl's channels-last CNN
     # (dpfl.learning.models) its hooks mix records' gradients and torch's expanded weights fail,
     # so the wrapped model computes in NCHW (test_clipped_sum_matches_the_microbatch_ground_truth)
-    model.to(memory_format=torch.contiguous_format)
+    with_memory_format(model, torch.contiguous_format)
     if mode in ("hooks", "functorch"):
         from opacus import GradSampleModule
 

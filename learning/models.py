@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -20,7 +21,14 @@ from torch import nn
 from dpfl.learning.errors import ModelError
 from dpfl.learning.specs import Spec, parse_spec
 
-__all__ = ["MODEL_NAMES", "ModelSpec", "build_model", "parse_model_spec"]
+__all__ = [
+    "MODEL_NAMES",
+    "ModelSpec",
+    "Tanh",
+    "build_model",
+    "parse_model_spec",
+    "with_memory_format",
+]
 
 MODEL_NAMES = ("logreg", "mlp", "cnn")
 _OPTIONS = {"logreg": (), "mlp": ("hidden", "activation"), "cnn": ("channels", "activation")}
@@ -35,7 +43,8 @@ class _TanhFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(x: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(x * 2.0).mul_(2.0).sub_(1.0)
+        out: torch.Tensor = torch.sigmoid(x * 2.0).mul_(2.0).sub_(1.0)
+        return out
 
     @staticmethod
     def setup_context(ctx: Any, inputs: tuple[Any, ...], output: torch.Tensor) -> None:
@@ -44,15 +53,18 @@ class _TanhFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:
         (out,) = ctx.saved_tensors
-        return torch.ops.aten.tanh_backward(grad, out)
+        result: torch.Tensor = torch.ops.aten.tanh_backward(grad, out)
+        return result
 
 
 class Tanh(nn.Module):
     """The hyperbolic tangent, computed by :class:`_TanhFunction`."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = _TanhFunction.apply(x)
-        return out
+        return _tanh(x)
+
+
+_tanh = cast(Callable[[torch.Tensor], torch.Tensor], _TanhFunction.apply)
 
 
 _ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": Tanh, "relu": nn.ReLU}
@@ -191,4 +203,14 @@ def _cnn(spec: ModelSpec) -> nn.Module:
     layers["head"] = nn.Linear(channels * height * width, spec.num_classes)
     # channels-last feature maps: torch's CPU pooling and convolutions run several times faster
     # on them; the weights keep their logical shape (every reader reshapes or copies them)
-    return nn.Sequential(layers).to(memory_format=torch.channels_last)
+    return with_memory_format(nn.Sequential(layers), torch.channels_last)
+
+
+def with_memory_format(model: nn.Module, layout: torch.memory_format) -> nn.Module:
+    """``model`` with its 4-d parameters (convolution weights) laid out as ``layout``, in place;
+    the values and logical shapes are unchanged."""
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() == 4:
+                param.data = param.data.contiguous(memory_format=layout)
+    return model
