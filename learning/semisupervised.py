@@ -87,6 +87,10 @@ class SemiSupervisedReport:
     steps: int
     mean_loss: float
     confident_fraction: float
+    #: the trained model's accuracy on its own labelled records (no augmentation)
+    labelled_fit: float = 1.0
+    #: how many times training collapsed and started again (:func:`train_semi_supervised`)
+    restarts: int = 0
 
 
 def _forward(model: nn.Module, xb: torch.Tensor) -> torch.Tensor:
@@ -132,6 +136,10 @@ def _check(x: NDArray[Any], y: NDArray[Any], pool: NDArray[Any]) -> None:
         raise TrainingError("labels must be non-negative integers")
 
 
+#: Restart k draws its batches and augmentations from seed + k·stride.
+_RESTART_SEED_STRIDE = 1_000_003
+
+
 def train_semi_supervised(
     model: nn.Module,
     x: NDArray[Any],
@@ -152,6 +160,8 @@ def train_semi_supervised(
     augment: bool = True,
     seed: int = 0,
     device: str | torch.device | None = None,
+    max_restarts: int = 2,
+    collapse_fit: float = 0.5,
 ) -> SemiSupervisedReport:
     """Train ``model`` in place on labelled ``(x, y)`` and the ``unlabeled`` pool.
 
@@ -162,6 +172,12 @@ def train_semi_supervised(
     label the pool with the model, keep the confident ones and retrain from the current weights.
     The learning rate follows a cosine schedule over ``steps`` (per round for self-training).
 
+    A run can collapse: saturated units leave a near-constant network that fits its own
+    labelled records no better than chance. When the trained model fits fewer than
+    ``collapse_fit`` of them, training starts again from the same initial weights with other
+    batches and augmentations, at most ``max_restarts`` times, and the best fit is kept. The
+    check reads only the inputs, so it is post-processing (docs/algorithms.md#student-restarts).
+
     Raises:
         TrainingError: bad data or hyper-parameters.
     """
@@ -169,15 +185,87 @@ def train_semi_supervised(
     _check(xa, ya, pool)
     if steps < 1 or batch_size < 1 or unlabeled_ratio < 1 or not 0 < threshold <= 1:
         raise TrainingError("steps, batch_size, unlabeled_ratio >= 1 and threshold in (0, 1]")
+    if max_restarts < 0 or not 0 <= collapse_fit <= 1:
+        raise TrainingError("max_restarts >= 0 and collapse_fit in [0, 1]")
     target = select_device(device)
     home = next(model.parameters()).device
     model.to(target)
-    generator = torch.Generator().manual_seed(seed)
     weak, strong = views(xa.shape[1:])
     if not augment:
         weak = strong = Augmenter(shift=0.0)
     xt, yt = torch.tensor(xa), torch.tensor(ya.astype(np.int64))
     pt = torch.tensor(pool)
+    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    best: tuple[float, dict[str, torch.Tensor], SemiSupervisedReport] | None = None
+    try:
+        for attempt in range(max_restarts + 1):
+            if attempt:
+                model.load_state_dict(initial)
+            generator = torch.Generator().manual_seed(seed + _RESTART_SEED_STRIDE * attempt)
+            report = _train_once(
+                model,
+                xt,
+                yt,
+                pt,
+                method=method,
+                steps=steps,
+                batch_size=batch_size,
+                unlabeled_ratio=unlabeled_ratio,
+                learning_rate=learning_rate,
+                momentum=momentum,
+                weight_decay=weight_decay,
+                threshold=threshold,
+                unlabeled_weight=unlabeled_weight,
+                vat_epsilon=vat_epsilon,
+                self_training_rounds=self_training_rounds,
+                weak=weak,
+                strong=strong,
+                generator=generator,
+                device=target,
+            )
+            fit = float((_probabilities(model, xt, target).argmax(dim=1) == yt).float().mean())
+            if best is None or fit > best[0]:
+                state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+                best = (fit, state, report)
+            if fit >= collapse_fit:
+                break
+        assert best is not None
+        fit, state, report = best
+        model.load_state_dict(state)
+        return SemiSupervisedReport(
+            steps=report.steps,
+            mean_loss=report.mean_loss,
+            confident_fraction=report.confident_fraction,
+            labelled_fit=fit,
+            restarts=attempt,
+        )
+    finally:
+        model.to(home)
+
+
+def _train_once(
+    model: nn.Module,
+    xt: torch.Tensor,
+    yt: torch.Tensor,
+    pt: torch.Tensor,
+    *,
+    method: StudentMethod,
+    steps: int,
+    batch_size: int,
+    unlabeled_ratio: int,
+    learning_rate: float,
+    momentum: float,
+    weight_decay: float,
+    threshold: float,
+    unlabeled_weight: float,
+    vat_epsilon: float,
+    self_training_rounds: int,
+    weak: Augmenter,
+    strong: Augmenter,
+    generator: torch.Generator,
+    device: torch.device,
+) -> SemiSupervisedReport:
+    """One training of :func:`train_semi_supervised` from the model's current weights."""
     run = functools.partial(
         _run,
         model,
@@ -191,28 +279,25 @@ def train_semi_supervised(
         weak=weak,
         strong=strong,
         generator=generator,
-        device=target,
+        device=device,
     )
-    try:
-        if method != "self-training":
-            return run(
-                xt, yt, pt, method=method, unlabeled_ratio=unlabeled_ratio, weight=unlabeled_weight
-            )
-        report = run(xt, yt, pt, method="supervised", unlabeled_ratio=1, weight=0.0)
-        for _ in range(self_training_rounds):
-            probs = _probabilities(model, pt, target)
-            confident, labels = probs.max(dim=1)
-            keep = confident >= threshold
-            xr, yr = torch.cat([xt, pt[keep]]), torch.cat([yt, labels[keep]])
-            report = run(xr, yr, pt, method="supervised", unlabeled_ratio=1, weight=0.0)
-            report = SemiSupervisedReport(
-                steps=report.steps,
-                mean_loss=report.mean_loss,
-                confident_fraction=float(keep.float().mean()),
-            )
-        return report
-    finally:
-        model.to(home)
+    if method != "self-training":
+        return run(
+            xt, yt, pt, method=method, unlabeled_ratio=unlabeled_ratio, weight=unlabeled_weight
+        )
+    report = run(xt, yt, pt, method="supervised", unlabeled_ratio=1, weight=0.0)
+    for _ in range(self_training_rounds):
+        probs = _probabilities(model, pt, device)
+        confident, labels = probs.max(dim=1)
+        keep = confident >= threshold
+        xr, yr = torch.cat([xt, pt[keep]]), torch.cat([yt, labels[keep]])
+        report = run(xr, yr, pt, method="supervised", unlabeled_ratio=1, weight=0.0)
+        report = SemiSupervisedReport(
+            steps=report.steps,
+            mean_loss=report.mean_loss,
+            confident_fraction=float(keep.float().mean()),
+        )
+    return report
 
 
 @torch.no_grad()

@@ -493,6 +493,8 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
                     seed=job.seed,
                 )
                 metrics["student_confident_fraction"] = report.confident_fraction
+                metrics["student_labelled_fit"] = report.labelled_fit
+                metrics["student_restarts"] = float(report.restarts)
         except LearningError as exc:
             raise AlgorithmError(f"student training failed: {exc}") from exc
         metrics.update(common.evaluate_on_test(net, data))

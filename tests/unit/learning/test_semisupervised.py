@@ -147,3 +147,63 @@ def test_plain_teacher_recipe_is_plain_sgd(digits: Any) -> None:
     fit_teacher(nets[1], x, y, epochs=3, batch_size=32, learning_rate=0.1, momentum=0.9, seed=4)
     for a, b in zip(nets[0].parameters(), nets[1].parameters(), strict=True):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def _flat(net: torch.nn.Module) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in net.parameters()])
+
+
+def test_a_student_that_fits_its_labels_trains_once(digits: Any) -> None:
+    """No restart when the fit clears the bar: the weights are those of one plain training."""
+    x, y = digits.x_train, digits.y_train
+    labelled = _few_labels(y, 5, seed=2)
+    nets, reports = [], []
+    for restarts in (0, 2):
+        net = build_model("logreg", input_shape=digits.input_shape, num_classes=10, seed=0)
+        report = train_semi_supervised(
+            net, x[labelled], y[labelled], x, method="consistency", steps=60, seed=4,
+            max_restarts=restarts, device="cpu",
+        )  # fmt: skip
+        reports.append(report)
+        nets.append(_flat(net))
+    assert reports[1].restarts == 0
+    assert reports[1].labelled_fit >= 0.5
+    assert reports[1].labelled_fit == reports[0].labelled_fit
+    torch.testing.assert_close(nets[0], nets[1], rtol=0, atol=0)
+
+
+def test_below_the_bar_the_student_trains_again_and_keeps_the_best_fit(digits: Any) -> None:
+    """With a bar no short training clears, every attempt runs, each from the same initial
+    weights with its own seed, and the kept model is the attempt with the best fit."""
+    x, y = digits.x_train, digits.y_train
+    labelled = _few_labels(y, 5, seed=2)
+    stride = 1_000_003
+    single = []
+    for k in range(3):  # each attempt on its own: seed + k·stride, no restart
+        net = build_model("logreg", input_shape=digits.input_shape, num_classes=10, seed=0)
+        report = train_semi_supervised(
+            net, x[labelled], y[labelled], x, method="supervised", steps=3, seed=2 + k * stride,
+            learning_rate=0.05, max_restarts=0, device="cpu",
+        )  # fmt: skip
+        single.append((report.labelled_fit, _flat(net)))
+    fits = [f for f, _ in single]
+    assert max(fits) < 1.0
+    assert fits.index(max(fits)) == 1  # the best is neither the first nor the last attempt
+    net = build_model("logreg", input_shape=digits.input_shape, num_classes=10, seed=0)
+    report = train_semi_supervised(
+        net, x[labelled], y[labelled], x, method="supervised", steps=3, seed=2,
+        learning_rate=0.05, max_restarts=2, collapse_fit=1.0, device="cpu",
+    )  # fmt: skip
+    assert report.restarts == 2
+    best = fits.index(max(fits))
+    assert report.labelled_fit == fits[best]
+    torch.testing.assert_close(_flat(net), single[best][1], rtol=0, atol=0)
+
+
+def test_restart_settings_are_checked(digits: Any) -> None:
+    x, y = digits.x_train, digits.y_train
+    net = build_model("logreg", input_shape=digits.input_shape, num_classes=10, seed=0)
+    with pytest.raises(TrainingError, match="max_restarts"):
+        train_semi_supervised(net, x[:10], y[:10], x, method="vat", steps=1, max_restarts=-1)
+    with pytest.raises(TrainingError, match="collapse_fit"):
+        train_semi_supervised(net, x[:10], y[:10], x, method="vat", steps=1, collapse_fit=1.5)

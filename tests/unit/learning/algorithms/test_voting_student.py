@@ -82,7 +82,12 @@ def test_semi_supervised_student_trains_on_the_pool(digits_public: Any) -> None:
         rounds=1,
         params={"queries": 30, "sigma": 3.0, "student": {"method": "consistency", "steps": 30}},
     )
-    assert "student_confident_fraction" in _run_votes(consistency, data)
+    reported = _run_votes(consistency, data)
+    assert "student_confident_fraction" in reported
+    assert reported["student_restarts"] in (0.0, 1.0, 2.0)
+    assert 0.0 <= reported["student_labelled_fit"] <= 1.0
+    if reported["student_restarts"] == 0.0:  # no restart: the first training cleared the bar
+        assert reported["student_labelled_fit"] >= 0.5
 
 
 def test_private_knn_fl_keeps_working_with_the_student(digits_public: Any) -> None:
