@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -201,26 +202,32 @@ def train_semi_supervised(
         for attempt in range(max_restarts + 1):
             if attempt:
                 model.load_state_dict(initial)
-            generator = torch.Generator().manual_seed(seed + _RESTART_SEED_STRIDE * attempt)
+            run = functools.partial(
+                _run,
+                model,
+                steps=steps,
+                batch_size=batch_size,
+                learning_rate=learning_rate,
+                momentum=momentum,
+                weight_decay=weight_decay,
+                threshold=threshold,
+                vat_epsilon=vat_epsilon,
+                weak=weak,
+                strong=strong,
+                generator=torch.Generator().manual_seed(seed + _RESTART_SEED_STRIDE * attempt),
+                device=target,
+            )
             report = _train_once(
+                run,
                 model,
                 xt,
                 yt,
                 pt,
                 method=method,
-                steps=steps,
-                batch_size=batch_size,
                 unlabeled_ratio=unlabeled_ratio,
-                learning_rate=learning_rate,
-                momentum=momentum,
-                weight_decay=weight_decay,
-                threshold=threshold,
                 unlabeled_weight=unlabeled_weight,
-                vat_epsilon=vat_epsilon,
+                threshold=threshold,
                 self_training_rounds=self_training_rounds,
-                weak=weak,
-                strong=strong,
-                generator=generator,
                 device=target,
             )
             fit = float((_probabilities(model, xt, target).argmax(dim=1) == yt).float().mean())
@@ -244,43 +251,21 @@ def train_semi_supervised(
 
 
 def _train_once(
+    run: Callable[..., SemiSupervisedReport],
     model: nn.Module,
     xt: torch.Tensor,
     yt: torch.Tensor,
     pt: torch.Tensor,
     *,
     method: StudentMethod,
-    steps: int,
-    batch_size: int,
     unlabeled_ratio: int,
-    learning_rate: float,
-    momentum: float,
-    weight_decay: float,
-    threshold: float,
     unlabeled_weight: float,
-    vat_epsilon: float,
+    threshold: float,
     self_training_rounds: int,
-    weak: Augmenter,
-    strong: Augmenter,
-    generator: torch.Generator,
     device: torch.device,
 ) -> SemiSupervisedReport:
-    """One training of :func:`train_semi_supervised` from the model's current weights."""
-    run = functools.partial(
-        _run,
-        model,
-        steps=steps,
-        batch_size=batch_size,
-        learning_rate=learning_rate,
-        momentum=momentum,
-        weight_decay=weight_decay,
-        threshold=threshold,
-        vat_epsilon=vat_epsilon,
-        weak=weak,
-        strong=strong,
-        generator=generator,
-        device=device,
-    )
+    """One training of :func:`train_semi_supervised` from the model's current weights; ``run``
+    is :func:`_run` bound to the model, the schedule and this attempt's generator."""
     if method != "self-training":
         return run(
             xt, yt, pt, method=method, unlabeled_ratio=unlabeled_ratio, weight=unlabeled_weight
