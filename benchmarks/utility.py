@@ -343,7 +343,7 @@ def _usps_rows() -> list[Row]:
         "learning_rate": 0.3,
         "server_optimizer": {"kind": "adam", "learning_rate": 0.02},
     }
-    # issue 13's cross-domain setting, outside this table: run with --all or by name
+    # the cross-domain setting, outside the papers' table: run with --all or by name
     common: dict[str, Any] = {"agents": 100, "epsilon": 3.6, "delta": 1e-3, "extra": True}
     return [
         Row(

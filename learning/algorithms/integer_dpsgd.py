@@ -30,7 +30,6 @@ from dpfl.secagg.randomness import RandomStream
 __all__ = [
     "IntegerSteps",
     "clamp",
-    "clamped_sum",
     "clip_rows",
     "fixed_point_rows",
     "fixed_point_sum",
@@ -73,16 +72,12 @@ def clip_rows(rows: npt.NDArray[np.float64], clip: float) -> npt.NDArray[np.floa
     return out
 
 
-def clamped_sum(rows: npt.NDArray[np.int64], limit: int | None) -> npt.NDArray[np.int64]:
-    """``Σ_j rows_j`` with every coordinate clamped to ``[−limit, limit]`` (None: unclamped).
-
-    Per coordinate ``|clamp(a + z) − clamp(a)| ≤ |z|``, so adding one row moves the result by at
-    most that row in every coordinate, and its L1 and L2 norms bound the move."""
-    return clamp(rows.sum(axis=0), limit)
-
-
 def clamp(summed: npt.NDArray[np.int64], limit: int | None) -> npt.NDArray[np.int64]:
-    """Every coordinate of ``summed`` clamped to ``[−limit, limit]`` (None: unchanged)."""
+    """Every coordinate of a step's integer sum clamped to ``[−limit, limit]`` (None: unchanged).
+
+    Per coordinate ``|clamp(a + z) − clamp(a)| ≤ |z|``, so adding one record's row to the sum
+    moves the result by at most that row in every coordinate, and its L1 and L2 norms bound the
+    move."""
     if limit is None:
         return summed
     out: npt.NDArray[np.int64] = np.clip(summed, -limit, limit)
