@@ -16,7 +16,7 @@ import itertools
 import numpy as np
 
 from dpfl.learning.algorithms.dp_helmet import ALGORITHM
-from dpfl.learning.algorithms.helmet_training import augment_and_clip, predict, train_one_vs_rest
+from dpfl.learning.algorithms.helmet_training import augment_and_clip, predict, train
 from dpfl.learning.data import load_dataset
 from dpfl.learning.jobs import parse_job
 
@@ -33,8 +33,8 @@ def validation_accuracy(regularization: float, radius: float, epochs: int = 10) 
     y = ds.y_train
     order = np.random.default_rng(0).permutation(len(y))
     cut = int(0.8 * len(y))
-    train, val = order[:cut], order[cut:]
-    shares = np.array_split(train, AGENTS)
+    training, val = order[:cut], order[cut:]
+    shares = np.array_split(training, AGENTS)
     smallest = min(len(s) for s in shares)
     job = parse_job(
         {
@@ -53,7 +53,7 @@ def validation_accuracy(regularization: float, radius: float, epochs: int = 10) 
     plan = ALGORITHM.plan(job, population=AGENTS)
     sigma, s = plan.noise_multiplier, ALGORITHM.details(plan).sensitivity
     models = [
-        train_one_vs_rest(
+        train(
             augment_and_clip(x[idx], 1.0),
             y[idx],
             num_classes=10,

@@ -1,10 +1,11 @@
 """DP-Helmet: one-shot secure averaging of locally trained private linear models.
 
-One round: each agent trains K one-vs-rest linear models on fixed public features
-(:mod:`~dpfl.learning.algorithms.helmet_training`) and sends the K×(p+1) block with its noise
-share; the coordinator's average of the sum is the model. Per class the sensitivity is
-``2c/(MΛ)`` (one record; docs/accounting.md#dp-helmet-record-level-sensitivity) or ``2R`` (an
-agent's data set), and every participant is charged the K class releases composed. An agent with
+One round: each agent trains K linear models on fixed public features, one-vs-rest or one
+softmax block (:mod:`~dpfl.learning.algorithms.helmet_training`), and sends the K×(p+1) block
+with its noise share; the coordinator's average of the sum is the model. One-vs-rest, every
+participant is charged K class releases of sensitivity ``2c/(MΛ)`` (one record;
+docs/accounting.md#dp-helmet-record-level-sensitivity) or ``2R`` (an agent's data set); softmax,
+one release of the block, ``2√2·c/(MΛ)`` or ``2R√K``. An agent with
 fewer than ``min_local_size`` records refuses, a function of its size alone. Math, encoding and
 charge: docs/algorithms.md#dp-helmet.
 The task is :class:`DpHelmetTask`, the plan :class:`DpHelmetPlan`.
@@ -50,13 +51,15 @@ from dpfl.learning.algorithms.extractors import (
 )
 from dpfl.learning.algorithms.federation import smallest_local_size
 from dpfl.learning.algorithms.helmet_training import (
+    Loss,
     augment_and_clip,
-    class_sensitivities,
     model_bytes,
     predict,
+    release_sensitivities,
+    releases,
     ring_scale_bits,
     sensitivity,
-    train_one_vs_rest,
+    train,
 )
 from dpfl.learning.algorithms.model_update import (
     ModelUpdateAlgorithm,
@@ -70,7 +73,7 @@ __all__ = ["ALGORITHM", "DpHelmet", "DpHelmetJob", "DpHelmetParams", "DpHelmetPl
 
 
 class DpHelmetParams(FeatureParams):
-    """DP-Helmet: projected SGD on one-vs-rest linear models."""
+    """DP-Helmet: projected SGD on one-vs-rest linear models or one softmax model."""
 
     # chosen on a validation split of digits (50 agents, record level, ε = 4;
     # benchmarks/helmet_defaults.py): 0.76 there, against 0.19 for the former (0.01, 5)
@@ -79,7 +82,7 @@ class DpHelmetParams(FeatureParams):
     huber_h: float = Field(default=0.1, gt=0)
     input_clip: float = Field(default=1.0, gt=0)
     epochs: int = Field(default=10, ge=1)
-    loss: Literal["huber", "logistic"] = "huber"
+    loss: Loss = "huber"
     # record level: the sensitivity 2c/(MΛ) is computed for this M; agents with fewer
     # records refuse (None: the smallest share of the job's simulated federation)
     min_local_size: int | None = Field(default=None, ge=1)
@@ -99,11 +102,13 @@ class DpHelmetJob(ModelUpdateJob):
 
 
 class DpHelmetPlan(ModelUpdatePlan):
-    """K classes, the extractor φ and its width p, the sensitivity s per class (real units)."""
+    """K classes, the extractor φ and its width p, the loss, the sensitivity s per release
+    (real units; a class one-vs-rest, the block for softmax)."""
 
     num_classes: int = Field(ge=2)
     features: str
     feature_dim: int = Field(ge=1)
+    loss: Loss = "huber"
     unit: Literal["record", "agent"]
     min_local_size: int | None = Field(default=None, ge=1)
     sensitivity: float = Field(gt=0)
@@ -120,7 +125,7 @@ class DpHelmetTask(ModelUpdateTask):
     regularization: float = Field(gt=0)
     radius: float = Field(gt=0)
     huber_h: float = Field(gt=0)
-    loss: Literal["huber", "logistic"]
+    loss: Loss
     epochs: int = Field(ge=1)
     train_seed: int = Field(ge=0)
     min_local_size: int | None = Field(default=None, ge=1)
@@ -148,8 +153,8 @@ def _block_clip(radius: float, classes: int) -> float:
     return radius * math.sqrt(classes) * _CLIP_SLACK
 
 
-def _class_event(noise: str, sigma: float, s: float, bits: int, width: int) -> DpEvent:
-    l1, l2 = class_sensitivities(s=s, scale_bits=bits, width=width)
+def _release_event(noise: str, sigma: float, s: float, bits: int, width: int) -> DpEvent:
+    l1, l2 = release_sensitivities(s=s, scale_bits=bits, width=width)
     std = sigma * math.ldexp(s, bits)
     if noise == "skellam":
         return SkellamEvent(
@@ -178,6 +183,7 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
         shape, classes = common.data_shape(spec, data)
         features = p.feature_spec()
         width = feature_dim(features, shape) + 1
+        count, release_width = releases(p.loss, classes, width)
         local_size = None
         if privacy.unit == "record":
             local_size = p.min_local_size or smallest_local_size(spec, population)
@@ -187,12 +193,14 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
             radius=p.radius,
             regularization=p.regularization,
             local_size=local_size,
+            loss=p.loss,
+            classes=classes,
         )
 
         def make(bits: int) -> JobPlan:
             def job_event(sigma: float) -> DpEvent:
                 return SelfComposedEvent(
-                    _class_event(privacy.noise, sigma, s, bits, width), classes
+                    _release_event(privacy.noise, sigma, s, bits, release_width), count
                 )
 
             sigma, record = common.calibrate_or_check(
@@ -202,18 +210,19 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
                 delta=privacy.delta,
             )
             std = sigma * math.ldexp(s, bits)
-            l1, l2 = class_sensitivities(s=s, scale_bits=bits, width=width)
+            l1, l2 = release_sensitivities(s=s, scale_bits=bits, width=release_width)
             record["simple_bound"] = {
                 "epsilon": simple_gaussian_epsilon(
-                    noise_multiplier=sigma, compositions=classes, delta=privacy.delta
+                    noise_multiplier=sigma, compositions=count, delta=privacy.delta
                 ),
-                "note": "DP-Helmet's classical bound sqrt(2 ln(1.25 K/delta)) K/sigma, reported "
-                "only; the ledger charges the RDP composition of the K releases",
+                "note": "DP-Helmet's classical bound sqrt(2 ln(1.25 K/delta)) K/sigma over the "
+                "job's releases, reported only; the ledger charges their RDP composition",
             }
             details = DpHelmetPlan(
                 num_classes=classes,
                 features=features,
                 feature_dim=width - 1,
+                loss=p.loss,
                 dimension=classes * width,
                 unit=privacy.unit,
                 min_local_size=local_size,
@@ -231,7 +240,7 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
 
         bits = spec.secagg.scale_bits
         return self._fit_scale(
-            spec, population, ring_scale_bits(s, width) if bits is None else bits, make
+            spec, population, ring_scale_bits(s, release_width) if bits is None else bits, make
         )
 
     def initial_state(self, job: JobSpec, plan: JobPlan, data: CoordinatorData) -> CoordinatorState:
@@ -287,12 +296,11 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
         )
 
     def round_event(self, plan: JobPlan, *, population: int = 0) -> DpEvent:
-        """The event of the (only) round: K compositions of one class release."""
+        """The event of the (only) round: the job's releases (K classes, or one block) composed."""
         d = self.details(plan)
-        release = _class_event(
-            d.noise, plan.noise_multiplier, d.sensitivity, d.scale_bits, d.feature_dim + 1
-        )
-        return SelfComposedEvent(release, d.num_classes)
+        count, width = releases(d.loss, d.num_classes, d.feature_dim + 1)
+        release = _release_event(d.noise, plan.noise_multiplier, d.sensitivity, d.scale_bits, width)
+        return SelfComposedEvent(release, count)
 
     def finish_round(
         self,
@@ -329,6 +337,7 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
                     features=d.features,
                     input_clip=spec.params.input_clip,
                     features_sha256=learned.sha256 if learned else None,
+                    softmax=d.loss == "softmax",
                 ),
                 model_version=state.model_version + 1,
                 details={"round": round_number},
@@ -349,12 +358,14 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
         min_survivors: int,
         honest_fraction: float,
     ) -> None:
-        """Refuse unless the one claimed event is K class releases with the sensitivity the
-        agent recomputes itself from the task's c, R, Λ and M (or 2R), at the encoding's scale,
+        """Refuse unless the one claimed event is the task's releases (K classes, or the softmax
+        block) with the sensitivity the agent recomputes itself from the task's loss, c, R, Λ and
+        M (or the radius), at the encoding's scale,
         and the per-agent noise (over ``t·min_survivors`` honest agents, alone without secure
         aggregation) carries it."""
         t = self.task(task)
-        classes, width = t.num_classes, t.feature_dim + 1
+        classes = t.num_classes
+        count, width = releases(t.loss, classes, t.feature_dim + 1)
         event = self._claimed(
             t,
             events,
@@ -365,16 +376,18 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
             honest_fraction=honest_fraction,
             clip_from=f" of {classes} models of radius {t.radius:g}",
         )
-        if not isinstance(event, SelfComposedEvent) or event.count != classes:
-            raise AlgorithmError(f"expected {classes} class releases, got {event!r}")
+        if not isinstance(event, SelfComposedEvent) or event.count != count:
+            raise AlgorithmError(f"expected {count} {t.loss} releases, got {event!r}")
         s = sensitivity(
             unit=t.unit,
             clip=t.input_clip,
             radius=t.radius,
             regularization=t.regularization,
             local_size=t.min_local_size,
+            loss=t.loss,
+            classes=classes,
         )
-        l1, l2 = class_sensitivities(s=s, scale_bits=t.scale_bits, width=width)
+        l1, l2 = release_sensitivities(s=s, scale_bits=t.scale_bits, width=width)
         total = common.claimed_total(
             event.event, noise=t.noise, l1=l1, l2=l2, dimension=width, source=_SOURCE
         )
@@ -419,7 +432,7 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
         if size == 0:  # agent level: an empty data set is one of the data sets protected
             return np.zeros(t.dimension, dtype=np.float64)
         inputs = augment_and_clip(extractor(data.x), t.input_clip)
-        models = train_one_vs_rest(
+        models = train(
             inputs,
             np.asarray(data.y, dtype=np.int64),
             num_classes=t.num_classes,

@@ -1,10 +1,13 @@
-"""DP-Helmet's local learner: one-vs-rest linear models by projected SGD.
+"""DP-Helmet's local learner: K linear models by projected SGD.
 
-Per class, ``J(f) = (Λ/2)‖f‖² + (1/M)·Σ ℓ(y·fᵀa)`` with ``a = clip_c((1, φ(x)))``, ℓ the
-Huber-smoothed hinge or the logistic loss, one record per step over ``epochs`` passes, step
-``min(1/β, 1/(Λt))`` and projection onto the R-ball. These choices make each step a contraction,
-which gives the per-class sensitivity ``2c/(MΛ)``
-(docs/accounting.md#dp-helmet-record-level-sensitivity). Training reads only the agent's records,
+One-vs-rest, per class ``J(f) = (Λ/2)‖f‖² + (1/M)·Σ ℓ(y·fᵀa)`` with ``a = clip_c((1, φ(x)))``
+and ℓ the Huber-smoothed hinge or the logistic loss; or ``softmax``, one multinomial logistic
+model ``J(W) = (Λ/2)‖W‖² + (1/M)·Σ −log softmax(Wa)_y`` over the K×(p+1) block. One record per
+step over ``epochs`` passes, step ``min(1/β, 1/(Λt))``, projection of every row onto the R-ball.
+These choices make each step a contraction, which gives the sensitivity ``2L/(MΛ)`` of each
+release, L the per-record loss gradient's bound: ``c`` per class one-vs-rest (K releases),
+``√2·c`` for the softmax block (one release, √(K/2) times less than the K classes together;
+docs/accounting.md#dp-helmet-record-level-sensitivity). Training reads only the agent's records,
 the task and a public seed for the order.
 """
 
@@ -22,17 +25,19 @@ from dpfl.learning.algorithms.base import AlgorithmError
 __all__ = [
     "LOSSES",
     "augment_and_clip",
-    "class_sensitivities",
     "model_bytes",
     "predict",
+    "release_sensitivities",
+    "releases",
     "ring_scale_bits",
     "sensitivity",
     "smoothness",
-    "train_one_vs_rest",
+    "train",
 ]
 
-Loss = Literal["huber", "logistic"]
-LOSSES: tuple[Loss, ...] = ("huber", "logistic")
+Loss = Literal["huber", "logistic", "softmax"]
+LOSSES: tuple[Loss, ...] = ("huber", "logistic", "softmax")
+_KAPPA: dict[str, float] = {"logistic": 0.25, "softmax": 0.5}  # Huber's is 1/(2h)
 _NORM_MARGIN = 1e-12  # keeps a float-clipped row's true norm below c
 
 
@@ -58,27 +63,45 @@ def augment_and_clip(features: npt.ArrayLike, clip: float) -> npt.NDArray[np.flo
 def smoothness(
     *, loss: Loss, clip: float, regularization: float, dimension: int, huber_h: float
 ) -> float:
-    """β = √((c²·κ + Λ)² + p·Λ²) with κ = 1/(2h) (Huber) or 1/4 (logistic)."""
-    kappa = 1.0 / (2.0 * huber_h) if loss == "huber" else 0.25
+    """β = √((c²·κ + Λ)² + p·Λ²) with κ = 1/(2h) (Huber), 1/4 (logistic) or 1/2 (softmax: the
+    Hessian ``diag(q) − qqᵀ`` of log-sum-exp is at most ½, Böhning 1992)."""
+    kappa = 1.0 / (2.0 * huber_h) if loss == "huber" else _KAPPA[loss]
     lam = regularization
     return math.sqrt((clip * clip * kappa + lam) ** 2 + dimension * lam * lam)
 
 
+def releases(loss: Loss, classes: int, width: int) -> tuple[int, int]:
+    """``(count, coordinates)`` of the releases one agent's block is charged as: K class models
+    of ``width = p+1`` one-vs-rest, or the whole K×(p+1) block once (softmax)."""
+    return (1, classes * width) if loss == "softmax" else (classes, width)
+
+
 def sensitivity(
-    *, unit: str, clip: float, radius: float, regularization: float, local_size: int | None
+    *,
+    unit: str,
+    clip: float,
+    radius: float,
+    regularization: float,
+    local_size: int | None,
+    loss: Loss = "huber",
+    classes: int = 1,
 ) -> float:
-    """s per class model: ``2c/(MΛ)`` (record) or ``2R`` (agent).
+    """s per release (:func:`releases`): one-vs-rest ``2c/(MΛ)`` (record) or ``2R`` (agent) per
+    class; softmax ``2√2·c/(MΛ)`` or ``2R√K`` for the block of K rows.
 
     Raises:
-        AlgorithmError: record level without a local size ≥ 1, or an unknown unit.
+        AlgorithmError: record level without a local size ≥ 1, an unknown unit, or K < 1.
     """
+    if classes < 1:
+        raise AlgorithmError(f"the number of classes must be >= 1, got {classes!r}")
     if unit == "agent":
-        return 2.0 * radius
+        return 2.0 * radius * (math.sqrt(classes) if loss == "softmax" else 1.0)
     if unit != "record":
         raise AlgorithmError(f"unknown protected unit {unit!r} (record or agent)")
     if local_size is None or local_size < 1:
         raise AlgorithmError("record-level sensitivity needs the local data size M >= 1")
-    return 2.0 * clip / (local_size * regularization)
+    lipschitz = math.sqrt(2.0) * clip if loss == "softmax" else clip
+    return 2.0 * lipschitz / (local_size * regularization)
 
 
 def _loss_derivative(loss: Loss, z: npt.NDArray[np.float64], h: float) -> npt.NDArray[np.float64]:
@@ -91,7 +114,24 @@ def _loss_derivative(loss: Loss, z: npt.NDArray[np.float64], h: float) -> npt.ND
     return -0.5 * (1.0 - np.tanh(0.5 * z))  # −1/(1 + e^z), stable for large |z|
 
 
-def train_one_vs_rest(
+def _score_gradient(
+    loss: Loss, models: npt.NDArray[np.float64], a: npt.NDArray[np.float64], label: int, h: float
+) -> npt.NDArray[np.float64]:
+    """dℓ/d(f_kᵀa) per row k for one record: norm ≤ 1 (one-vs-rest, per class) or ≤ √2 (softmax,
+    ``q − e_y`` with q the softmax of the scores)."""
+    scores = models @ a
+    if loss == "softmax":
+        q: npt.NDArray[np.float64] = np.exp(scores - scores.max())
+        q /= q.sum()
+        q[label] -= 1.0
+        return q
+    signs = np.full(len(scores), -1.0)
+    signs[label] = 1.0
+    out: npt.NDArray[np.float64] = _loss_derivative(loss, signs * scores, h) * signs
+    return out
+
+
+def train(
     inputs: npt.ArrayLike,
     labels: npt.ArrayLike,
     *,
@@ -104,13 +144,13 @@ def train_one_vs_rest(
     epochs: int,
     seed: int,
 ) -> npt.NDArray[np.float64]:
-    """The K one-vs-rest models ``(K, p+1)``, every row in the R-ball (module docstring).
+    """The K models ``(K, p+1)``, every row in the R-ball (module docstring).
 
     Args:
         inputs: ``(M, p+1)`` augmented, clipped inputs (:func:`augment_and_clip` with ``clip``).
         labels: ``(M,)`` integer classes in ``[0, K)``.
         num_classes: K.
-        loss: ``huber`` or ``logistic``.
+        loss: ``huber`` or ``logistic`` (one-vs-rest), or ``softmax``.
         regularization: Λ > 0.
         radius: R > 0.
         huber_h: h > 0 (Huber only).
@@ -137,7 +177,6 @@ def train_one_vs_rest(
     beta = smoothness(
         loss=loss, clip=clip, regularization=regularization, dimension=width - 1, huber_h=huber_h
     )
-    signs = np.where(np.arange(num_classes)[None, :] == y[:, None], 1.0, -1.0)  # (M, K)
     models = np.zeros((num_classes, width))
     order = np.random.default_rng(seed)
     t = 0
@@ -145,8 +184,7 @@ def train_one_vs_rest(
         for i in order.permutation(m):
             t += 1
             eta = min(1.0 / beta, 1.0 / (regularization * t))
-            z = signs[i] * (models @ a[i])
-            g = _loss_derivative(loss, z, huber_h) * signs[i]  # dℓ/d(fᵀa) per class
+            g = _score_gradient(loss, models, a[i], int(y[i]), huber_h)
             models *= 1.0 - eta * regularization
             models -= eta * np.outer(g, a[i])
             norms = np.linalg.norm(models, axis=1)
@@ -163,8 +201,8 @@ def predict(models: npt.ArrayLike, inputs: npt.ArrayLike) -> npt.NDArray[np.int6
     return out
 
 
-def class_sensitivities(*, s: float, scale_bits: int, width: int) -> tuple[float, float]:
-    """``(Δ₁, Δ₂)`` of one class block of ``width = p+1`` coordinates, in ring units."""
+def release_sensitivities(*, s: float, scale_bits: int, width: int) -> tuple[float, float]:
+    """``(Δ₁, Δ₂)`` of one release of ``width`` coordinates (:func:`releases`), in ring units."""
     scaled = math.ldexp(s, scale_bits)
     return (
         math.sqrt(width) * scaled + 2.0 * width,
@@ -186,6 +224,7 @@ def model_bytes(
     features: str,
     input_clip: float,
     features_sha256: str | None = None,
+    softmax: bool = False,
 ) -> bytes:
     """The averaged models as a bias-free linear layer over ``clip_c((1, φ(x)))``; a learned φ
     is named by its artifact's SHA-256 (the job's model version 0)."""
@@ -201,7 +240,7 @@ def model_bytes(
         layer,
         metadata={
             "algorithm": "dp-helmet",
-            "model": "one-vs-rest-linear",
+            "model": "softmax-linear" if softmax else "one-vs-rest-linear",
             "features": features,
             "input": "clip_c((1, features))",
             "input_clip": input_clip,

@@ -17,7 +17,7 @@ from dpfl.learning.algorithms.extractors import (
     feature_spec,
     fit_artifact,
 )
-from dpfl.learning.algorithms.helmet_training import augment_and_clip, predict, train_one_vs_rest
+from dpfl.learning.algorithms.helmet_training import augment_and_clip, predict, train
 from dpfl.learning.data import load_dataset
 from dpfl.learning.errors import LearningError
 from dpfl.learning.public_features import (
@@ -149,16 +149,16 @@ def test_learned_features_beat_the_pixels_for_a_helmet_model(
     fitted on 300 other, unlabeled images separates the classes better than the pixels
     (measured 0.935 against 0.893)."""
     x, y = digits
-    public, train, valid = _split(len(x))
+    public, training, valid = _split(len(x))
     fitted = fit_kmeans_features(
         x[public], KMeansOptions(centroids=32, patch=3, stride=1, dim=32), input_shape=(1, 8, 8)
     )
 
     def accuracy(features: object) -> float:
         assert callable(features)
-        models = train_one_vs_rest(
-            augment_and_clip(features(x[train]), 1.0),
-            y[train],
+        models = train(
+            augment_and_clip(features(x[training]), 1.0),
+            y[training],
             num_classes=10,
             loss="huber",
             regularization=0.01,

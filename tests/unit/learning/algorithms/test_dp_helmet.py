@@ -30,14 +30,16 @@ from dpfl.learning.algorithms.dp_helmet import ALGORITHM
 from dpfl.learning.algorithms.federation import local_sizes
 from dpfl.learning.algorithms.helmet_training import (
     augment_and_clip,
-    class_sensitivities,
     predict,
+    release_sensitivities,
+    releases,
     sensitivity,
     smoothness,
-    train_one_vs_rest,
+    train,
 )
 from dpfl.learning.data import load_dataset
 from dpfl.learning.jobs import parse_job
+from dpfl.learning.params import read_model_bytes
 from dpfl.secagg import EncodingConfig, NoiseSpec, SeededRandomSource, centre, encode
 
 AGENTS = [f"agent-{i:04d}" for i in range(10)]
@@ -78,7 +80,7 @@ def _train(a: np.ndarray, y: np.ndarray, seed: int, **kw: Any) -> np.ndarray:
         "epochs": 3,
         **kw,
     }
-    return train_one_vs_rest(a, y, seed=seed, **args)
+    return train(a, y, seed=seed, **args)
 
 
 @pytest.mark.parametrize(
@@ -165,6 +167,121 @@ def test_adversarial_pairs_reach_but_never_exceed_two_c_over_m_lambda(
     assert worst < old / (1.0 + radius * regularization) * (1 + 1e-9)
 
 
+@pytest.mark.parametrize(
+    ("regularization", "radius", "size", "epochs", "reached"),
+    [(0.1, 2.0, 60, 3, 0.3), (0.01, 10.0, 40, 3, 0.18), (1.0, 1.4, 134, 5, 0.4)],
+)
+def test_softmax_block_moves_at_most_two_root_two_c_over_m_lambda(
+    digits: tuple[np.ndarray, np.ndarray],
+    regularization: float,
+    radius: float,
+    size: int,
+    epochs: int,
+    reached: float,
+) -> None:
+    """The softmax block's per-record gradient ``(q − e_y)aᵀ`` has norm ≤ √2·c, so the whole
+    K×(p+1) block moves by at most ``2√2·c/(MΛ)`` (one release) where one-vs-rest moves its K
+    classes by ``2c/(MΛ)`` each, ``√K·2c/(MΛ)`` together. Random replace-one pairs, and pairs
+    built to move it most: the record's input negated and its label changed. They reach 0.22
+    to 0.47 of the bound (it is attained only where the model is confidently wrong on both
+    records, ``‖q − e_y‖ → √2``)."""
+    x, y = digits
+    s = sensitivity(
+        unit="record",
+        clip=1.0,
+        radius=radius,
+        regularization=regularization,
+        local_size=size,
+        loss="softmax",
+        classes=10,
+    )
+    assert s == pytest.approx(2.0 * math.sqrt(2.0) / (size * regularization))
+    rng = np.random.default_rng(size)
+    kw = {"loss": "softmax", "regularization": regularization, "radius": radius, "epochs": epochs}
+    worst = 0.0
+    for trial in range(16):
+        idx = rng.choice(len(y), size + 1, replace=False)
+        a = augment_and_clip(x[idx], 1.0)
+        labels = y[idx[:size]]
+        j = int(rng.integers(size))
+        other, other_labels = a[:size].copy(), labels.copy()
+        if trial % 2:
+            other[j], other_labels[j] = a[size], y[idx[size]]
+        else:
+            other[j] = -a[j] / np.linalg.norm(a[j]) * (1.0 - 1e-12)
+            other_labels[j] = (labels[j] + 1 + trial) % 10
+        f = _train(a[:size], labels, trial, **kw)
+        g = _train(other, other_labels, trial, **kw)
+        assert np.all(np.linalg.norm(f, axis=1) <= radius * (1 + 1e-12))
+        gap = float(np.linalg.norm(f - g))  # the whole block, one release
+        assert gap <= s * (1 + 1e-9), (trial, gap, s)
+        worst = max(worst, gap)
+    assert worst >= reached * s, worst / s  # the bound is not vacuous at these settings
+
+
+def test_softmax_is_one_release_with_less_noise_for_the_same_epsilon(
+    digits_coordinator: CoordinatorData,
+) -> None:
+    """Same ε, same Λ: the softmax job charges one release of the K×(p+1) block, and the noise
+    it adds per coordinate is about √(2/K) of the one-vs-rest job's."""
+    ovr = ALGORITHM.plan(helmet_job(), population=10, data=digits_coordinator)
+    soft = ALGORITHM.plan(
+        helmet_job(params={"loss": "softmax"}), population=10, data=digits_coordinator
+    )
+    d = soft.details
+    assert releases("softmax", 10, 65) == (1, 650)
+    assert releases("huber", 10, 65) == (10, 65)
+    assert d.loss == "softmax"
+    assert d.sensitivity == pytest.approx(math.sqrt(2.0) * ovr.details.sensitivity)
+    l1, l2 = release_sensitivities(s=d.sensitivity, scale_bits=d.scale_bits, width=650)
+    std = soft.noise_multiplier * d.sensitivity * 2.0**d.scale_bits
+    event = event_from_json(soft.calibration["event"])
+    assert event == SelfComposedEvent(SkellamEvent(std * std / 2, l1, l2, 650), 1)
+    assert event == ALGORITHM.round_event(soft)
+    assert 3.95 < compute_epsilon(event, delta=1e-5).epsilon <= 4.0
+    real_std = {p.details.loss: p.noise_multiplier * p.details.sensitivity for p in (ovr, soft)}
+    assert real_std["softmax"] / real_std["huber"] == pytest.approx(math.sqrt(2 / 10), rel=0.05)
+    agent = ALGORITHM.plan(
+        helmet_job(params={"loss": "softmax"}, privacy={"unit": "agent"}),
+        population=10,
+        data=digits_coordinator,
+    )
+    assert agent.details.sensitivity == pytest.approx(2 * 1.4 * math.sqrt(10))
+    beta = smoothness(loss="softmax", clip=1.0, regularization=0.1, dimension=4, huber_h=1)
+    assert beta == pytest.approx(math.sqrt(0.6**2 + 0.04))  # κ = 1/2 (Böhning's bound)
+
+
+def test_agent_check_holds_a_softmax_task_to_one_block_release(
+    digits_coordinator: CoordinatorData, digits_agents: list[AgentData]
+) -> None:
+    soft = ALGORITHM.plan(
+        helmet_job(params={"loss": "softmax"}), population=10, data=digits_coordinator
+    )
+    ovr = ALGORITHM.plan(helmet_job(), population=10, data=digits_coordinator)
+    params, events, config = _round(soft, loss="softmax")
+    _, ovr_events, _ = _round(ovr)
+
+    def check(p: Any = params, e: Any = events) -> None:
+        ALGORITHM.agent_check(
+            ALGORITHM.parse_task(p), e, config, num_clients=10, min_survivors=9, honest_fraction=1
+        )
+
+    check()
+    with pytest.raises(AlgorithmError, match="1 softmax releases"):
+        check(e=ovr_events)  # K class events claimed for a block release
+    with pytest.raises(AlgorithmError, match="sensitivity"):
+        check(p={**params, "loss": "huber"})  # the task's loss sets the sensitivity
+    vector = ALGORITHM.agent_compute(
+        ALGORITHM.parse_task({**params, "min_local_size": 10}),
+        digits_agents[0],
+        model=None,
+        public_x=None,
+        device="cpu",
+    )
+    assert vector.shape == (650,)
+    assert np.all(np.linalg.norm(vector.reshape(10, 65), axis=1) <= 1.4 * (1 + 1e-12))
+
+
 def test_agent_sensitivity_bound_holds_for_whole_data_sets(
     digits: tuple[np.ndarray, np.ndarray],
 ) -> None:
@@ -206,10 +323,10 @@ def test_learner_inputs_step_size_and_accuracy(digits: tuple[np.ndarray, np.ndar
         sensitivity(unit="record", clip=1.0, radius=1.0, regularization=1.0, local_size=None)
 
 
-def test_rounding_stays_within_the_class_sensitivities() -> None:
+def test_rounding_stays_within_the_release_sensitivities() -> None:
     """Two blocks s apart per class, each rounded by the real encoder with its own draws."""
     s, width, classes, bits = 0.03, 65, 10, 17
-    l1, l2 = class_sensitivities(s=s, scale_bits=bits, width=width)
+    l1, l2 = release_sensitivities(s=s, scale_bits=bits, width=width)
     config = EncodingConfig(clip=1.4 * math.sqrt(classes) * 1.001, scale_bits=bits, ring_bits=64)
     source = SeededRandomSource(b"helmet-rounding-seed0")
     rng = np.random.default_rng(3)
@@ -239,7 +356,7 @@ def test_plan_composes_k_class_releases_and_reports_the_simple_bound(
     bits = d.scale_bits
     assert 2 * math.sqrt(65) <= 0.001 * s * 2.0**bits  # rounding ≤ 0.1 % of the sensitivity
     assert 2 * math.sqrt(65) > 0.001 * s * 2.0 ** (bits - 1)
-    l1, l2 = class_sensitivities(s=s, scale_bits=bits, width=65)
+    l1, l2 = release_sensitivities(s=s, scale_bits=bits, width=65)
     std = plan.noise_multiplier * s * 2.0**bits
     event = event_from_json(plan.calibration["event"])
     assert event == SelfComposedEvent(SkellamEvent(std * std / 2, l1, l2, 65), 10)
@@ -298,8 +415,12 @@ def test_charges_and_the_gaussian_and_local_variants(
     )
 
 
-def _round(plan: JobPlan, survivors: int = 9, honest: float = 1.0) -> tuple[dict, list, Any]:
-    job = helmet_job(privacy={"honest_fraction": honest, "unit": plan.details.unit})
+def _round(
+    plan: JobPlan, survivors: int = 9, honest: float = 1.0, loss: str = "huber"
+) -> tuple[dict, list, Any]:
+    job = helmet_job(
+        privacy={"honest_fraction": honest, "unit": plan.details.unit}, params={"loss": loss}
+    )
     p = JobPlan(
         plan.noise_multiplier,
         plan.calibration,
@@ -339,7 +460,7 @@ def test_agent_check_recomputes_the_sensitivity(plan: JobPlan) -> None:
         check(p={**params, "min_local_size": params["min_local_size"] - 1})
     with pytest.raises(AlgorithmError, match="L1 sensitivity"):
         check(p={**params, "unit": "agent"})
-    with pytest.raises(AlgorithmError, match="class releases"):
+    with pytest.raises(AlgorithmError, match="10 huber releases"):
         check(e=[SelfComposedEvent(events[0].event, 9)])
     with pytest.raises(AlgorithmError, match="below"):
         check(min_survivors=5)
@@ -381,8 +502,9 @@ def test_agent_trains_and_refuses_too_little_data(
         )
 
 
-def test_one_shot_job_averages_private_models() -> None:
-    job = helmet_job()
+@pytest.mark.parametrize("loss", ["huber", "softmax"])
+def test_one_shot_job_averages_private_models(loss: str) -> None:
+    job = helmet_job(params={"loss": loss})
     result = run_job(job, num_agents=10, seed=b"helmet-whole-job-seed-0")
     assert len(result.rounds) == 1
     metrics = result.final_metrics
@@ -394,6 +516,8 @@ def test_one_shot_job_averages_private_models() -> None:
         assert result.epsilon(client) == pytest.approx(planned.epsilon, rel=1e-9)
     assert result.state.model is not None
     assert result.state.model_version == 1
+    released = read_model_bytes(result.state.model).metadata["model"]
+    assert released == ("softmax-linear" if loss == "softmax" else "one-vs-rest-linear")
 
 
 def test_record_level_needs_a_local_size_when_the_data_is_not_here(
