@@ -75,16 +75,16 @@ def _jobs() -> Iterator[tuple[str, Any, int, int]]:
         4,
         200,
     )
-    for unit in ("record", "agent"):
+    for unit, loss in (("record", "huber"), ("agent", "huber"), ("record", "softmax")):
         yield (
-            f"dp-helmet-{unit}",
+            f"dp-helmet-{unit}-{loss}",
             parse_job(
                 {
-                    "name": f"audit-helmet-{unit}",
+                    "name": f"audit-helmet-{unit}-{loss}",
                     "algorithm": "dp-helmet",
                     "data": {"dataset": "digits", "partition": {"scheme": "iid"}},
                     "privacy": {"unit": unit, "target_epsilon": 4.0, "delta": 1e-5},
-                    "params": {"regularization": 1.0, "radius": 1.4, "epochs": 2},
+                    "params": {"regularization": 1.0, "radius": 1.4, "epochs": 2, "loss": loss},
                 }
             ),
             4,
