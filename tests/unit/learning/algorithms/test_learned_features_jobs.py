@@ -139,6 +139,7 @@ def test_the_mnist_example_names_the_learned_map() -> None:
     plan = HELMET.plan(
         job, population=100, data=CoordinatorData(input_shape=(1, 28, 28), num_classes=10)
     )
-    assert plan.details.features.startswith("public-kmeans?centroids=128&dim=64")
-    assert plan.details.feature_dim == 64
+    assert plan.details.features.startswith("public-kmeans?centroids=256&dim=128")
+    assert plan.details.feature_dim == 128
+    assert plan.details.loss == "softmax"
     assert plan.calibration["epsilon"] <= 1.0
