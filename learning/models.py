@@ -208,9 +208,14 @@ def _cnn(spec: ModelSpec) -> nn.Module:
 
 def with_memory_format(model: nn.Module, layout: torch.memory_format) -> nn.Module:
     """``model`` with its 4-d parameters (convolution weights) laid out as ``layout``, in place;
-    the values and logical shapes are unchanged."""
+    the values and logical shapes are unchanged.
+
+    Every weight is copied into fresh storage of that layout: ``Tensor.contiguous`` would keep a
+    one-channel weight as it is (both layouts "contiguous" when C = 1), and a convolution picks
+    its output's layout from its weight's strides, so one such weight would send the whole network
+    back to the other layout."""
     with torch.no_grad():
         for param in model.parameters():
             if param.dim() == 4:
-                param.data = param.data.contiguous(memory_format=layout)
+                param.data = torch.empty_like(param.data, memory_format=layout).copy_(param.data)
     return model

@@ -95,6 +95,39 @@ def test_tanh_is_tanh_in_value_and_gradient() -> None:
     assert torch.allclose(batched[:, 0], 1 - ref[:10] ** 2, atol=1e-6)
 
 
+def _conv_outputs(model: torch.nn.Module, x: torch.Tensor) -> list[torch.Tensor]:
+    outputs: list[torch.Tensor] = []
+    hooks = [
+        m.register_forward_hook(lambda _m, _i, out: outputs.append(out))
+        for m in model.modules()
+        if isinstance(m, torch.nn.Conv2d)
+    ]
+    model(x)
+    for hook in hooks:
+        hook.remove()
+    return outputs
+
+
+@pytest.mark.parametrize("channels", [1, 3])
+def test_every_convolution_of_the_cnn_runs_in_the_layout_asked_for(channels: int) -> None:
+    """Each convolution weight, the one-channel first one included, has the strides of the
+    layout asked for, and so has each convolution's output: ``Tensor.contiguous`` leaves a
+    one-channel weight as it was, and a convolution then picks the other layout."""
+    from dpfl.learning.models import with_memory_format
+
+    model = build_model("cnn", input_shape=(channels, 16, 16), num_classes=4, seed=1)
+    x = torch.randn(3, channels, 16, 16)
+    for layout in (torch.channels_last, torch.contiguous_format, torch.channels_last):
+        with_memory_format(model, layout)
+        for param in model.parameters():
+            if param.dim() == 4:
+                assert param.stride() == torch.empty(param.shape, memory_format=layout).stride()
+        outputs = _conv_outputs(model, x)
+        assert len(outputs) == 3
+        for out in outputs:
+            assert out.stride() == torch.empty(out.shape, memory_format=layout).stride()
+
+
 def test_cnn_runs_channels_last_and_its_parameters_travel_unchanged() -> None:
     """The CNN's feature maps are channels-last (faster CPU kernels); its parameters still
     flatten, serialise and load in their logical order."""
