@@ -38,6 +38,7 @@ from dpfl.learning.algorithms.integer_dpsgd import (
     fixed_point_rows,
     fixed_point_sum,
     fraction_bits,
+    gradient_passes,
     integer_dp_sgd,
     round_sum,
     step_sensitivities,
@@ -124,10 +125,11 @@ def test_one_integer_step_matches_record_by_record_gradients(
 def test_the_step_sum_adds_every_chunk_of_records_once(
     digits_agents: list[AgentData],
 ) -> None:
-    """The records' clipped fixed-point gradients are summed in chunks: the integer sum is the
-    sum of every chunk's rows, remainders included, and agrees with the whole batch's rows up to
-    the float32 rounding of the gradients (torch's batched convolution rounds differently for
-    different batch sizes)."""
+    """The records' clipped fixed-point gradients are summed in passes (the batch split evenly
+    into passes of at most ``chunk`` records, their rows converted 32 at a time): the integer
+    sum is the sum of every pass's rows, remainders included, and agrees with the whole batch's
+    rows up to the float32 rounding of the gradients (torch's batched convolution rounds
+    differently for different batch sizes)."""
     agent = digits_agents[0]
     net = build_model("cnn", input_shape=(1, 8, 8), num_classes=10, seed=3)
     names = [name for name, _ in net.named_parameters()]
@@ -144,11 +146,30 @@ def test_the_step_sum_adds_every_chunk_of_records_once(
     for chunk in (1, 2, 32, n - 1, n, 500):
         summed = fixed_point_sum(net, names, xt, yt, clip=0.5, bits=20, chunk=chunk)
         assert summed.dtype == np.int64
-        expected = sum(rows(lo, min(lo + chunk, n)).sum(axis=0) for lo in range(0, n, chunk))
+        passes = np.array_split(np.arange(n), -(-n // chunk))
+        assert max(len(p) for p in passes) <= chunk
+        expected = sum(rows(int(p[0]), int(p[-1]) + 1).sum(axis=0) for p in passes)
         assert np.array_equal(summed, expected)
         assert np.abs(summed - whole).max() <= n * 2**20 * 1e-5
     with pytest.raises(AlgorithmError, match="no records"):
         fixed_point_sum(net, names, xt[:0], yt[:0], clip=0.5, bits=20)
+
+
+@pytest.mark.parametrize("records", [0, 1, 5, 32, 33, 255, 256, 257, 600, 1000])
+@pytest.mark.parametrize("chunk", [1, 7, 256])
+def test_gradient_passes_cover_every_record_once_in_even_passes(records: int, chunk: int) -> None:
+    passes = gradient_passes(records, chunk)
+    assert len(passes) == -(-records // chunk)
+    covered = [i for start, stop in passes for i in range(start, stop)]
+    assert covered == list(range(records))
+    sizes = [stop - start for start, stop in passes]
+    assert all(0 < size <= chunk for size in sizes)
+    assert not sizes or max(sizes) - min(sizes) <= 1
+
+
+def test_gradient_passes_refuse_an_empty_pass() -> None:
+    with pytest.raises(AlgorithmError, match="chunk"):
+        gradient_passes(10, 0)
 
 
 def test_fixed_point_truncation_never_raises_a_norm() -> None:
