@@ -13,7 +13,6 @@ release (docs/algorithms.md#dp-fedsgd).
 
 from __future__ import annotations
 
-import itertools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +33,6 @@ __all__ = [
     "clip_rows",
     "fixed_point_rows",
     "fixed_point_sum",
-    "gradient_passes",
     "integer_dp_sgd",
     "required_ring_bits",
     "round_sum",
@@ -46,10 +44,12 @@ __all__ = [
 FRACTION_BITS = 16
 #: Every fixed-point sum stays below 2^62 in magnitude (int64 without overflow).
 _SUM_BITS = 62
-#: Records whose gradients one batched pass computes (at most; a batch is split evenly): vmap's
-#: dispatch costs per pass, so the cnn's 600-record step takes 0.27 s in passes of 200 and 0.40 s
-#: in passes of 32, and a pass's float32 rows stay in the heap.
-GRADIENT_CHUNK = 256
+#: Records in every batched pass of the per-record gradients (the last pass padded to this
+#: size): each record's float32 row then comes from the same kernels whatever the batch, so
+#: removing a record leaves every other row bit for bit (docs/accounting.md#dp-fedsgd-one-
+#: rounding-per-step). vmap's dispatch costs per pass: the cnn's 600-record step takes 0.30 s in
+#: passes of 128 and 0.40 s in passes of 32.
+GRADIENT_CHUNK = 128
 #: Rows converted to float64 at once: a whole batch of a CNN is hundreds of MB of float64 rows,
 #: freshly mapped (and page-faulted) at every step; chunks stay in the heap.
 RECORD_CHUNK = 32
@@ -163,34 +163,34 @@ def fixed_point_sum(
     chunk: int = GRADIENT_CHUNK,
 ) -> npt.NDArray[np.int64]:
     """``Σ_j fixed_point_rows(clip_rows(g_j))``: the exact integer sum of the records' clipped
-    fixed-point gradients. The gradients come in passes of at most ``chunk`` records (the batch
-    split evenly, :func:`gradient_passes`), each pass's rows converted :data:`RECORD_CHUNK` at
-    a time (integer sums do not depend on the grouping)."""
+    fixed-point gradients. The gradients come in passes of exactly ``chunk`` records, the last
+    pass padded with zero records whose rows are dropped, and each pass's rows are converted
+    :data:`RECORD_CHUNK` at a time (integer sums do not depend on the grouping).
+
+    Raises:
+        AlgorithmError: no records, or a chunk below 1.
+    """
     import torch
 
+    if chunk < 1:
+        raise AlgorithmError(f"chunk must be >= 1, got {chunk}")
+    records = int(x.shape[0])
     total: npt.NDArray[np.int64] | None = None
-    for start, stop in gradient_passes(int(x.shape[0]), chunk):
-        rows = _per_sample_gradients(model, names, x[start:stop], y[start:stop]).detach()
-        for lo in range(0, stop - start, RECORD_CHUNK):
-            part64 = rows[lo : lo + RECORD_CHUNK].to("cpu", torch.float64).numpy()
+    for start in range(0, records, chunk):
+        real = min(chunk, records - start)
+        xb, yb = x[start : start + real], y[start : start + real]
+        if real < chunk:
+            xb = torch.cat([xb, xb.new_zeros((chunk - real, *xb.shape[1:]))])
+            yb = torch.cat([yb, yb.new_zeros(chunk - real)])
+        rows = _per_sample_gradients(model, names, xb, yb).detach()
+        for lo in range(0, real, RECORD_CHUNK):
+            hi = min(lo + RECORD_CHUNK, real)
+            part64 = rows[lo:hi].to("cpu", torch.float64).numpy()
             part = fixed_point_rows(clip_rows(part64, clip), bits).sum(axis=0)
             total = part if total is None else total + part
     if total is None:
         raise AlgorithmError("no records to sum")
     return total
-
-
-def gradient_passes(records: int, chunk: int) -> list[tuple[int, int]]:
-    """``[start, stop)`` of the passes over ``records`` records: ⌈records/chunk⌉ consecutive
-    passes whose sizes differ by at most one (600 records in passes of 200, not 256, 256, 88)."""
-    if chunk < 1:
-        raise AlgorithmError(f"chunk must be >= 1, got {chunk}")
-    passes = -(-records // chunk)
-    if passes == 0:
-        return []
-    size, longer = divmod(records, passes)  # the first ``longer`` passes take one more record
-    sizes = [size + 1] * longer + [size] * (passes - longer)
-    return list(itertools.pairwise(itertools.accumulate(sizes, initial=0)))
 
 
 def integer_dp_sgd(
@@ -263,6 +263,8 @@ def integer_dp_sgd(
     step_size = learning_rate / (normalizer * math.ldexp(1.0, scale_bits))
     total = np.zeros(dimension, dtype=np.int64)
     members = list(range(int(yt.shape[0])))
+    # a pass size from the task alone (B is common to the agents): never a function of the data
+    passes = min(GRADIENT_CHUNK, max(1, math.ceil(normalizer)))
     sizes = []
     for _ in range(steps):
         chosen = common.poisson_sample(members, sampling_rate, stream)
@@ -279,6 +281,7 @@ def integer_dp_sgd(
                     yt[index].to(target),
                     clip=clip,
                     bits=scale_bits + bits,
+                    chunk=passes,
                 )
             except RuntimeError as exc:
                 raise AlgorithmError(f"per-record gradients failed: {exc}") from None

@@ -38,7 +38,6 @@ from dpfl.learning.algorithms.integer_dpsgd import (
     fixed_point_rows,
     fixed_point_sum,
     fraction_bits,
-    gradient_passes,
     integer_dp_sgd,
     round_sum,
     step_sensitivities,
@@ -122,54 +121,53 @@ def test_one_integer_step_matches_record_by_record_gradients(
     )
 
 
-def test_the_step_sum_adds_every_chunk_of_records_once(
+def test_the_step_sum_adds_every_pass_of_records_once(
     digits_agents: list[AgentData],
 ) -> None:
-    """The records' clipped fixed-point gradients are summed in passes (the batch split evenly
-    into passes of at most ``chunk`` records, their rows converted 32 at a time): the integer
-    sum is the sum of every pass's rows, remainders included, and agrees with the whole batch's
-    rows up to the float32 rounding of the gradients (torch's batched convolution rounds
-    differently for different batch sizes)."""
+    """The records' clipped fixed-point gradients are summed in passes of exactly ``chunk``
+    records (the last padded with zero records, which add nothing): the integer sum agrees with
+    the whole batch's rows up to the float32 rounding of the gradients."""
     agent = digits_agents[0]
     net = build_model("cnn", input_shape=(1, 8, 8), num_classes=10, seed=3)
     names = [name for name, _ in net.named_parameters()]
     xt, yt = torch.as_tensor(agent.x[:70]), torch.as_tensor(agent.y[:70])
     n = len(xt)
-    assert n > 33
-
-    def rows(lo: int, hi: int) -> np.ndarray:
-        grads = _per_sample_gradients(net, names, xt[lo:hi], yt[lo:hi]).detach()
-        return fixed_point_rows(clip_rows(grads.to(torch.float64).numpy(), 0.5), 20)
-
-    whole = rows(0, n).sum(axis=0)
+    grads = _per_sample_gradients(net, names, xt, yt).detach()
+    whole = fixed_point_rows(clip_rows(grads.to(torch.float64).numpy(), 0.5), 20).sum(axis=0)
     assert np.abs(whole).max() > 2**18  # the rows are far from zero
     for chunk in (1, 2, 32, n - 1, n, 500):
         summed = fixed_point_sum(net, names, xt, yt, clip=0.5, bits=20, chunk=chunk)
         assert summed.dtype == np.int64
-        passes = np.array_split(np.arange(n), -(-n // chunk))
-        assert max(len(p) for p in passes) <= chunk
-        expected = sum(rows(int(p[0]), int(p[-1]) + 1).sum(axis=0) for p in passes)
-        assert np.array_equal(summed, expected)
         assert np.abs(summed - whole).max() <= n * 2**20 * 1e-5
     with pytest.raises(AlgorithmError, match="no records"):
         fixed_point_sum(net, names, xt[:0], yt[:0], clip=0.5, bits=20)
-
-
-@pytest.mark.parametrize("records", [0, 1, 5, 32, 33, 255, 256, 257, 600, 1000])
-@pytest.mark.parametrize("chunk", [1, 7, 256])
-def test_gradient_passes_cover_every_record_once_in_even_passes(records: int, chunk: int) -> None:
-    passes = gradient_passes(records, chunk)
-    assert len(passes) == -(-records // chunk)
-    covered = [i for start, stop in passes for i in range(start, stop)]
-    assert covered == list(range(records))
-    sizes = [stop - start for start, stop in passes]
-    assert all(0 < size <= chunk for size in sizes)
-    assert not sizes or max(sizes) - min(sizes) <= 1
-
-
-def test_gradient_passes_refuse_an_empty_pass() -> None:
     with pytest.raises(AlgorithmError, match="chunk"):
-        gradient_passes(10, 0)
+        fixed_point_sum(net, names, xt, yt, clip=0.5, bits=20, chunk=0)
+
+
+@pytest.mark.parametrize("model", ["cnn", "logreg"])
+@pytest.mark.parametrize("chunk", [4, 16, 128])
+def test_removing_a_record_moves_the_step_sum_by_exactly_its_own_row(
+    digits_agents: list[AgentData], model: str, chunk: int
+) -> None:
+    """What the sensitivity argument assumes of the computed sum: with one record removed, the
+    other records' rows are bit for bit the same, so the sums differ by exactly the removed
+    record's fixed-point row (computed alone). Passes of a fixed size make a row's float32
+    kernels independent of the batch."""
+    agent = digits_agents[0]
+    net = build_model(model, input_shape=(1, 8, 8), num_classes=10, seed=5)
+    names = [name for name, _ in net.named_parameters()]
+    xt, yt = torch.as_tensor(agent.x[:41]), torch.as_tensor(agent.y[:41])
+
+    def summed(index: list[int]) -> np.ndarray:
+        return fixed_point_sum(net, names, xt[index], yt[index], clip=0.5, bits=24, chunk=chunk)
+
+    everyone = list(range(len(xt)))
+    full = summed(everyone)
+    for k in (0, 3, 16, 17, 40):
+        alone = summed([k])
+        assert np.abs(alone).max() > 0
+        assert np.array_equal(full - summed([i for i in everyone if i != k]), alone), k
 
 
 def test_fixed_point_truncation_never_raises_a_norm() -> None:
