@@ -23,22 +23,29 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import utility
+import utility  # the benchmark's rows, beside this file
 
 from dpfl.learning.data import load_dataset
 from dpfl.learning.data.split import stratified_split
 
-#: The grid of docs/algorithms.md#dp-fed-ls: local rate, server rate (FedAvgM, momentum 0.9)
-#: and smoothing.
+#: The recipes of docs/algorithms.md#measured-recipes-mnist: local rate, server rate (FedAvgM,
+#: momentum 0.9) and smoothing; a grid, then around its best.
 RECIPES: tuple[dict[str, Any], ...] = tuple(
     {
         "learning_rate": rate,
         "server_optimizer": {"kind": "momentum", "learning_rate": server, "momentum": 0.9},
         "sigma_ls": sigma,
     }
-    for rate in (0.01, 0.03)
-    for server in (1.0, 2.0)
-    for sigma in (0.0, 1.0, 2.0)
+    for rate, server, sigma in [
+        *((r, e, s) for r in (0.01, 0.03) for e in (1.0, 2.0) for s in (0.0, 1.0, 2.0)),
+        (0.03, 1.0, 3.0),
+        (0.03, 1.0, 4.0),
+        (0.03, 2.0, 3.0),
+        (0.03, 2.0, 4.0),
+        (0.03, 3.0, 2.0),
+        (0.03, 3.0, 3.0),
+        *((0.1, e, s) for e in (1.0, 2.0) for s in (0.0, 3.0)),
+    ]
 )
 QUICK_RECIPES: tuple[dict[str, Any], ...] = ({"sigma_ls": 0.0}, {"sigma_ls": 1.0})
 

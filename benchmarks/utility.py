@@ -155,22 +155,35 @@ def _noniid_row(
     )
 
 
+#: The DP-Fed-LS rows' recipe, chosen on a validation split for DP-Fed-LS
+#: (benchmarks/fedls_validation.py, docs/algorithms.md#measured-recipes-mnist): local rate 0.03,
+#: σ_LS = 3, and FedAvgM (momentum 0.9) at server rate 2 under Poisson sampling, 1 under uniform
+#: sampling (whose replace-one charge doubles the noise).
+FEDLS_LOCAL_RATE = 0.03
+FEDLS_SIGMA_LS = 3.0
+FEDLS_SERVER_RATE = {"poisson": 2.0, "uniform": 1.0}
+
+
 def _fedls(
-    algorithm: str, epsilon: float, sampling: str, *, sigma_ls: float = 1.0
+    algorithm: str, epsilon: float, sampling: str, *, sigma_ls: float = FEDLS_SIGMA_LS
 ) -> dict[str, Any]:
     """The DP-Fed-LS paper's MNIST setting: logistic regression, 1000 IID agents (60 records
     each), Poisson rate 0.05 (or a uniform sample of 50), 30 rounds, clip 0.3, 5 local epochs of
-    batch 10, learning rate 0.01 decayed by 0.99 a round. The server step (FedAvgM, momentum 0.9)
-    and σ_LS = 1 were chosen on a validation split (docs/algorithms.md). DP-FedAvg under uniform
-    sampling is DP-Fed-LS with σ_LS = 0 (no smoothing)."""
+    batch 10, the local rate decayed by 0.99 a round; the rates and σ_LS of the validated recipe
+    above. A row's DP-FedAvg baseline is the same recipe without the smoothing: ``dp-fedavg``
+    under Poisson sampling, DP-Fed-LS with σ_LS = 0 under uniform sampling."""
     params: dict[str, Any] = {
         "clip": 0.3,
         "sampling_rate": 0.05,
         "local_epochs": 5,
         "batch_size": 10,
-        "learning_rate": 0.01,
+        "learning_rate": FEDLS_LOCAL_RATE,
         "learning_rate_decay": 0.99,
-        "server_optimizer": {"kind": "momentum", "learning_rate": 1.0, "momentum": 0.9},
+        "server_optimizer": {
+            "kind": "momentum",
+            "learning_rate": FEDLS_SERVER_RATE[sampling],
+            "momentum": 0.9,
+        },
     }
     if algorithm == "dp-fed-ls":
         params["client_sampling"] = sampling

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 from support.paths import ROOT
@@ -229,3 +230,26 @@ def test_the_default_run_is_the_table_and_list_marks_the_extra_rows() -> None:
     listed = done.stdout.splitlines()
     assert "usps-pate-fl  (extra)" in listed
     assert "mnist-dp-helmet" in listed
+
+
+def test_each_dp_fed_ls_row_and_its_baseline_differ_only_in_the_smoothing() -> None:
+    """The comparison rows are an ablation: DP-FedAvg runs DP-Fed-LS's validated recipe (rates,
+    clip, sampling) without the smoothing (``dp-fedavg`` under Poisson sampling, σ_LS = 0 under
+    uniform sampling)."""
+    utility = _utility()
+    rows = {r.name: r for r in utility.rows()}
+    fedls = [r for r in rows.values() if r.name.startswith("mnist-iid-dp-fed-ls-")]
+    assert len(fedls) == 8
+
+    def recipe(params: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in params.items() if k not in ("sigma_ls", "client_sampling")}
+
+    for row in fedls:
+        (baseline,) = row.beats
+        mine, theirs = row.document()["params"], rows[baseline].document()["params"]
+        assert mine["sigma_ls"] == utility.FEDLS_SIGMA_LS > 0
+        assert theirs.get("sigma_ls", 0.0) == 0.0
+        assert theirs.get("client_sampling", "poisson") == mine["client_sampling"]
+        assert recipe(mine) == recipe(theirs)
+        server = mine["server_optimizer"]["learning_rate"]
+        assert server == utility.FEDLS_SERVER_RATE[mine["client_sampling"]]
