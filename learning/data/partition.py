@@ -17,6 +17,8 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -287,19 +289,8 @@ class Federation:
             or not 0 <= agent < self.num_agents
         ):
             raise PartitionError(f"agent index {agent!r} outside [0, {self.num_agents})")
-        idx = self.agent_indices[agent]
-        ds = self.dataset
-        return Dataset.from_arrays(
-            spec=f"{ds.spec}#agent={agent}/{self.num_agents}",
-            x_train=ds.x_train[idx],
-            y_train=ds.y_train[idx],
-            x_test=ds.x_test,
-            y_test=ds.y_test,
-            num_classes=ds.num_classes,
-            input_shape=ds.input_shape,
-            class_names=ds.class_names,
-            sources=ds.sources,
-            copy=False,
+        return self.dataset.subset(
+            self.agent_indices[agent], spec=f"{self.dataset.spec}#agent={agent}/{self.num_agents}"
         )
 
     def public_features(self) -> NDArray[np.float32]:
@@ -405,8 +396,34 @@ def load_agent_dataset(
         DatasetError: the data set cannot be loaded.
         PartitionError: the partition is impossible or ``agent`` is out of range.
     """
-    federation = federate(
+    federation = _cached_federation(
         load_dataset(spec, data_dir=data_dir),
+        scheme,
+        num_agents,
+        seed,
+        public_fraction,
+        public_count,
+        public_seed,
+    )
+    return federation.agent_dataset(agent)
+
+
+@functools.lru_cache(maxsize=4)
+def _cached_federation(
+    dataset: Dataset,
+    scheme: PartitionScheme,
+    num_agents: int,
+    seed: int,
+    public_fraction: float,
+    public_count: int | None,
+    public_seed: int | None,
+) -> Federation:
+    """:func:`federate`, kept per process for the last few data sets: a simulation's agents
+    load their shares every round, and the partition is a pure function of these arguments
+    (a data set is keyed by identity, and :func:`load_dataset` hands out a new one when its
+    files change)."""
+    return federate(
+        dataset,
         scheme=scheme,
         num_agents=num_agents,
         seed=seed,
@@ -414,4 +431,3 @@ def load_agent_dataset(
         public_count=public_count,
         public_seed=public_seed,
     )
-    return federation.agent_dataset(agent)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -139,3 +142,53 @@ def test_an_agent_rebuilds_its_own_part_from_the_spec_alone() -> None:
     assert fed.agent_sizes()[4] == mine.y_train.size
     with pytest.raises(PartitionError, match="outside"):
         fed.agent_dataset(7)
+
+
+def test_an_agents_share_is_a_frozen_subset_that_shares_the_test_split() -> None:
+    ds = load_dataset("digits")
+    fed = federate(ds, scheme=IidPartition(), num_agents=5, seed=2)
+    mine = fed.agent_dataset(3)
+    assert mine.x_test is ds.x_test
+    assert mine.y_test is ds.y_test
+    assert not mine.x_train.flags.writeable
+    assert not mine.y_train.flags.writeable
+    assert mine.x_train.dtype == np.float32
+    assert mine.y_train.dtype == np.int64
+    assert (mine.input_shape, mine.num_classes) == (ds.input_shape, ds.num_classes)
+    rebuilt = type(ds).from_arrays(
+        spec=mine.spec,
+        x_train=ds.x_train[fed.agent_indices[3]],
+        y_train=ds.y_train[fed.agent_indices[3]],
+        x_test=ds.x_test,
+        y_test=ds.y_test,
+        num_classes=ds.num_classes,
+    )
+    np.testing.assert_array_equal(mine.x_train, rebuilt.x_train)
+    np.testing.assert_array_equal(mine.y_train, rebuilt.y_train)
+    assert not np.shares_memory(mine.x_train, ds.x_train)
+
+
+def test_agents_of_one_federation_reuse_its_partition_until_the_data_changes(
+    tmp_path: Path,
+) -> None:
+    """A simulation's agents load their shares every round: the partition is computed once per
+    data set, and a data set whose file changed is partitioned afresh."""
+    from dpfl.learning.data import partition as module
+
+    path = tmp_path / "set.npz"
+    rng = np.random.default_rng(0)
+    np.savez(path, x=rng.random((40, 3)), y=np.arange(40) % 2)
+    spec = f"npz:{path}"
+    module._cached_federation.cache_clear()
+    first = [
+        load_agent_dataset(spec, scheme=IidPartition(), num_agents=4, agent=a) for a in range(4)
+    ]
+    info = module._cached_federation.cache_info()
+    assert (info.misses, info.hits) == (1, 3)
+    again = load_agent_dataset(spec, scheme=IidPartition(), num_agents=4, agent=2)
+    np.testing.assert_array_equal(again.x_train, first[2].x_train)
+    np.savez(path, x=rng.random((40, 3)) + 5.0, y=np.arange(40) % 2)
+    os.utime(path, ns=(1, 1))  # another modification time, whatever the clock's resolution
+    changed = load_agent_dataset(spec, scheme=IidPartition(), num_agents=4, agent=2)
+    assert changed.x_train.min() >= 5.0
+    assert module._cached_federation.cache_info().misses == 2
