@@ -18,7 +18,6 @@ Invariants:
 from __future__ import annotations
 
 import functools
-
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
