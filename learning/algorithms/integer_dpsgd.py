@@ -46,9 +46,9 @@ FRACTION_BITS = 16
 _SUM_BITS = 62
 #: Records in every batched pass of the per-record gradients (the last pass padded to this
 #: size): each record's float32 row then comes from the same kernels whatever the batch, so
-#: removing a record leaves every other row bit for bit (docs/accounting.md#dp-fedsgd-one-
-#: rounding-per-step). vmap's dispatch costs per pass: the cnn's 600-record step takes 0.30 s in
-#: passes of 128 and 0.40 s in passes of 32.
+#: removing a record leaves every other row bit for bit
+#: (docs/accounting.md#dp-fedsgd-one-rounding-per-step). vmap's dispatch costs per pass: the
+#: cnn's 600-record step takes 0.30 s in passes of 128 and 0.40 s in passes of 32.
 GRADIENT_CHUNK = 128
 #: Rows converted to float64 at once: a whole batch of a CNN is hundreds of MB of float64 rows,
 #: freshly mapped (and page-faulted) at every step; chunks stay in the heap.
