@@ -3,7 +3,6 @@ that no agent holds, and each (recipe, sampling, ε) gets one JSON line from who
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 from support.paths import ROOT
+from support.scripts import load_script
 
 from dpfl.learning.data import load_dataset
 
@@ -21,13 +21,7 @@ SCRIPT = ROOT / "benchmarks" / "fedls_validation.py"
 
 
 def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("fedls_validation", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["fedls_validation"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "fedls_validation", register=True)
 
 
 def _rows(a: np.ndarray) -> set[bytes]:

@@ -4,7 +4,6 @@ from the training split only, and a softmax recipe whose noise is below one-vs-r
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from types import ModuleType
 import numpy as np
 import pytest
 from support.paths import ROOT
+from support.scripts import load_script
 
 from dpfl.learning.data import load_dataset
 
@@ -21,13 +21,7 @@ SCRIPT = ROOT / "benchmarks" / "helmet_validation.py"
 
 
 def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("helmet_validation", SCRIPT)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["helmet_validation"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script(SCRIPT, "helmet_validation", register=True)  # dataclasses look it up
 
 
 def test_the_validation_set_is_training_records_no_one_else_holds() -> None:

@@ -4,7 +4,6 @@ job documents (full and quick) are valid jobs."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,18 +14,13 @@ from typing import Any
 
 import pytest
 from support.paths import ROOT
+from support.scripts import load_script
 
 from dpfl.learning.jobs import parse_job
 
 
 def _utility() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("utility", ROOT / "benchmarks" / "utility.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["utility"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "benchmarks" / "utility.py", "utility", register=True)
 
 
 def test_every_row_is_a_valid_job_full_and_quick() -> None:

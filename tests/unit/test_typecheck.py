@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import tomllib
 from pathlib import Path
 from types import ModuleType
 
 from support.paths import CODE_PACKAGES, ROOT
+from support.scripts import load_script
 
 
 def _typecheck() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("typecheck", ROOT / "scripts" / "typecheck.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(ROOT / "scripts" / "typecheck.py", "typecheck")
 
 
 def _mypy_config() -> dict[str, object]:

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 
 import pytest
 from support.paths import ROOT
+from support.scripts import load_script
 
 
 @pytest.mark.slow
 def test_benchmark_prints_one_json_line(capsys: pytest.CaptureFixture[str]) -> None:
-    spec = importlib.util.spec_from_file_location("bench_dpsgd", ROOT / "benchmarks" / "dpsgd.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = load_script(ROOT / "benchmarks" / "dpsgd.py", "bench_dpsgd")
     module.main(
         ["--batch-sizes", "4,8", "--headline-batch", "8", "--repeats", "1", "--warmup", "0",
          "--modes", "hooks,ew"]
