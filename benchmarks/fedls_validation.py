@@ -6,7 +6,7 @@ data; each recipe then runs as the benchmark runs a row (``dpfl.simulate``, the 
 for every ε of ``--epsilons``, every sampling of ``--samplings`` and ``--seeds`` seeds. A recipe
 is a JSON object of the row's ``params`` to override (``sigma_ls`` among them; 0 is DP-FedAvg's
 update). Prints ONE JSON line per (recipe, sampling, ε). Results and the choice they led to:
-docs/algorithms.md#dp-fed-ls.
+docs/algorithms.md#measured-recipes-mnist.
 Usage: ``python benchmarks/fedls_validation.py [--quick] [--recipes FILE.jsonl] [--workers W]``.
 """
 
