@@ -45,11 +45,62 @@ def _agent_command(address: str, state: Path, *extra: str) -> list[str]:
     ]
 
 
-async def _stop(process: asyncio.subprocess.Process) -> tuple[int, str]:
-    process.send_signal(signal.SIGTERM)
-    _, err = await asyncio.wait_for(process.communicate(), 30)
-    assert process.returncode is not None
-    return process.returncode, err.decode()
+class _AgentProcess:
+    """A ``dpfl-agent run`` process whose stderr is read as it comes.
+
+    Reading it while the test waits keeps the pipe from filling, and lets a failure show what
+    the agent printed: an agent that exits or never connects fails at once with its stderr,
+    instead of as a bare timeout.
+    """
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.err = bytearray()
+        self._reader = asyncio.create_task(self._read())
+
+    @classmethod
+    async def start(cls, command: list[str], env: dict[str, str]) -> _AgentProcess:
+        process = await asyncio.create_subprocess_exec(
+            *command, env=env, stderr=asyncio.subprocess.PIPE
+        )
+        return cls(process)
+
+    async def _read(self) -> None:
+        assert self.process.stderr is not None
+        while chunk := await self.process.stderr.read(4096):
+            self.err += chunk
+
+    def _failure(self, what: str) -> AssertionError:
+        return AssertionError(
+            f"{what} (exit code {self.process.returncode}); the agent's stderr:\n"
+            + self.err.decode(errors="replace")
+        )
+
+    async def wait_connected(
+        self, coordinator: ScriptedCoordinator, agent_ids: list[str], timeout: float
+    ) -> None:
+        connected = asyncio.create_task(coordinator.wait_connected(agent_ids, timeout=timeout))
+        exited = asyncio.create_task(self.process.wait())
+        done, _ = await asyncio.wait({connected, exited}, return_when=asyncio.FIRST_COMPLETED)
+        exited.cancel()
+        if connected not in done:
+            connected.cancel()
+            await asyncio.wait_for(self._reader, 5)
+            raise self._failure(f"the agent exited before {agent_ids} connected")
+        if (error := connected.exception()) is not None:
+            raise self._failure(str(error))
+
+    def kill(self) -> None:
+        """End the process if it still runs (a test that failed half-way leaves no orphan)."""
+        if self.process.returncode is None:
+            self.process.kill()
+
+    async def stop(self) -> tuple[int, str]:
+        """SIGTERM, then the exit code and everything the process wrote on stderr."""
+        self.process.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(self.process.wait(), 30)
+        await asyncio.wait_for(self._reader, 5)
+        return code, self.err.decode(errors="replace")
 
 
 @pytest.mark.slow  # two agent processes start (about 2 s each) and one trains
@@ -73,13 +124,13 @@ def test_run_enrols_trains_stops_and_reuses_its_credential(tmp_path: Path) -> No
             index=1,
             agents=2,
         )
+        started: list[_AgentProcess] = []
         try:
-            process = await asyncio.create_subprocess_exec(
-                *_agent_command(address, state, "--enrollment-token", token),
-                env=env,
-                stderr=asyncio.subprocess.PIPE,
+            agent = await _AgentProcess.start(
+                _agent_command(address, state, "--enrollment-token", token), env
             )
-            await coordinator.wait_connected(["enrolled-1", "helper"], timeout=60)
+            started.append(agent)
+            await agent.wait_connected(coordinator, ["enrolled-1", "helper"], timeout=90)
             assert coordinator.enrolled == ["silo-0"]
             report = await coordinator.run_round(
                 job_id=JOB,
@@ -94,26 +145,27 @@ def test_run_enrols_trains_stops_and_reuses_its_credential(tmp_path: Path) -> No
             assert report.aborted == ""
             assert report.survivors == {"enrolled-1", "helper"}
             await asyncio.sleep(0.2)
-            code, err = await _stop(process)
+            code, err = await agent.stop()
             assert code == 0, err
             assert "plaintext" in err
             assert "enrolled" in err
             # second run: no token, the stored credential is used (the token is spent)
-            again = await asyncio.create_subprocess_exec(
-                *_agent_command(address, state), env=env, stderr=asyncio.subprocess.PIPE
-            )
+            again = await _AgentProcess.start(_agent_command(address, state), env)
+            started.append(again)
             coordinator.drop("enrolled-1")
             await asyncio.sleep(0.1)
-            await coordinator.wait_connected(["enrolled-1"], timeout=60)
-            code, err = await _stop(again)
+            await again.wait_connected(coordinator, ["enrolled-1"], timeout=90)
+            code, err = await again.stop()
             assert code == 0, err
             assert "enrolment reused" in err
         finally:
+            for process in started:
+                process.kill()
             await helper.close()
             await channel.close()
             await server.stop(None)
 
-    asyncio.run(asyncio.wait_for(main(), 120))
+    asyncio.run(asyncio.wait_for(main(), 240))
     assert stat.S_IMODE((state / CREDENTIALS_FILE).stat().st_mode) == 0o600
     assert agent_main(["status", "--state-dir", str(state), "--json"]) == 0
 
