@@ -11,7 +11,8 @@ The task is :class:`DpFedAvgTask`, the plan :class:`DpFedAvgPlan`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar, Literal, Self
 
@@ -29,6 +30,17 @@ from dpfl.accounting import (
 )
 from dpfl.learning.algorithms import common
 from dpfl.learning.algorithms.adaptation import DomainAdaptation
+from dpfl.learning.algorithms.adaptive_clip import (
+    CLIP_KEY,
+    AdaptiveClipping,
+    AdaptiveClippingPlan,
+    AdaptiveClippingTask,
+    agent_vector,
+    count_weight,
+    encoding_clip,
+    next_clip,
+    read_sum,
+)
 from dpfl.learning.algorithms.base import (
     AgentData,
     AlgorithmError,
@@ -94,7 +106,9 @@ class DpFedAvgParams(FeatureParams):
     Local work is ``local_steps`` steps or ``local_epochs`` passes (give one); round r trains at
     ``learning_rate · learning_rate_decay^(r−1)``. The server step is ``server_optimizer``, or,
     when it is not given, FedAvgM from the older ``server_learning_rate`` and
-    ``server_momentum`` (momentum 0: plain FedAvg).
+    ``server_momentum`` (momentum 0: plain FedAvg). ``adaptive_clipping`` learns the clip as a
+    quantile of the update norms, ``clip`` being the first round's
+    (:mod:`~dpfl.learning.algorithms.adaptive_clip`).
     """
 
     clip: float = Field(default=1.0, gt=0)
@@ -110,6 +124,7 @@ class DpFedAvgParams(FeatureParams):
     # DP-FedAvg+DA: local steps on the DANN loss against the public images the agents may read
     # (docs/algorithms.md#teachers-adapted-to-the-public-domain)
     local_domain_adaptation: DomainAdaptation = DomainAdaptation()
+    adaptive_clipping: AdaptiveClipping | None = None
 
     @model_validator(mode="after")
     def _one_way_each(self) -> Self:
@@ -182,11 +197,18 @@ class DpFedAvgJob(FedAvgJobBase):
 
 
 class FedAvgPlanBase(ModelUpdatePlan, FeaturePlanFields):
-    """m = ``expected_participants`` divides the summed update; ``sampling_rate`` q."""
+    """m = ``expected_participants`` divides the summed update; ``sampling_rate`` q. With
+    ``adaptive_clipping`` the vector has one coordinate more than the model (the count)."""
 
     model: str
     sampling_rate: float = Field(gt=0, le=1)
     expected_participants: float = Field(gt=0)
+    adaptive_clipping: AdaptiveClippingPlan | None = None
+
+    @property
+    def model_dimension(self) -> int:
+        """The model's parameter count (the vector's length without the count)."""
+        return self.dimension - (0 if self.adaptive_clipping is None else 1)
 
 
 class DpFedAvgPlan(FedAvgPlanBase):
@@ -209,6 +231,7 @@ class FedAvgTaskBase(ModelUpdateTask, FeatureTaskFields):
     population: int = Field(ge=1)
     expected_participants: float = Field(gt=0)
     domain_adaptation: DomainAdaptation = DomainAdaptation()
+    adaptive_clipping: AdaptiveClippingTask | None = None
 
     @model_validator(mode="after")
     def _one_kind_of_local_work(self) -> Self:
@@ -216,6 +239,24 @@ class FedAvgTaskBase(ModelUpdateTask, FeatureTaskFields):
         if (self.local_steps is None) == (self.local_epochs is None):
             raise ValueError("the task must give exactly one of local_steps and local_epochs")
         return self
+
+    @model_validator(mode="after")
+    def _count_fits(self) -> Self:
+        """With adaptive clipping, the agent's vector must fit the encoding's clip."""
+        adaptive = self.adaptive_clipping
+        if adaptive is not None and not adaptive.fits(self.clip):
+            raise ValueError(
+                f"adaptive_clipping: a vector of update scale {adaptive.update_clip:g} and count "
+                f"weight {adaptive.count_weight:g} has norm "
+                f"{encoding_clip(adaptive.update_clip, adaptive.count_weight):g}, above the "
+                f"clip {self.clip:g}"
+            )
+        return self
+
+    @property
+    def model_dimension(self) -> int:
+        """The model's parameter count (the vector's length without the count)."""
+        return self.dimension - (0 if self.adaptive_clipping is None else 1)
 
 
 class DpFedAvgTask(FedAvgTaskBase):
@@ -273,59 +314,99 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
         features = p.feature_spec()
         shape, width = model_input_shape(features, shape, spec.model)
         dimension = common.model_dimension(spec.model, shape, classes)
+        adaptive = p.adaptive_clipping
+        vector = dimension + (0 if adaptive is None else 1)
 
-        def make(bits: int) -> JobPlan:
-            l1, l2 = _sensitivities(p.clip, bits, dimension)
-            fields: dict[str, Any] = {
-                **self._plan_extras(spec, population),
-                "model": spec.model,
-                "features": features,
-                "feature_dim": width,
-                "dimension": dimension,
-                "scale_bits": bits,
-                "l1_sensitivity": l1,
-                "l2_sensitivity": l2,
-                "noise": privacy.noise,
-                "sampling_rate": p.sampling_rate,
-                "expected_participants": expected,
-                "secure_aggregation": spec.secagg.enabled,
-                "honest_fraction": privacy.honest_fraction,
-                "corrupt_fraction": spec.secagg.corrupt_fraction,
-            }
+        def make_with(clip: float, weight: float | None) -> Callable[[int], JobPlan]:
+            def make(bits: int) -> JobPlan:
+                l1, l2 = _sensitivities(clip, bits, vector)
+                fields: dict[str, Any] = {
+                    **self._plan_extras(spec, population),
+                    "model": spec.model,
+                    "features": features,
+                    "feature_dim": width,
+                    "dimension": vector,
+                    "scale_bits": bits,
+                    "l1_sensitivity": l1,
+                    "l2_sensitivity": l2,
+                    "noise": privacy.noise,
+                    "sampling_rate": p.sampling_rate,
+                    "expected_participants": expected,
+                    "secure_aggregation": spec.secagg.enabled,
+                    "honest_fraction": privacy.honest_fraction,
+                    "corrupt_fraction": spec.secagg.corrupt_fraction,
+                }
 
-            def job_event(z: float) -> DpEvent:
-                shape = self.plan_type(**fields, noise_total=noise_total(privacy.noise, z, l2))
-                event = self._round_event_from(shape, population)
-                return event if spec.rounds == 1 else SelfComposedEvent(event, spec.rounds)
+                def job_event(z: float) -> DpEvent:
+                    shape = self.plan_type(**fields, noise_total=noise_total(privacy.noise, z, l2))
+                    event = self._round_event_from(shape, population)
+                    return event if spec.rounds == 1 else SelfComposedEvent(event, spec.rounds)
 
-            z, record = common.calibrate_or_check(
-                job_event,
-                given=privacy.noise_multiplier,
-                target_epsilon=privacy.target_epsilon,
-                delta=privacy.delta,
-            )
-            details = self.plan_type(**fields, noise_total=noise_total(privacy.noise, z, l2))
-            return JobPlan(z, record, population, details)
+                z, record = common.calibrate_or_check(
+                    job_event,
+                    given=privacy.noise_multiplier,
+                    target_epsilon=privacy.target_epsilon,
+                    delta=privacy.delta,
+                )
+                if adaptive is not None and weight is not None:
+                    fields["adaptive_clipping"] = AdaptiveClippingPlan(
+                        update_clip=p.clip,
+                        count_weight=weight,
+                        count_noise=z * l2 / math.ldexp(weight, bits),
+                        target_quantile=adaptive.target_quantile,
+                        clip_learning_rate=adaptive.clip_learning_rate,
+                    )
+                details = self.plan_type(**fields, noise_total=noise_total(privacy.noise, z, l2))
+                return JobPlan(z, record, population, details)
 
-        bits = spec.secagg.scale_bits
-        if bits is None:
-            bits = common.choose_scale_bits(
-                clip=p.clip, dimension=dimension, inflation=self.scale_inflation
-            )
-        return self._fit_scale(spec, population, bits, make)
+            return make
+
+        def fitted(clip: float, weight: float | None) -> JobPlan:
+            bits = spec.secagg.scale_bits
+            if bits is None:
+                bits = common.choose_scale_bits(
+                    clip=clip, dimension=vector, inflation=self.scale_inflation
+                )
+            return self._fit_scale(spec, population, bits, make_with(clip, weight))
+
+        plan = fitted(p.clip, None)
+        if adaptive is None:
+            return plan
+        # w comes from z, and z (calibrated on the vector's sensitivity) hardly depends on w: the
+        # scale search keeps the rounding within 0.1 %, so the count's std lands within that of
+        # what the job asked (docs/algorithms.md#adaptive-clipping)
+        weight = count_weight(
+            p.clip, noise_multiplier=plan.noise_multiplier, count_noise=adaptive.count_std(expected)
+        )
+        return fitted(encoding_clip(p.clip, weight), weight)
 
     def initial_state(self, job: JobSpec, plan: JobPlan, data: CoordinatorData) -> CoordinatorState:
         spec, d = self.spec(job), self.details(plan)
         front = front_for(d.features, data)
         return initial_model_state(
-            spec, data, algorithm=self.name, dimension=d.dimension, front=front
+            spec, data, algorithm=self.name, dimension=d.model_dimension, front=front
         )
 
     def round_task(
         self, job: JobSpec, plan: JobPlan, state: CoordinatorState, *, round_number: int
     ) -> RoundTask:
-        """The base task; with DANN local steps, agents download the public images first."""
+        """The base task, with the round's clip under adaptive clipping; with DANN local steps,
+        agents download the public images first."""
         task = super().round_task(job, plan, state, round_number=round_number)
+        adaptive = self.details(plan).adaptive_clipping
+        if adaptive is not None:
+            round_clip = _round_clip(adaptive, state)
+            params = self.task_type.model_validate(
+                {
+                    **task.params.model_dump(),
+                    "adaptive_clipping": {
+                        "round_clip": round_clip,
+                        "update_clip": adaptive.update_clip,
+                        "count_weight": adaptive.count_weight,
+                    },
+                }
+            )
+            task = replace(task, params=params)
         if self.spec(job).params.local_domain_adaptation.method == "none":
             return task
         return replace(task, needs_public_data=True)
@@ -334,7 +415,9 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
         return spec.params.sampling_rate
 
     def _clip(self, spec: FS, details: FP) -> float:
-        return spec.params.clip
+        """The encoding's clip: the job's, or the norm bound of the vector with its count."""
+        adaptive = details.adaptive_clipping
+        return spec.params.clip if adaptive is None else adaptive.clip
 
     def _task(self, spec: FS, plan: JobPlan, fields: dict[str, Any]) -> FT:
         p, d = spec.params, self.details(plan)
@@ -344,7 +427,7 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
             model=spec.model,
             features=d.features,
             domain_adaptation=p.local_domain_adaptation,
-            clip=p.clip,
+            clip=self._clip(spec, d),
             local_steps=p.local_work()[0],
             local_epochs=p.local_work()[1],
             learning_rate=p.round_learning_rate(fields["round"]),
@@ -462,9 +545,13 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
     ) -> RoundOutcome:
         spec, d = self.spec(job), self.details(plan)
         total = common.checked_aggregate(aggregate, length=d.dimension, survivors=max(survivors, 1))
+        adaptive = d.adaptive_clipping
+        if adaptive is not None:
+            round_clip = _round_clip(adaptive, state)
+            total, count = read_sum(total, adaptive, round_clip=round_clip, survivors=survivors)
         net = load_model(spec, state, data)
         update = self._post_process(spec, net, total / d.expected_participants)
-        return optimizer_round(
+        outcome = optimizer_round(
             spec,
             state,
             data,
@@ -473,6 +560,20 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
             algorithm=self.name,
             round_number=round_number,
             survivors=survivors,
+        )
+        if adaptive is None:
+            return outcome
+        following = next_clip(
+            round_clip, count, expected_participants=d.expected_participants, plan=adaptive
+        )
+        return replace(
+            outcome,
+            state=replace(outcome.state, details={**outcome.state.details, CLIP_KEY: following}),
+            metrics={
+                **outcome.metrics,
+                "clip": round_clip,
+                "clipped_fraction": 1.0 - count / d.expected_participants,
+            },
         )
 
     # -- agent side --------------------------------------------------------------------------
@@ -581,8 +682,12 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
         except LearningError as exc:
             raise AlgorithmError(f"local training failed: {exc}") from exc
         delta = update.delta.astype(np.float64)
-        if delta.shape != (t.dimension,):
-            raise AlgorithmError(f"the model has {delta.size} parameters, the task {t.dimension}")
+        if delta.shape != (t.model_dimension,):
+            raise AlgorithmError(
+                f"the model has {delta.size} parameters, the task {t.model_dimension}"
+            )
+        if t.adaptive_clipping is not None:
+            return agent_vector(delta, t.adaptive_clipping)
         norm = float(np.linalg.norm(delta))
         return delta * (t.clip / norm) if norm > t.clip else delta
 
@@ -603,6 +708,20 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
         """
         self.task(task)
         return tuple(common.strip_client_sampling(e) for e in events)
+
+
+def _round_clip(adaptive: AdaptiveClippingPlan, state: CoordinatorState) -> float:
+    """C_t: the clip the last round's count chose (C₀ before the first round).
+
+    Raises:
+        AlgorithmError: a stored clip that is not a positive finite number.
+    """
+    stored = state.details.get(CLIP_KEY, adaptive.update_clip)
+    if isinstance(stored, bool) or not isinstance(stored, int | float):
+        raise AlgorithmError(f"the coordinator state's {CLIP_KEY} is not a number: {stored!r}")
+    if not (math.isfinite(stored) and stored > 0):
+        raise AlgorithmError(f"the coordinator state's {CLIP_KEY} must be > 0, got {stored!r}")
+    return float(stored)
 
 
 class DpFedAvg(FedAvgFamily[DpFedAvgJob, DpFedAvgPlan, DpFedAvgTask]):
