@@ -12,7 +12,7 @@ The task is :class:`DpFedAvgTask`, the plan :class:`DpFedAvgPlan`.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, ClassVar, Literal, Self
 
@@ -317,49 +317,46 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
         adaptive = p.adaptive_clipping
         vector = dimension + (0 if adaptive is None else 1)
 
-        def make_with(clip: float, weight: float | None) -> Callable[[int], JobPlan]:
-            def make(bits: int) -> JobPlan:
-                l1, l2 = _sensitivities(clip, bits, vector)
-                fields: dict[str, Any] = {
-                    **self._plan_extras(spec, population),
-                    "model": spec.model,
-                    "features": features,
-                    "feature_dim": width,
-                    "dimension": vector,
-                    "scale_bits": bits,
-                    "l1_sensitivity": l1,
-                    "l2_sensitivity": l2,
-                    "noise": privacy.noise,
-                    "sampling_rate": p.sampling_rate,
-                    "expected_participants": expected,
-                    "secure_aggregation": spec.secagg.enabled,
-                    "honest_fraction": privacy.honest_fraction,
-                    "corrupt_fraction": spec.secagg.corrupt_fraction,
-                }
+        def make(clip: float, weight: float | None, bits: int) -> JobPlan:
+            l1, l2 = _sensitivities(clip, bits, vector)
+            fields: dict[str, Any] = {
+                **self._plan_extras(spec, population),
+                "model": spec.model,
+                "features": features,
+                "feature_dim": width,
+                "dimension": vector,
+                "scale_bits": bits,
+                "l1_sensitivity": l1,
+                "l2_sensitivity": l2,
+                "noise": privacy.noise,
+                "sampling_rate": p.sampling_rate,
+                "expected_participants": expected,
+                "secure_aggregation": spec.secagg.enabled,
+                "honest_fraction": privacy.honest_fraction,
+                "corrupt_fraction": spec.secagg.corrupt_fraction,
+            }
 
-                def job_event(z: float) -> DpEvent:
-                    shape = self.plan_type(**fields, noise_total=noise_total(privacy.noise, z, l2))
-                    event = self._round_event_from(shape, population)
-                    return event if spec.rounds == 1 else SelfComposedEvent(event, spec.rounds)
+            def job_event(z: float) -> DpEvent:
+                shape = self.plan_type(**fields, noise_total=noise_total(privacy.noise, z, l2))
+                event = self._round_event_from(shape, population)
+                return event if spec.rounds == 1 else SelfComposedEvent(event, spec.rounds)
 
-                z, record = common.calibrate_or_check(
-                    job_event,
-                    given=privacy.noise_multiplier,
-                    target_epsilon=privacy.target_epsilon,
-                    delta=privacy.delta,
+            z, record = common.calibrate_or_check(
+                job_event,
+                given=privacy.noise_multiplier,
+                target_epsilon=privacy.target_epsilon,
+                delta=privacy.delta,
+            )
+            if adaptive is not None and weight is not None:
+                fields["adaptive_clipping"] = AdaptiveClippingPlan(
+                    update_clip=p.clip,
+                    count_weight=weight,
+                    count_noise=z * l2 / math.ldexp(weight, bits),
+                    target_quantile=adaptive.target_quantile,
+                    clip_learning_rate=adaptive.clip_learning_rate,
                 )
-                if adaptive is not None and weight is not None:
-                    fields["adaptive_clipping"] = AdaptiveClippingPlan(
-                        update_clip=p.clip,
-                        count_weight=weight,
-                        count_noise=z * l2 / math.ldexp(weight, bits),
-                        target_quantile=adaptive.target_quantile,
-                        clip_learning_rate=adaptive.clip_learning_rate,
-                    )
-                details = self.plan_type(**fields, noise_total=noise_total(privacy.noise, z, l2))
-                return JobPlan(z, record, population, details)
-
-            return make
+            details = self.plan_type(**fields, noise_total=noise_total(privacy.noise, z, l2))
+            return JobPlan(z, record, population, details)
 
         def fitted(clip: float, weight: float | None) -> JobPlan:
             bits = spec.secagg.scale_bits
@@ -367,7 +364,7 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
                 bits = common.choose_scale_bits(
                     clip=clip, dimension=vector, inflation=self.scale_inflation
                 )
-            return self._fit_scale(spec, population, bits, make_with(clip, weight))
+            return self._fit_scale(spec, population, bits, lambda b: make(clip, weight, b))
 
         plan = fitted(p.clip, None)
         if adaptive is None:
