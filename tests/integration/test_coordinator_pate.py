@@ -53,7 +53,10 @@ def test_pate_fl_ten_agents_charges_exactly_the_answered_queries(
             assert result.status == "completed", result.error
             assert result.rounds_completed == 2
             assert "pseudo_label_accuracy" in result.metrics
-            assert 0.3 <= result.metrics["pseudo_label_accuracy"] <= 1.0  # chance: 0.1
+            # 20 noisy labels, each right with p ≈ 0.55 here (12 runs: 0.40 to 0.70). "At least
+            # 5 right" fails once in about 650 runs (P[Bin(20, 0.55) ≤ 4]); "at least 6" failed
+            # once in about 160. Chance (p = 0.1) gets 5 or more in 4 % of runs.
+            assert 0.25 <= result.metrics["pseudo_label_accuracy"] <= 1.0
             assert result.accuracy is not None
             store = sim.coordinator.store
             rounds = store.list_rounds(sim.job_id)
