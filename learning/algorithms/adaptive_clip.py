@@ -6,7 +6,8 @@ rescaled to the job's fixed scale C₀, then ``(b − ½)·w`` where b says whet
 was at most C_t. The vector's norm never exceeds ``√(C₀² + w²/4)``, the encoding's clip, whatever
 C_t the coordinator sends, so the plan's noise and every charge are those of DP-FedAvg with that
 clip and one more coordinate: the count's privacy cost is charged with the update's. The
-coordinator reads ``Σb`` off the last coordinate and moves the clip geometrically,
+coordinator reads the count off the last coordinate (with the plan's expected participants, never
+the number summed, which is not released) and moves the clip geometrically,
 ``C_{t+1} = C_t·exp(−η(b̄ − γ))``: post-processing of released sums. Derivation and the choice
 of w: docs/algorithms.md#adaptive-clipping, docs/accounting.md#adaptive-clipping.
 """
@@ -135,12 +136,19 @@ def read_sum(
     plan: AdaptiveClippingPlan,
     *,
     round_clip: float,
-    survivors: int,
+    expected_participants: float,
 ) -> tuple[npt.NDArray[np.float64], float]:
     """The sum of the clipped updates in real units and the noisy count of agents whose update
-    was within the round's clip, from the decoded sum of ``survivors`` vectors."""
+    was within the round's clip, read off the decoded sum alone.
+
+    The count is ``A_d/w + m/2`` with m the plan's expected participants, not the number of
+    vectors summed: that number moves with one agent's presence under Poisson sampling, and
+    adding it would release ``Σb`` (sensitivity w) instead of ``Σ(b − ½)`` (sensitivity w/2,
+    the charged one). docs/accounting.md#adaptive-clipping."""
+    if not expected_participants > 0:
+        raise AlgorithmError("the expected participants must be > 0")
     updates = total[:-1] * (round_clip / plan.update_clip)
-    count = float(total[-1]) / plan.count_weight + survivors / 2.0
+    count = float(total[-1]) / plan.count_weight + expected_participants / 2.0
     return updates, count
 
 
