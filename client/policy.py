@@ -5,7 +5,12 @@ are errors, so a typo cannot silently widen a policy. The ε checks use the even
 says the agent must record (``agent_charge``, without amplification by client sampling) and the
 agent's own :class:`~dpfl.client.local_ledger.LocalLedger`. :meth:`Policy.decide` never raises on
 what the coordinator sent: anything it cannot account for is a decline naming the rule
-(docs/agent.md#what-the-agent-refuses).
+(docs/agent.md#what-the-agent-refuses). The fields and their defaults are listed in
+docs/agent.md#the-policy-file.
+
+Every ε the agent accepts must be a proven upper bound, so the default policy declines rounds
+whose ε is only approximate (``privacy.noise: gaussian``: a sum of discrete Gaussians is only
+close to a Gaussian); ``allow_approximate: true`` accepts them knowingly.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from dpfl.client.errors import AgentError
 from dpfl.client.local_ledger import LocalLedger, LocalLedgerError
 from dpfl.learning.algorithms.registry import algorithm_names
 
-__all__ = ["Decision", "Policy", "PolicyError", "noise_multiplier"]
+__all__ = ["APPROXIMATE_REASON", "Decision", "Policy", "PolicyError", "noise_multiplier"]
 
 
 class PolicyError(AgentError, ValueError):
@@ -95,8 +100,21 @@ def noise_multiplier(event: DpEvent) -> float:
     raise PolicyError(f"no noise multiplier for {type(event).__name__}")
 
 
+#: Why a round with approximate ε is declined, and what the operator can do about it.
+APPROXIMATE_REASON = (
+    "the round's ε is approximate, not a proven upper bound (discrete Gaussian noise, "
+    "privacy.noise: gaussian); run the job with privacy.noise: skellam (the default, charged "
+    "with a proven bound), or set allow_approximate: true in this agent's policy to accept "
+    "approximate ε knowingly"
+)
+
+
 class Policy(BaseModel):
-    """The agent's policy; see the module docstring for the fields and their defaults."""
+    """The agent's policy; its fields and their defaults: docs/agent.md#the-policy-file.
+
+    ``allow_approximate`` (default False): accept rounds whose ε is not a proven upper bound
+    (discrete Gaussian noise, ``privacy.noise: gaussian``).
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
@@ -109,7 +127,7 @@ class Policy(BaseModel):
     allowed_jobs: tuple[str, ...] | None = None
     require_secure_aggregation: bool = False
     max_honest_fraction: float = Field(default=1.0, gt=0, le=1)
-    allow_approximate: bool = True
+    allow_approximate: bool = False
 
     @field_validator("allowed_algorithms")
     @classmethod
@@ -194,7 +212,8 @@ class Policy(BaseModel):
             coordinator: the coordinator's id.
             secure_aggregation: whether the task's vectors are masked.
             honest_fraction: the t the coordinator's noise split assumes.
-            approximate: the events are approximate (Gaussian noise in the ring).
+            approximate: the events are approximate (Gaussian noise in the ring): declined
+                unless ``allow_approximate``.
 
         Returns:
             The :class:`Decision`; ``rule`` names the rule that declined (``""`` on accept).
@@ -221,7 +240,7 @@ class Policy(BaseModel):
                 f"{self.max_honest_fraction:g}",
             )
         if approximate and not self.allow_approximate:
-            return _no("allow_approximate", "the round's ε is approximate (Gaussian noise)")
+            return _no("allow_approximate", APPROXIMATE_REASON)
         try:
             if not events:
                 raise PolicyError("no privacy events claimed")

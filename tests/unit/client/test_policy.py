@@ -150,6 +150,41 @@ def test_declines_naming_the_rule(
     assert decision.reason.startswith(rule)
 
 
+def test_the_default_policy_declines_approximate_rounds_saying_how_to_proceed(
+    ledger: LocalLedger,
+) -> None:
+    """Every ε a user sees must be a proven upper bound: discrete Gaussian noise's is not, so the
+    default policy (no file, an empty file) declines it, and the reason names the rule and both
+    ways on."""
+    assert Policy().allow_approximate is False
+    for default in (Policy(), Policy.load(None), Policy.from_mapping({})):
+        decision = _decide(default, ledger, approximate=True)
+        assert not decision
+        assert decision.rule == "allow_approximate"
+        assert decision.reason.startswith("allow_approximate: ")
+        assert "not a proven upper bound" in decision.reason
+        assert "privacy.noise: skellam" in decision.reason
+        assert "allow_approximate: true" in decision.reason
+        assert decision.epsilon_job is None  # declined before any ε is computed
+    assert _decide(Policy(), ledger)  # an exact round is still accepted by default
+    assert ledger.entries() == []
+
+
+def test_allow_approximate_true_accepts_approximate_rounds_within_the_other_rules(
+    tmp_path: Path, ledger: LocalLedger
+) -> None:
+    path = tmp_path / "policy.yaml"
+    path.write_text("allow_approximate: true\n")
+    knowing = Policy.load(path)
+    assert knowing == Policy(allow_approximate=True)
+    decision = _decide(knowing, ledger, approximate=True)
+    assert decision
+    assert decision.epsilon_job == _decide(Policy(), ledger).epsilon_job
+    # the opt-in lifts only this rule: the budgets still hold
+    tight = Policy(allow_approximate=True, max_epsilon_per_job=0.5)
+    assert _decide(tight, ledger, approximate=True).rule == "max_epsilon_per_job"
+
+
 def test_honest_fraction_matters_only_when_the_noise_is_split(ledger: LocalLedger) -> None:
     policy = Policy(max_honest_fraction=0.9)
     assert not _decide(policy, ledger, honest_fraction=1.0)
