@@ -546,7 +546,10 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
         if adaptive is not None:
             round_clip = _round_clip(adaptive, state)
             total, count = read_sum(
-                total, adaptive, round_clip=round_clip, expected_participants=d.expected_participants
+                total,
+                adaptive,
+                round_clip=round_clip,
+                expected_participants=d.expected_participants,
             )
         net = load_model(spec, state, data)
         update = self._post_process(spec, net, total / d.expected_participants)

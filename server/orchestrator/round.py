@@ -30,7 +30,13 @@ from dpfl.learning.algorithms.base import (
     JobPlan,
     RoundTask,
 )
-from dpfl.learning.algorithms.release import Release, minimum_accepted, release_for, secure_sum
+from dpfl.learning.algorithms.release import (
+    Release,
+    minimum_accepted,
+    release_for,
+    restore_dropped_noise,
+    secure_sum,
+)
 from dpfl.learning.jobs import JobSpec
 from dpfl.protos import secagg_wire as wire
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
@@ -330,6 +336,15 @@ class _RoundRun:
         await self.invite(task)
         if secure_sum(self.ctx.spec, summands=len(self.accepted)):
             total, encoding, summed = await self.secure_rounds(task.vector_length)
+            # the dropouts' noise shares, so that the released noise does not depend on who
+            # survived (docs/accounting.md, "(b) Dropouts and the honest fraction")
+            total = restore_dropped_noise(
+                total,
+                encoding,
+                accepted=len(self.accepted),
+                summed=len(summed),
+                stream=SystemRandomSource().stream("dropped-noise"),
+            )
         else:
             # without secure aggregation, or one agent of a sample that must be released: the
             # agent's setup then says ``num_clients = 1`` and its noise carries the whole sum's

@@ -41,7 +41,12 @@ from dpfl.learning.algorithms.base import (
     get_algorithm,
 )
 from dpfl.learning.algorithms.federation import simulated_federation
-from dpfl.learning.algorithms.release import Release, release_for, secure_sum
+from dpfl.learning.algorithms.release import (
+    Release,
+    release_for,
+    restore_dropped_noise,
+    secure_sum,
+)
 from dpfl.learning.jobs import JobSpec, job_to_dict, parse_job
 from dpfl.secagg import (
     EncodingConfig,
@@ -260,6 +265,13 @@ def run_job(
                 before_unmask=before_unmask,
             )
             total, summed = outcome.aggregate, holder["a3"]
+            total = restore_dropped_noise(
+                total,
+                encoding,
+                accepted=len(invited),
+                summed=len(summed),
+                stream=rng.child(f"dropped-noise/{round_number}").stream("noise"),
+            )
         else:
             gone = set().union(*drops.values()) if drops else set()
             summed = frozenset(i for i in range(len(invited)) if i not in gone)
