@@ -511,6 +511,8 @@ class _RoundRun:
                 self.channel.open_stage(nxt)
         assert isinstance(state, ServerReadyToUnmask)
         summed = [agents[i] for i in sorted(state.a3)]
+        # fixed with the ledger: how many dropped agents' noise shares the release will carry
+        await self._note_setup(restored_noise_shares=n - len(summed))
         await self.commit(summed)
         # ledger rule 1: only now may the aggregate become computable
         started = time.monotonic()

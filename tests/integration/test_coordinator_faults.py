@@ -94,6 +94,10 @@ def test_agents_killed_at_each_stage(tmp_path: Path) -> None:
             assert killed[3] not in r3.survivors["advertise_keys"]
             assert r3.status.value == "completed"
             assert len(r3.survivors["masked_input"]) == 3
+            # the released noise is every accepted agent's share: the coordinator drew the
+            # shares of those whose vectors are missing (docs/accounting.md, (b))
+            restored = [r.noise["restored_noise_shares"] for r in (r1, r2, r3)]
+            assert restored == [0, len(r2.accepted) - 4, len(r3.accepted) - 3] == [0, 1, 1]
             assert store.verify_ledger().ok
         finally:
             await sim.close()
