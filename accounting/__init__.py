@@ -24,6 +24,7 @@ from .errors import (
     CalibrationError,
     InvalidEventError,
     InvalidParameterError,
+    TightPathError,
     UnsupportedEventError,
 )
 from .events import (
@@ -77,6 +78,7 @@ __all__ = [
     "SampledWithoutReplacementEvent",
     "SelfComposedEvent",
     "SkellamEvent",
+    "TightPathError",
     "TightResult",
     "UnsupportedEventError",
     "VotingEvent",

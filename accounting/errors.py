@@ -13,6 +13,7 @@ __all__ = [
     "CalibrationError",
     "InvalidEventError",
     "InvalidParameterError",
+    "TightPathError",
     "UnsupportedEventError",
 ]
 
@@ -35,3 +36,9 @@ class UnsupportedEventError(AccountingError):
 
 class CalibrationError(AccountingError):
     """No noise multiplier in the searched range meets the privacy target."""
+
+
+class TightPathError(AccountingError):
+    """The tight path applies to an event but its computation failed (dp_accounting raised, or a
+    Skellam mass was not a number); :func:`dpfl.accounting.compute_epsilon` then reports the RDP
+    bound with method ``"rdp_fallback"``."""

@@ -2,28 +2,35 @@
 
 Invariant: ``EpsilonReport.epsilon`` is the minimum of the bounds that apply (each an upper bound on
 the true ε at δ), and ``method`` names the one that achieved it; a path that does not apply
-reports ``None`` rather than a guess.
+reports ``None`` rather than a guess. A tight path that applies but fails to compute (a
+:class:`~dpfl.accounting.errors.TightPathError`) never fails the report: the RDP bound is
+reported with method ``"rdp_fallback"`` and the reason in ``tight_error``.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import InvalidParameterError, UnsupportedEventError
+from .errors import InvalidParameterError, TightPathError, UnsupportedEventError
 from .events import DpEvent, is_data_dependent
 from .orders import ORDERS
 from .rdp import epsilon_from_rdp, rdp_curve, supports_rdp
 from .tight import tight_epsilon, tight_method
 
-__all__ = ["TIGHT_MAX_RDP_EPSILON", "EpsilonReport", "compute_epsilon"]
+__all__ = ["RDP_FALLBACK_METHOD", "TIGHT_MAX_RDP_EPSILON", "EpsilonReport", "compute_epsilon"]
+
+_log = logging.getLogger(__name__)
 
 #: The PLD is skipped when the RDP bound already exceeds this: its support, hence its cost, grows
 #: with ε even on a grid relative to ε, and a tighter figure in that regime changes no decision.
 #: (The exact Gaussian profile, which needs no grid, is always computed.)
 TIGHT_MAX_RDP_EPSILON = 1000.0
+#: ``method`` of a figure that is the RDP bound because the tight path, which applies, failed.
+RDP_FALLBACK_METHOD = "rdp_fallback"
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,12 +40,15 @@ class EpsilonReport:
     Attributes:
         epsilon: the smallest valid upper bound.
         delta: the δ it holds at.
-        method: ``"rdp"``, ``"pld"`` or ``"analytic_gaussian"``: which bound gave ``epsilon``.
+        method: ``"rdp"``, ``"pld"`` or ``"analytic_gaussian"``: which bound gave ``epsilon``;
+            ``"rdp_fallback"``: the RDP bound, because the tight path applies but failed.
         order: the optimal Rényi order of the RDP bound (None without an RDP bound).
         rdp_epsilon: the RDP bound (improved conversion), or None where RDP does not apply.
         tight_epsilon: the PLD / analytic bound, or None where it does not apply or was not asked.
         data_dependent: True when part of the event used a data-dependent bound: the figure then
             depends on private data and is not a worst-case guarantee.
+        tight_error: why the tight path failed (method ``"rdp_fallback"``), else None; not in
+            the JSON form.
     """
 
     epsilon: float
@@ -48,6 +58,7 @@ class EpsilonReport:
     rdp_epsilon: float | None
     tight_epsilon: float | None
     data_dependent: bool = False
+    tight_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """The JSON form used by the CLI and the REST API (the six documented keys)."""
@@ -91,9 +102,13 @@ def compute_epsilon(
     Returns:
         The :class:`EpsilonReport`.
 
+    A tight path that fails (:class:`~dpfl.accounting.errors.TightPathError`) leaves the RDP
+    bound, reported with method :data:`RDP_FALLBACK_METHOD` and the reason in ``tight_error``.
+
     Raises:
         UnsupportedEventError: if no path accounts for ``event``.
         InvalidParameterError: on δ outside (0, 1).
+        TightPathError: the tight path failed and no RDP bound applies.
     """
     if isinstance(delta, bool) or not isinstance(delta, int | float) or not 0.0 < delta < 1.0:
         raise InvalidParameterError(f"delta must be a number in (0, 1), got {delta!r}")
@@ -104,17 +119,25 @@ def compute_epsilon(
         order = None if math.isnan(opt) else opt
     tight_eps: float | None = None
     tight_name = ""
+    tight_error: str | None = None
     path = tight_method(event) if tight else None
     if path == "pld" and rdp_eps is not None and rdp_eps > TIGHT_MAX_RDP_EPSILON:
         path = None
     if path is not None:
-        result = tight_epsilon(
-            event,
-            delta=delta,
-            value_discretization_interval=value_discretization_interval,
-            epsilon_hint=rdp_eps,
-        )
-        tight_eps, tight_name = result.epsilon, result.method
+        try:
+            result = tight_epsilon(
+                event,
+                delta=delta,
+                value_discretization_interval=value_discretization_interval,
+                epsilon_hint=rdp_eps,
+            )
+        except TightPathError as exc:
+            if rdp_eps is None:
+                raise
+            tight_error = str(exc)
+            _log.warning("tight path failed, the RDP bound is reported: %s", exc)
+        else:
+            tight_eps, tight_name = result.epsilon, result.method
     if rdp_eps is None and tight_eps is None:
         rdp_curve(event, orders)  # raises an UnsupportedEventError naming the subevent
         raise UnsupportedEventError(f"no accounting path supports {type(event).__name__}")
@@ -122,7 +145,7 @@ def compute_epsilon(
         epsilon, method = tight_eps, tight_name
     else:
         assert rdp_eps is not None
-        epsilon, method = rdp_eps, "rdp"
+        epsilon, method = rdp_eps, "rdp" if tight_error is None else RDP_FALLBACK_METHOD
     return EpsilonReport(
         epsilon=epsilon,
         delta=float(delta),
@@ -131,4 +154,5 @@ def compute_epsilon(
         rdp_epsilon=rdp_eps,
         tight_epsilon=tight_eps,
         data_dependent=is_data_dependent(event),
+        tight_error=tight_error,
     )

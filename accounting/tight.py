@@ -5,6 +5,10 @@ Poisson-subsampled Gaussians and one-coordinate Skellam releases use dp_accounti
 PLD (``"pld"``) on a grid refined until the remaining excess is small. Every other event has no
 tight path and is reported by RDP only. Why each figure is an upper bound:
 docs/accounting.md#the-tight-path and docs/accounting.md#the-pld-grid-follows-ε.
+
+A PLD computation that fails raises :class:`~dpfl.accounting.errors.TightPathError` (never an
+``IndexError`` of the library, never a figure read off a broken distribution);
+:func:`dpfl.accounting.compute_epsilon` then reports the RDP bound (method ``"rdp_fallback"``).
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from typing import Any
 
 from scipy import optimize, special
 
-from .errors import InvalidParameterError, UnsupportedEventError
+from .errors import AccountingError, InvalidParameterError, TightPathError, UnsupportedEventError
 from .events import (
     ComposedEvent,
     DataDependentVotingEvent,
@@ -215,6 +219,16 @@ def _check_delta(delta: float) -> None:
 #: Half-width of the Skellam support written out, in standard deviations; the mass beyond it
 #: (bounded by Chernoff) is charged as infinite privacy loss.
 _SKELLAM_SUPPORT_SDS = 14.0
+#: The largest Skellam support written out, in points per side (2^21: mu up to about 1.1·10^10,
+#: i.e. vote noise σ up to about 145 votes of 2^10 units; about 0.3 GB at the limit); a larger
+#: one is refused (RDP fallback) rather than filling gigabytes.
+_SKELLAM_MAX_HALF_WIDTH = 1 << 21
+#: From this argument on, ``e^{-z}·I_k(z)`` comes from the uniform asymptotic expansion, not from
+#: scipy (see :func:`_log_ive`).
+_BESSEL_UNIFORM_ARGUMENT = 2.0**15
+#: The library's failures inside a PLD computation (empty or degenerate arrays, overflow): turned
+#: into :class:`TightPathError`. Our own errors (``InvalidParameterError`` is a ValueError) pass.
+_LIBRARY_ERRORS = (IndexError, ValueError, ArithmeticError)
 
 
 def skellam_tail_bound(mu: float, k: float) -> float:
@@ -227,13 +241,93 @@ def skellam_tail_bound(mu: float, k: float) -> float:
     return min(1.0, 2.0 * math.exp(2.0 * mu * (math.cosh(t) - 1.0) - t * k))
 
 
+def _log_ive(order: Any, z: float) -> Any:
+    """``log(e^{-z}·I_ν(z))`` for orders ``ν ≥ 0`` (an array) and one argument ``z > 0``.
+
+    Why not scipy alone: scipy's ``ive`` (AMOS ``zbesi``) returns NaN from ``z = 2^30`` on
+    ("no result obtained") and flags a loss of precision above 2^15. A PATE-FL job with vote
+    noise σ ≥ 32 votes of 2^10 units has ``z = 2·mu ≥ 2^30``: every mass was NaN, so dropped,
+    and dp_accounting composed a PLD of no finite mass (``IndexError`` in ``_truncate_tails``,
+    which indexes the first element of the empty truncated array; one release alone read ε = 0
+    off it).
+
+    From ``z ≥ 2^15`` this uses Olver's uniform asymptotic expansion (DLMF 10.41.3 with
+    10.41.10, terms U₁–U₃), written with ``r = √(ν² + z²)`` and ``t = ν/r`` so that it holds
+    uniformly in ν ≥ 0, ν = 0 included (each ``U_k(t)/ν^k`` is a polynomial in t over ``r^k``):
+
+        log(e^{-z}·I_ν(z)) = ν²/(r + z) − ν·asinh(ν/z) − ½·log(2π·r) + log(1 + Σ_k U_k(t)/ν^k).
+
+    The first omitted term is ``O(r^{-4}) ≤ 1e-18`` relative here; the expansion matches mpmath
+    to 1e-13 in the log, scipy (up to 2^29) to 1e-10, and its masses sum to 1 within 1e-15
+    (``tests/unit/accounting/test_tight_failures.py``). Below 2^15 scipy is used as before.
+    Underflow gives ``-inf`` (a zero mass), never NaN.
+    """
+    import numpy as np
+
+    nu = np.asarray(order, dtype=np.float64)
+    if z < _BESSEL_UNIFORM_ARGUMENT:
+        with np.errstate(divide="ignore"):
+            return np.log(special.ive(nu, z))
+    r = np.hypot(nu, z)
+    t2 = (nu / r) ** 2
+    u1 = (3.0 - 5.0 * t2) / (24.0 * r)
+    u2 = (81.0 + t2 * (-462.0 + 385.0 * t2)) / (1152.0 * r * r)
+    u3 = (30375.0 + t2 * (-369603.0 + t2 * (765765.0 - 425425.0 * t2))) / (414720.0 * r**3)
+    return (
+        nu * nu / (r + z)
+        - nu * np.arcsinh(nu / z)
+        - 0.5 * np.log(2.0 * math.pi * r)
+        + np.log1p(u1 + u2 + u3)
+    )
+
+
+@functools.lru_cache(maxsize=2)
+def _skellam_losses(mu: float, shift: int) -> tuple[Any, Any, float]:
+    """``(mass, loss, infinity)`` of ``Sk(mu) + shift`` against ``Sk(mu)``: the masses and
+    privacy losses of the outcomes over ±14 standard deviations whose loss is finite, and the
+    mass charged as infinite loss. Independent of the grid, so the adaptive grid's refinements
+    share one evaluation (two entries are kept)."""
+    import numpy as np
+
+    half = math.ceil(_SKELLAM_SUPPORT_SDS * math.sqrt(2.0 * mu)) + shift
+    if half > _SKELLAM_MAX_HALF_WIDTH:
+        raise TightPathError(
+            f"the Skellam PLD of mu = {mu:g} needs {2 * half + 1} support points "
+            f"(at most {2 * _SKELLAM_MAX_HALF_WIDTH + 1} are written out)"
+        )
+    # log P(X = k) for X ~ Sk(mu) at k = 0 .. half + shift (the law is symmetric)
+    table = _log_ive(np.arange(half + shift + 1), 2.0 * mu)
+    if np.isnan(table).any():
+        raise TightPathError(
+            f"a Skellam mass of mu = {mu:g} is not a number (Bessel function of argument "
+            f"{2.0 * mu:g})"
+        )
+    x = np.arange(-half, half + 1)
+    log_mass = table[np.abs(x)]
+    # the shifted law puts P(x) on x + shift, where the unshifted law puts P(x + shift)
+    with np.errstate(invalid="ignore"):
+        loss = log_mass - table[np.abs(x + shift)]
+    mass = np.exp(log_mass)
+    finite = np.isfinite(loss) & (mass > 0.0)
+    infinity = float(mass[~finite & (mass > 0.0)].sum()) + skellam_tail_bound(mu, half + 1.0)
+    kept_mass, kept_loss = mass[finite], loss[finite]
+    kept_mass.setflags(write=False)
+    kept_loss.setflags(write=False)
+    return kept_mass, kept_loss, min(1.0, infinity)
+
+
 @functools.lru_cache(maxsize=64)
 def skellam_pld(mu: float, shift: int, interval: float) -> Any:
     """The pessimistic PLD of ``Sk(mu)`` shifted by ``shift`` against ``Sk(mu)`` (integers), on
-    a grid of step ``interval``: the exact masses ``e^{−2mu}·I_|k|(2mu)`` over ±14 standard
-    deviations, each loss rounded up to the grid, and the Chernoff bound on the rest charged as
-    infinite loss. Symmetric: the reflection ``x ↦ shift − x`` swaps the two laws. Derivation:
-    docs/accounting.md#skellam-votes-the-pld-of-one-coordinate."""
+    a grid of step ``interval``: the exact masses ``e^{−2mu}·I_|k|(2mu)`` (:func:`_log_ive`)
+    over ±14 standard deviations, each loss rounded up to the grid, and the Chernoff bound on the
+    rest charged as infinite loss. Symmetric: the reflection ``x ↦ shift − x`` swaps the two
+    laws. Derivation: docs/accounting.md#skellam-votes-the-pld-of-one-coordinate.
+
+    Raises:
+        InvalidParameterError: on a bad ``mu``, ``shift`` or ``interval``.
+        TightPathError: a mass is not a number, or the support is too large to write out.
+    """
     import numpy as np
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
@@ -241,25 +335,43 @@ def skellam_pld(mu: float, shift: int, interval: float) -> Any:
         raise InvalidParameterError(
             f"need mu > 0, an integer shift >= 1 and a grid step > 0, got {mu}, {shift}, {interval}"
         )
-    half = math.ceil(_SKELLAM_SUPPORT_SDS * math.sqrt(2.0 * mu)) + shift
-    x = np.arange(-half, half + 1)
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        mass = special.ive(np.abs(x), 2.0 * mu)  # P(X = x), X ~ Sk(mu)
-        # the shifted law puts P(x) on x + shift, where the unshifted law puts P(x + shift)
-        loss = np.log(mass) - np.log(special.ive(np.abs(x + shift), 2.0 * mu))
-    finite = np.isfinite(loss) & (mass > 0.0)
-    infinity = float(mass[~finite & (mass > 0.0)].sum()) + skellam_tail_bound(mu, half + 1.0)
-    index = np.ceil(loss[finite] / interval).astype(np.int64)
+    mass, loss, infinity = _skellam_losses(float(mu), int(shift))
+    index = np.ceil(loss / interval).astype(np.int64)
     keys, where = np.unique(index, return_inverse=True)
-    sums = np.bincount(where, weights=mass[finite])
+    sums = np.bincount(where, weights=mass)
     rounded = dict(zip(keys.tolist(), sums.tolist(), strict=True))
-    return pld_lib.PrivacyLossDistribution.create_from_rounded_probability(
-        rounded, min(1.0, infinity), interval, pessimistic_estimate=True
+    try:
+        return pld_lib.PrivacyLossDistribution.create_from_rounded_probability(
+            rounded, infinity, interval, pessimistic_estimate=True
+        )
+    except _LIBRARY_ERRORS as exc:
+        raise _library_failure(exc, interval) from exc
+
+
+def _library_failure(exc: Exception, interval: float) -> TightPathError:
+    return TightPathError(
+        f"dp_accounting failed on the PLD grid step {interval:.3g}: {type(exc).__name__}: {exc}"
     )
 
 
 def _pld_epsilon(parts: _Parts, delta: float, interval: float) -> float:
-    """ε at ``delta`` of the pessimistic PLD of ``parts`` on a grid of step ``interval``."""
+    """ε at ``delta`` of the pessimistic PLD of ``parts`` on a grid of step ``interval``.
+
+    Raises:
+        TightPathError: dp_accounting raised one of :data:`_LIBRARY_ERRORS`, or returned NaN.
+    """
+    try:
+        eps = _compose_pld_epsilon(parts, delta, interval)
+    except AccountingError:
+        raise
+    except _LIBRARY_ERRORS as exc:
+        raise _library_failure(exc, interval) from exc
+    if math.isnan(eps):
+        raise TightPathError(f"dp_accounting returned ε = NaN on the PLD grid step {interval:.3g}")
+    return max(0.0, eps)
+
+
+def _compose_pld_epsilon(parts: _Parts, delta: float, interval: float) -> float:
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
     composed = None
@@ -286,7 +398,7 @@ def _pld_epsilon(parts: _Parts, delta: float, interval: float) -> float:
         composed = block if composed is None else composed.compose(block)
     if composed is None:  # nothing private was composed
         return 0.0
-    return max(0.0, float(composed.get_epsilon_for_delta(delta)))
+    return float(composed.get_epsilon_for_delta(delta))
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,11 +419,13 @@ def adaptive_pld_epsilon(
     refines: from two grids g > g' with figures e ≥ e', the excess of e' over the limit is about
     ``(e − e')/((g/g')² − 1)`` (quadratic convergence); refinement stops once that is
     ≤ :data:`PLD_RELATIVE_TOLERANCE`·e', at the finest step ``1e-7``, or after 8 refinements.
-    The smallest figure computed is returned: each one is an upper bound (pessimistic PLD).
+    The smallest figure computed is returned: each one is an upper bound (pessimistic PLD). A
+    refinement whose computation fails ends the refinement (the figures already computed stand).
 
     Raises:
         UnsupportedEventError: naming the part with no PLD path.
         InvalidParameterError: on a bad δ.
+        TightPathError: the first grid's computation failed.
     """
     _check_delta(delta)
     parts = _parts_of(event)
@@ -328,7 +442,10 @@ def adaptive_pld_epsilon(
         if coarse_eps == 0.0 or coarse <= _MIN_INTERVAL:
             break
         fine = max(_MIN_INTERVAL, coarse * ratio)
-        fine_eps = _pld_epsilon(parts, delta, fine)
+        try:
+            fine_eps = _pld_epsilon(parts, delta, fine)
+        except TightPathError:
+            break
         tried.append((fine, fine_eps))
         r = fine / coarse
         excess = abs(coarse_eps - fine_eps) * r * r / (1.0 - r * r)
@@ -366,6 +483,7 @@ def tight_epsilon(
     Raises:
         UnsupportedEventError: naming the part with no tight path.
         InvalidParameterError: on a bad δ or grid step.
+        TightPathError: the PLD computation failed (the caller falls back to another bound).
     """
     _check_delta(delta)
     if value_discretization_interval is not None and not (
