@@ -8,6 +8,10 @@ line (where other users of the machine could see it in the process list). The co
 reached over HTTPS, verified with ``--ca FILE`` (the federation's CA) or the system's CAs;
 plaintext http needs ``--insecure``.
 
+A figure the API flags ``approximate`` (it adds up ledger entries whose ε is not a proven bound:
+discrete Gaussian noise charged as the continuous Gaussian) is marked ``≈`` and explained in a
+footnote under its table.
+
 Exit codes: 0 success; 2 bad arguments or an answer the API refused as invalid (422); 3 the
 token was refused (401) or may not read this (403); 4 no such client (404); 5 the coordinator
 could not be reached or failed (5xx, not JSON).
@@ -163,12 +167,27 @@ def fetch(
     raise BudgetCommandError(message, _EXIT.get(response.status_code, 5))
 
 
-def _eps(value: Any) -> str:
+#: The marker of an approximate figure, and the footnote explaining it.
+APPROXIMATE_MARK = "≈"
+APPROXIMATE_NOTE = (
+    f"{APPROXIMATE_MARK} approximate: includes ledger entries charged for discrete Gaussian noise "
+    "as the continuous Gaussian (privacy.noise: gaussian); not a proven upper bound."
+)
+
+
+def _eps(value: Any, approximate: bool = False) -> str:
     if value is None:
         return "—"
     if value == "Infinity" or (isinstance(value, float) and value == float("inf")):
-        return "∞"
-    return f"{float(value):.4f}"
+        shown = "∞"
+    else:
+        shown = f"{float(value):.4f}"
+    return f"{shown} {APPROXIMATE_MARK}" if approximate else shown
+
+
+def _note(console: Any, flagged: bool) -> None:
+    if flagged:
+        console.print(APPROXIMATE_NOTE, soft_wrap=True)
 
 
 def _all_clients(clients: list[dict[str, Any]]) -> None:
@@ -181,16 +200,19 @@ def _all_clients(clients: list[dict[str, Any]]) -> None:
     for c in clients:
         budget = c.get("budget")
         state = "EXCEEDED" if c.get("exceeded") else c.get("status", "")
+        approximate = bool(c.get("approximate"))
         table.add_row(
             c["name"],
             c["id"],
-            _eps(c["epsilon"]),
+            _eps(c["epsilon"], approximate),
             f"{c['delta']:g}",
             _eps(budget["epsilon"]) if budget else "none",
-            _eps(c.get("remaining_epsilon")),
+            _eps(c.get("remaining_epsilon"), approximate),
             state,
         )
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    _note(console, any(c.get("approximate") for c in clients))
 
 
 def _one_client(report: dict[str, Any], *, events: bool) -> None:
@@ -202,15 +224,20 @@ def _one_client(report: dict[str, Any], *, events: bool) -> None:
     summary.add_column("quantity", style="bold")
     summary.add_column("value")
     budget = report.get("budget_epsilon")
+    approximate = bool(report.get("approximate"))
+    method = f"{report['method']}, approximate" if approximate else report["method"]
     rows = [
-        ("ε spent", f"{_eps(report['epsilon'])} at δ = {report['delta']:g} ({report['method']})"),
+        (
+            "ε spent",
+            f"{_eps(report['epsilon'], approximate)} at δ = {report['delta']:g} ({method})",
+        ),
         (
             "budget",
             "none (no limit)"
             if budget is None
             else f"ε {_eps(budget)} at δ = {report['budget_delta']:g}",
         ),
-        ("remaining ε", _eps(report.get("remaining_epsilon"))),
+        ("remaining ε", _eps(report.get("remaining_epsilon"), approximate)),
         ("ledger events", str(len(report["events"]))),
     ]
     if report.get("exceeded"):
@@ -222,12 +249,21 @@ def _one_client(report: dict[str, Any], *, events: bool) -> None:
     for key, value in rows:
         summary.add_row(key, value)
     console.print(summary)
+    flagged = approximate
     if report["by_job"]:
         jobs = Table(title="per job")
-        for column in ("job", "ε", "bound", "events"):
+        for column in ("job", "ε", "method", "events"):
             jobs.add_column(column, justify="left" if column == "job" else "right")
         for job_id, j in report["by_job"].items():
-            jobs.add_row(job_id, _eps(j["epsilon"]), str(j.get("method", "rdp")), str(j["entries"]))
+            job_approximate = bool(j.get("approximate"))
+            flagged = flagged or job_approximate
+            job_method = str(j.get("method", "rdp"))
+            jobs.add_row(
+                job_id,
+                _eps(j["epsilon"], job_approximate),
+                f"{job_method}, approximate" if job_approximate else job_method,
+                str(j["entries"]),
+            )
         console.print(jobs)
     if events and report["events"]:
         table = Table(title="events")
@@ -235,14 +271,16 @@ def _one_client(report: dict[str, Any], *, events: bool) -> None:
             table.add_column(column)
         for e in report["events"]:
             attempt = f".{e['attempt']}" if e["attempt"] > 1 else ""
+            flagged = flagged or bool(e.get("approximate"))
             table.add_row(
                 f"{e['round_number']}{attempt}",
                 e["job_id"],
                 json.dumps(e["event"], separators=(",", ":")),
                 e["unit"],
-                _eps(e["epsilon"]),
+                _eps(e["epsilon"], bool(e.get("approximate"))),
             )
         console.print(table)
+    _note(console, flagged)
 
 
 def _budget(args: argparse.Namespace) -> int:

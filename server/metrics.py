@@ -81,6 +81,11 @@ class _StoreCollector(Collector):
                 "dpfl_clients_over_budget", "Clients whose epsilon spent exceeds their budget."
             ),
             GaugeMetricFamily("dpfl_jobs", "Jobs per status.", labels=["status"]),
+            GaugeMetricFamily(
+                "dpfl_clients_approximate",
+                "Clients whose epsilon adds up approximate ledger entries (discrete Gaussian "
+                "noise charged as the continuous Gaussian): not a proven bound.",
+            ),
         )
 
     def collect(self) -> Iterator[Metric]:
@@ -92,16 +97,17 @@ class _StoreCollector(Collector):
             up.add_metric([], 0.0)
             yield up
             return
-        eps_max, clients, over, per_status = self._families()
+        eps_max, clients, over, per_status, approximate = self._families()
         spent = [b.epsilon for b in budgets]
         # +inf is a legitimate ε (an unaccountable charge) and Prometheus represents it exactly
         eps_max.add_metric([], max(spent, default=0.0))
         clients.add_metric([], float(len(budgets)))
         over.add_metric([], float(sum(b.exceeded for b in budgets)))
+        approximate.add_metric([], float(sum(b.approximate for b in budgets)))
         for status in JobStatus:
             per_status.add_metric([status.value], float(sum(j.status == status for j in jobs)))
         up.add_metric([], 1.0)
-        yield from (eps_max, clients, over, per_status, up)
+        yield from (eps_max, clients, over, per_status, approximate, up)
 
 
 class Metrics:

@@ -5,7 +5,8 @@ Routers only authenticate, call one of these in a worker thread (every store met
 blocking transaction) and let the typed errors of ``dpfl.server.errors`` become statuses. Nothing
 here computes a privacy figure of its own except :func:`epsilon_history`, which replays the
 client's cached RDP curves in ledger order with the store's own conversion; its last point equals
-the store's total (the same curves, added up).
+the store's total (the same curves, added up). Every figure that adds entries up carries the
+store's ``approximate`` flag: true when one of those entries is approximate.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ class _SummaryFields(TypedDict):
     remaining_epsilon: float | None
     exceeded: bool
     data_dependent_epsilon: float | None
+    approximate: bool
 
 
 def _summary_fields(agent: Agent, budget: ClientBudget) -> _SummaryFields:
@@ -95,6 +97,7 @@ def _summary_fields(agent: Agent, budget: ClientBudget) -> _SummaryFields:
         "remaining_epsilon": budget.remaining_epsilon,
         "exceeded": budget.exceeded,
         "data_dependent_epsilon": budget.data_dependent_epsilon,
+        "approximate": budget.approximate,
     }
 
 
@@ -170,9 +173,11 @@ def budget_report(
                 order=j.order,
                 entries=j.entries,
                 data_dependent_epsilon=j.data_dependent_epsilon,
+                approximate=j.approximate,
             )
             for job_id, j in b.by_job.items()
         },
+        approximate=b.approximate,
     )
 
 
@@ -192,8 +197,11 @@ def epsilon_history(store: Store, client_id: str, *, delta: float | None = None)
     entries = store.ledger_entries(agent_id=client_id)
     total: np.ndarray | None = None
     per_job: dict[str, np.ndarray] = {}
+    approximate_jobs: set[str] = set()  # an approximate entry taints every later figure
     points = []
     for e in entries:
+        if e.approximate:
+            approximate_jobs.add(e.job_id)
         curve = np.asarray(e.curve, dtype=np.float64)
         with np.errstate(over="ignore"):  # an overflowing sum is +inf: no bound at that order
             total = curve.copy() if total is None else total + curve
@@ -209,6 +217,8 @@ def epsilon_history(store: Store, client_id: str, *, delta: float | None = None)
                 created_at=e.created_at,
                 epsilon=epsilon_of(total, at)[0],
                 job_epsilon=epsilon_of(per_job[e.job_id], at)[0],
+                approximate=bool(approximate_jobs),
+                job_approximate=e.job_id in approximate_jobs,
             )
         )
     return EpsilonHistory(client_id=client_id, delta=at, points=points)
@@ -239,11 +249,14 @@ def job_detail(store: Store, job_id: str) -> JobDetail:
     plan that is not a bound. Raises: NotFound."""
     job = store.get_job(job_id)
     claimed, claim = _plan_claim(store, job_id)
+    reports = store.job_epsilon_reports(job_id)
     return JobDetail(
         **job_public(job).model_dump(),
         spec=job.spec,
         members=store.job_members(job_id),
-        epsilons=store.job_epsilons(job_id),
+        epsilons={a: j.epsilon for a, j in reports.items()},
+        epsilons_approximate={a: j.approximate for a, j in reports.items()},
+        approximate=any(j.approximate for j in reports.values()),
         claimed_epsilon=claimed,
         claim=claim,
     )
@@ -266,7 +279,9 @@ def _plan_claim(store: Store, job_id: str) -> tuple[float | None, str | None]:
     return None, None
 
 
-def round_public(rnd: Round) -> RoundPublic:
+def round_public(rnd: Round, *, approximate: bool = False) -> RoundPublic:
+    """``approximate``: whether the round's ε adds up an approximate entry
+    (``Store.approximate_rounds``)."""
     if "masked_input" in rnd.survivors:
         participants: tuple[str, ...] = rnd.survivors["masked_input"]
     else:  # charged rounds count every accepted client (the ledger's own fallback); others none
@@ -289,6 +304,7 @@ def round_public(rnd: Round) -> RoundPublic:
         noise=dict(rnd.noise),
         accuracy=rnd.accuracy,
         epsilon=rnd.epsilon,
+        approximate=approximate and rnd.epsilon is not None,
         model_version=rnd.model_version,
         abort_reason=rnd.abort_reason,
     )
@@ -296,7 +312,9 @@ def round_public(rnd: Round) -> RoundPublic:
 
 def job_rounds(store: Store, job_id: str, *, number: int | None = None) -> list[RoundPublic]:
     """Every attempt of every round of a job (or of one round number). Raises: NotFound."""
-    return [round_public(r) for r in store.list_rounds(job_id, number=number)]
+    rounds = store.list_rounds(job_id, number=number)
+    approximate = store.approximate_rounds(job_id) if rounds else set()
+    return [round_public(r, approximate=r.id in approximate) for r in rounds]
 
 
 def model_public(model: ModelVersion) -> ModelVersionPublic:

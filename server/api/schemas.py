@@ -2,7 +2,9 @@
 
 These are the wire contract (scripts, the dashboard and ``dpfl budget`` rely on them): add fields
 freely, never rename or remove one. Every ε is an upper bound at the stated δ, except the lower
-bounds an audit measured (``PrivacyAuditPublic``: ``epsilon_lower``, ``epsilon_lower_gdp``); an
+bounds an audit measured (``PrivacyAuditPublic``: ``epsilon_lower``, ``epsilon_lower_gdp``) and
+a figure marked ``approximate`` (it adds up at least one ledger entry whose ε is not a proven
+bound for the noise used: discrete Gaussian noise charged as the continuous Gaussian); an
 infinite ε (an event no accounting path bounds) is sent as the string ``"Infinity"``. Timestamps
 are ISO 8601 UTC. Job creation has no schema of its own here: the body is the job document of
 ``dpfl.learning.jobs`` (YAML or JSON), validated by ``parse_job``.
@@ -36,6 +38,14 @@ __all__ = [
 
 class _Public(BaseModel):
     model_config = ConfigDict(frozen=True, ser_json_inf_nan="strings")
+
+
+#: What ``approximate`` means on every figure that adds ledger entries up.
+_APPROXIMATE = (
+    "True when this figure adds up at least one approximate ledger entry (discrete Gaussian "
+    "noise charged as the continuous Gaussian, the job's privacy.noise: gaussian): it is then "
+    "not a proven upper bound, whatever 'method' says. False: every entry behind it is a bound."
+)
 
 
 class ErrorPublic(_Public):
@@ -80,6 +90,9 @@ class ClientSummary(_Public):
         description="ε using data-dependent bounds where entries have one (itself a function "
         "of private data); null when no entry has one."
     )
+    approximate: bool = Field(
+        description=_APPROXIMATE + " Covers every ε here (and so remaining_epsilon, exceeded)."
+    )
 
 
 class ClientPublic(ClientSummary):
@@ -93,13 +106,17 @@ class JobEpsilonPublic(_Public):
         "the job has a tight path (Gaussian, voting, Poisson-subsampled Gaussian), the exact "
         "Gaussian or pessimistic PLD figure of the same events composed; 'method' says which."
     )
-    method: str = Field(description="'rdp', 'pld' or 'analytic_gaussian': the bound in 'epsilon'.")
+    method: str = Field(
+        description="'rdp', 'pld' or 'analytic_gaussian': how 'epsilon' was computed (whether "
+        "it is a proven bound is 'approximate')."
+    )
     rdp_epsilon: float | None = Field(description="The job's summed RDP curve, converted.")
     order: float | None = Field(
         description="The Rényi order of the RDP figure (null: nothing spent)."
     )
     entries: int
     data_dependent_epsilon: float | None
+    approximate: bool = Field(description=_APPROXIMATE + " Covers every ε of this job.")
 
 
 class LedgerEventPublic(_Public):
@@ -145,7 +162,10 @@ class BudgetReport(_Public):
     )
     delta: float
     order: float | None
-    method: str = Field(description="'rdp', or the tight method when it gave a smaller bound.")
+    method: str = Field(
+        description="'rdp', or the tight method when it gave a smaller figure (whether it is a "
+        "proven bound is 'approximate')."
+    )
     data_dependent_epsilon: float | None
     budget_epsilon: float | None
     budget_delta: float | None
@@ -154,6 +174,11 @@ class BudgetReport(_Public):
     exceeded: bool
     events: list[LedgerEventPublic]
     by_job: dict[str, JobEpsilonPublic]
+    approximate: bool = Field(
+        description=_APPROXIMATE + " Covers the totals (epsilon, replace_one_epsilon, "
+        "data_dependent_epsilon, epsilon_at_budget_delta) and so remaining_epsilon and exceeded; "
+        "each job's and each event's own flag is in by_job and events."
+    )
 
 
 class EpsilonPoint(_Public):
@@ -171,6 +196,10 @@ class EpsilonPoint(_Public):
     job_epsilon: float = Field(
         description="ε within this entry's job so far (its RDP curves summed; the job's tight "
         "figure is in the budget report's by_job)."
+    )
+    approximate: bool = Field(description=_APPROXIMATE + " Of 'epsilon' (every job so far).")
+    job_approximate: bool = Field(
+        description=_APPROXIMATE + " Of 'job_epsilon' (this entry's job so far)."
     )
 
 
@@ -201,6 +230,15 @@ class JobDetail(JobPublic):
         description="Each charged client's ε in this job alone, at the job's δ: the smaller of "
         "its RDP figure and the tight (exact Gaussian / pessimistic PLD) figure of the same "
         "events where every event has one."
+    )
+    epsilons_approximate: dict[str, bool] = Field(
+        description="For each client of 'epsilons' (same keys): whether its figure adds up at "
+        "least one approximate ledger entry (discrete Gaussian noise charged as the continuous "
+        "Gaussian), so that it is not a proven upper bound."
+    )
+    approximate: bool = Field(
+        description="True when any figure of 'epsilons' is approximate (see "
+        "epsilons_approximate); false when none is, or nobody was charged."
     )
     claimed_epsilon: float | None = Field(
         default=None,
@@ -240,6 +278,10 @@ class RoundPublic(_Public):
         description="Largest per-job RDP ε (at the job's δ) among the clients charged by this "
         "round, after the charge, fixed at commit; null when the round was never charged. The "
         "job's ε (job detail 'epsilons') may be tighter (min with the PLD)."
+    )
+    approximate: bool = Field(
+        description=_APPROXIMATE + " Of 'epsilon': one of the clients it charged has an "
+        "approximate entry in the job up to this round. False for a round never charged."
     )
     model_version: int | None
     abort_reason: str | None

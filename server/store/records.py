@@ -315,6 +315,8 @@ class JobEpsilon:
     tight path (Gaussian, voting, Poisson-subsampled Gaussian), the tight figure of the same
     events composed (exact Gaussian profile or pessimistic PLD); ``method`` names the winner
     (``"rdp"``, ``"pld"``, ``"analytic_gaussian"``) and ``order`` is the RDP bound's order.
+    ``approximate``: at least one of the job's entries is approximate (:class:`Charge`), so
+    neither figure is a proven upper bound, whatever ``method`` says.
     """
 
     job_id: str
@@ -324,6 +326,7 @@ class JobEpsilon:
     data_dependent_epsilon: float | None
     method: str = "rdp"
     rdp_epsilon: float | None = None
+    approximate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,7 +340,9 @@ class ClientBudget:
     (:mod:`dpfl.server.store.relations`; reported as at least ``epsilon``; budgets stay
     enforced on ``epsilon``). ``data_dependent_epsilon`` uses the data-dependent curves
     where entries have one (it is itself a function of private data). ``remaining_epsilon`` is
-    measured at the budget's own δ and is never negative.
+    measured at the budget's own δ and is never negative. ``approximate``: at least one of the
+    client's entries is approximate (:class:`Charge`), so none of these figures (totals, budget
+    and remaining ε alike) is a proven upper bound.
     """
 
     agent_id: str
@@ -353,6 +358,7 @@ class ClientBudget:
     by_job: dict[str, JobEpsilon]
     events: tuple[EventReport, ...]
     replace_one_epsilon: float = math.inf
+    approximate: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,8 @@ Every ε is recomputed on demand, never stored, and ``verify_ledger`` recomputes
 and running sum. A client's ε in one job is the smaller of its RDP figure and, where every event
 has one, its tight figure; totals, budgets and history stay RDP
 (docs/accounting.md#which-bound-each-ledger-figure-is). Budgets use the guaranteed curves only.
+A figure that adds up at least one approximate entry (``Charge.approximate``: not a proven upper
+bound for the noise used) is itself flagged ``approximate``, whichever method gave it.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ from dpfl.server.store.records import (
     VerifyReport,
 )
 from dpfl.server.store.relations import replace_one_curve
-from dpfl.server.store.tx import StoreTx
+from dpfl.server.store.tx import EntryKey, StoreTx
 
 __all__ = ["DEFAULT_REPORT_DELTA", "ORDERS_META_KEY", "ReportsMixin"]
 
@@ -98,9 +100,14 @@ def _tight_report(composition: Composition, delta: float) -> EpsilonReport | Non
 
 
 def _job_epsilon(
-    job_id: str, s: CurveSum, entries: Sequence[LedgerEntry] | None, delta: float
+    job_id: str,
+    s: CurveSum,
+    entries: Sequence[LedgerEntry] | None,
+    delta: float,
+    approximate: bool,
 ) -> JobEpsilon:
-    """One job's figure: min(RDP of the summed curve, tight of the same events) when given."""
+    """One job's figure: min(RDP of the summed curve, tight of the same events) when given;
+    ``approximate``: whether one of the job's entries (for this client) is."""
     rdp_eps, order = epsilon_of(s.curve, delta)
     dd_eps = epsilon_of(s.data_dependent_curve, delta)[0] if s.data_dependent_entries else None
     eps, method = rdp_eps, RDP_METHOD
@@ -108,7 +115,26 @@ def _job_epsilon(
         report = _tight_report(_composition(entries), delta)
         if report is not None and report.epsilon < eps:
             eps, method = float(report.epsilon), str(report.method)
-    return JobEpsilon(job_id, eps, order, s.entries, dd_eps, method, rdp_eps)
+    return JobEpsilon(job_id, eps, order, s.entries, dd_eps, method, rdp_eps, approximate)
+
+
+def _approximate_rounds(keys: Sequence[EntryKey]) -> set[int]:
+    """The rounds (of one job, ``keys`` being all its entries) whose ε figure adds up an
+    approximate entry: a round's ε is its charged clients' job totals right after the charge,
+    so it is approximate when one of those clients had an approximate entry in the job up to
+    and including this round (entry ids grow with each commit of a client)."""
+    first_approximate: dict[str, int] = {}
+    by_round: dict[int, list[EntryKey]] = defaultdict(list)
+    for k in keys:
+        by_round[k.round_id].append(k)
+        if k.approximate and k.agent_id not in first_approximate:
+            first_approximate[k.agent_id] = k.id
+    out = set()
+    for round_id, charged in by_round.items():
+        last = max(k.id for k in charged)
+        if any(first_approximate.get(k.agent_id, last + 1) <= last for k in charged):
+            out.add(round_id)
+    return out
 
 
 def _check_entry(e: LedgerEntry) -> tuple[list[Mismatch], tuple[Curve, Curve | None] | None]:
@@ -182,7 +208,8 @@ class ReportsMixin(StoreCore):
             agent = self._agent_of(tx, agent_id)
             sums = tx.curve_sums([agent_id])
             entries = tx.entries(agent_id=agent_id)
-        return self._client_budget(agent, sums, entries, delta, include_events, tight)
+        approximate = {e.job_id for e in entries if e.approximate}
+        return self._client_budget(agent, sums, entries, approximate, delta, include_events, tight)
 
     def list_client_budgets(self, *, delta: float | None = None) -> list[ClientBudget]:
         """Every client's totals (without events), oldest client first.
@@ -195,17 +222,25 @@ class ReportsMixin(StoreCore):
             by_agent: dict[str, list[CurveSum]] = defaultdict(list)
             for s in tx.curve_sums(None):
                 by_agent[s.agent_id].append(s)
-        return [self._client_budget(a, by_agent[a.id], None, delta, False, False) for a in agents]
+            approximate: dict[str, set[str]] = defaultdict(set)
+            for k in tx.entry_keys(approximate=True):
+                approximate[k.agent_id].add(k.job_id)
+        return [
+            self._client_budget(a, by_agent[a.id], None, approximate[a.id], delta, False, False)
+            for a in agents
+        ]
 
     def _client_budget(
         self,
         agent: Agent,
         sums: Sequence[CurveSum],
         entries: Sequence[LedgerEntry] | None,
+        approximate: set[str],
         delta: float | None,
         include_events: bool,
         tight: bool,
     ) -> ClientBudget:
+        """``approximate``: the jobs in which the client has an approximate entry."""
         if delta is None:
             delta = agent.budget.delta if agent.budget is not None else DEFAULT_REPORT_DELTA
         delta = check_delta(delta)
@@ -225,7 +260,11 @@ class ReportsMixin(StoreCore):
             per_job[e.job_id].append(e)
         by_job = {
             s.job_id: _job_epsilon(
-                s.job_id, s, None if entries is None else per_job[s.job_id], delta
+                s.job_id,
+                s,
+                None if entries is None else per_job[s.job_id],
+                delta,
+                s.job_id in approximate,
             )
             for s in sums
         }
@@ -261,11 +300,24 @@ class ReportsMixin(StoreCore):
             by_job=by_job,
             events=reports,
             replace_one_epsilon=max(replace_one, epsilon),
+            approximate=any(s.job_id in approximate for s in sums),
         )
 
     def job_epsilons(self, job_id: str, *, delta: float | None = None) -> dict[str, float]:
         """Each charged client's ε in this job alone, at ``delta`` (default: the job's δ): the
         min of the RDP figure and the tight one of the same events (see :class:`JobEpsilon`).
+        :meth:`job_epsilon_reports` says which of them are approximate.
+
+        Raises:
+            NotFound: no such job.
+        """
+        return {a: j.epsilon for a, j in self.job_epsilon_reports(job_id, delta=delta).items()}
+
+    def job_epsilon_reports(
+        self, job_id: str, *, delta: float | None = None
+    ) -> dict[str, JobEpsilon]:
+        """:meth:`job_epsilons` with each figure's method, RDP figure, entry count and
+        ``approximate`` flag.
 
         Raises:
             NotFound: no such job.
@@ -279,8 +331,29 @@ class ReportsMixin(StoreCore):
         for e in entries:
             per_agent[e.agent_id].append(e)
         return {
-            s.agent_id: _job_epsilon(job_id, s, per_agent[s.agent_id], at).epsilon for s in sums
+            s.agent_id: _job_epsilon(
+                job_id,
+                s,
+                per_agent[s.agent_id],
+                at,
+                any(e.approximate for e in per_agent[s.agent_id]),
+            )
+            for s in sums
         }
+
+    def approximate_rounds(self, job_id: str) -> set[int]:
+        """The ids of the job's committed rounds whose ``epsilon`` (the largest job ε among the
+        clients it charged, after the charge) adds up at least one approximate entry.
+
+        Raises:
+            NotFound: no such job.
+        """
+        with self._transaction(write=False) as tx:
+            self._job_of(tx, job_id)
+            if not tx.entry_keys(job_id=job_id, approximate=True):
+                return set()
+            keys = tx.entry_keys(job_id=job_id)
+        return _approximate_rounds(keys)
 
     def check_budgets(
         self, events: Mapping[str, DpEvent], *, data_dependent: bool = False

@@ -73,7 +73,13 @@ from dpfl.server.store.sql_rows import (
     set_round_row,
     token_record,
 )
-from dpfl.server.store.tx import CredentialRow, EnrollmentTokenRow, NewRound, StoreTx
+from dpfl.server.store.tx import (
+    CredentialRow,
+    EnrollmentTokenRow,
+    EntryKey,
+    NewRound,
+    StoreTx,
+)
 
 __all__ = ["SqlStore"]
 
@@ -418,6 +424,24 @@ class _SqlTx(StoreTx):
         if round_id is not None:
             query = query.where(table.c.round_id == round_id)
         return [entry_record(r) for r in self._s.execute(query)]
+
+    def entry_keys(
+        self,
+        *,
+        job_id: str | None = None,
+        approximate: bool | None = None,
+    ) -> list[EntryKey]:
+        table = _ENTRIES
+        c = table.c
+        query = sa.select(c.id, c.agent_id, c.job_id, c.round_id, c.approximate).order_by(c.id)
+        if job_id is not None:
+            query = query.where(c.job_id == job_id)
+        if approximate is not None:
+            query = query.where(c.approximate == approximate)
+        return [
+            EntryKey(r.id, r.agent_id, r.job_id, r.round_id, bool(r.approximate))
+            for r in self._s.execute(query)
+        ]
 
     def charged_agents(self, round_id: int) -> set[str]:
         table = _ENTRIES

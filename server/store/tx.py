@@ -35,7 +35,7 @@ from dpfl.server.store.records import (
     RoundStatus,
 )
 
-__all__ = ["CredentialRow", "EnrollmentTokenRow", "NewRound", "StoreTx"]
+__all__ = ["CredentialRow", "EnrollmentTokenRow", "EntryKey", "NewRound", "StoreTx"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +52,17 @@ class CredentialRow:
 class EnrollmentTokenRow:
     info: EnrollmentToken
     token_hash: str
+
+
+@dataclass(frozen=True, slots=True)
+class EntryKey:
+    """Who a ledger entry charged, where, and whether it is approximate (no curves, no event)."""
+
+    id: int
+    agent_id: str
+    job_id: str
+    round_id: int
+    approximate: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,6 +204,16 @@ class StoreTx(abc.ABC):
         round_id: int | None = None,
     ) -> list[LedgerEntry]:
         """Ledger entries matching every given filter, ordered by id."""
+
+    @abc.abstractmethod
+    def entry_keys(
+        self,
+        *,
+        job_id: str | None = None,
+        approximate: bool | None = None,
+    ) -> list[EntryKey]:
+        """The keys of the entries matching every given filter (``approximate``: only entries
+        with that flag), ordered by id."""
 
     @abc.abstractmethod
     def charged_agents(self, round_id: int) -> set[str]:

@@ -1,5 +1,7 @@
 // dpfl dashboard: reads the coordinator's REST API (/api/v1) with the admin token and renders
 // the clients' privacy spending, ε over rounds, accuracy per round and the round timeline.
+// A figure the API flags `approximate` (it adds up ledger entries charged for discrete Gaussian
+// noise as the continuous Gaussian) is shown with the APPROXIMATE marker: not a proven bound.
 // The token is entered once and kept in sessionStorage (this tab only). Text from the API is
 // always inserted with textContent, never parsed as HTML.
 
@@ -12,6 +14,15 @@ const $ = (id) => document.getElementById(id);
 const state = { clients: [], jobs: [], names: new Map(), clientId: null, jobId: null, timer: null };
 
 class AuthError extends Error {}
+
+const APPROXIMATE = "≈ approximate: not a proven bound";
+const APPROXIMATE_WHY =
+  "Adds up rounds whose discrete Gaussian noise (privacy.noise: gaussian) was charged as the continuous Gaussian: not a proven upper bound.";
+
+// the marker shown beside an approximate ε (`short`: "≈" alone, for narrow cells)
+function approxMark(short = false) {
+  return node("span", { cls: "approx", text: short ? "≈" : APPROXIMATE, attrs: { title: APPROXIMATE_WHY } });
+}
 
 function fmtEps(value) {
   if (value === null || value === undefined) return "–";
@@ -84,7 +95,7 @@ function budgetBar(client) {
   wrap.setAttribute("aria-valuemin", "0");
   wrap.setAttribute("aria-valuemax", String(client.budget.epsilon));
   wrap.setAttribute("aria-valuenow", String(Number.isFinite(spent) ? spent : client.budget.epsilon));
-  wrap.setAttribute("aria-label", `${clientName(client.id)}: ε ${fmtEps(spent)} of ${fmtEps(client.budget.epsilon)}`);
+  wrap.setAttribute("aria-label", `${clientName(client.id)}: ε ${fmtEps(spent)}${client.approximate ? ` (${APPROXIMATE})` : ""} of ${fmtEps(client.budget.epsilon)}`);
   const fill = node("span", { cls: "bar-fill" });
   fill.style.setProperty("--pct", `${pct}%`);
   wrap.append(fill, node("span", { cls: "bar-text", text: Number.isFinite(ratio) ? `${Math.round(100 * ratio)} %` : "∞" }));
@@ -103,15 +114,27 @@ function renderClients() {
     row.append(
       node("th", { attrs: { scope: "row" } }, pick, node("span", { cls: "id", text: c.id })),
       node("td", { text: c.status, cls: `status-${c.status}` }),
-      node("td", { cls: "num epsilon", text: fmtEps(c.epsilon), attrs: { "data-epsilon": String(c.epsilon) } }),
+      node(
+        "td",
+        { cls: "num epsilon", attrs: { "data-epsilon": String(c.epsilon), "data-approximate": String(Boolean(c.approximate)) } },
+        fmtEps(c.epsilon),
+        ...(c.approximate ? [approxMark()] : []),
+      ),
       node("td", { cls: "num", text: fmtNum(c.delta) }),
       node("td", { cls: "num", text: c.budget ? fmtEps(c.budget.epsilon) : "none" }),
       node("td", { cls: "bar-col" }, budgetBar(c)),
-      node("td", { cls: "num remaining", text: fmtEps(c.remaining_epsilon), attrs: { "data-remaining": String(c.remaining_epsilon) } }),
+      node(
+        "td",
+        { cls: "num remaining", attrs: { "data-remaining": String(c.remaining_epsilon) } },
+        fmtEps(c.remaining_epsilon),
+        ...(c.approximate && c.remaining_epsilon !== null ? [" ", approxMark(true)] : []),
+      ),
     );
+    if (c.approximate) row.classList.add("approximate");
     if (c.exceeded) row.classList.add("exceeded");
     body.append(row);
   }
+  $("clients-approximate").hidden = !state.clients.some((c) => c.approximate);
   const select = $("client-select");
   select.replaceChildren(...state.clients.map((c) => node("option", { text: `${c.name} (${c.id})`, attrs: { value: c.id } })));
   if (state.clientId) select.value = state.clientId;
@@ -146,9 +169,10 @@ async function renderClientChart() {
   }
   const references = client?.budget && client.budget.delta === history.delta ? [{ y: client.budget.epsilon, label: `budget ε = ${fmtEps(client.budget.epsilon)}` }] : [];
   const labels = new Map(steps.map((p) => [p.x, stepLabel(p)]));
+  const approximate = steps.some((p) => p.approximate);
   lineChart(target, {
-    title: `ε spent by ${clientName(id)} after each charged round`,
-    description: `Cumulative privacy loss at δ = ${fmtNum(history.delta)}; ${steps.length} ledger entries; latest ε ${fmtEps(steps.at(-1)?.epsilon)}.`,
+    title: `ε spent by ${clientName(id)} after each charged round${approximate ? ` (${APPROXIMATE} from ${stepLabel(steps.find((p) => p.approximate))} on)` : ""}`,
+    description: `Cumulative privacy loss at δ = ${fmtNum(history.delta)}; ${steps.length} ledger entries; latest ε ${fmtEps(steps.at(-1)?.epsilon)}${steps.at(-1)?.approximate ? ` (${APPROXIMATE})` : ""}.`,
     xLabel: "charged round (ledger order)",
     yLabel: `ε at δ = ${fmtNum(history.delta)}`,
     series,
@@ -205,7 +229,7 @@ function renderTimeline(rounds) {
       `${r.participants.length} contributed`,
       `${seconds.toFixed(2)} s`,
     ];
-    if (r.epsilon !== null) facts.push(`max ε ${fmtEps(r.epsilon)}`);
+    if (r.epsilon !== null) facts.push(`max ε ${fmtEps(r.epsilon)}${r.approximate ? ` ${APPROXIMATE}` : ""}`);
     if (r.accuracy !== null) facts.push(`accuracy ${fmtPct(r.accuracy)}`);
     item.append(node("p", { cls: "round-facts", text: facts.join(" · ") }));
     item.append(stageBar(r));
@@ -268,7 +292,7 @@ async function renderJob() {
     ["Rounds completed", `${done.length} of ${job.rounds}`],
     ["Aborted attempts", String(aborted)],
     ["Members", String(job.members.length)],
-    [`Max ε in this job (δ = ${fmtNum(job.delta)})`, eps.length ? fmtEps(Math.max(...eps)) : "–"],
+    [`Max ε in this job (δ = ${fmtNum(job.delta)})`, eps.length ? `${fmtEps(Math.max(...eps))}${job.approximate ? ` ${APPROXIMATE}` : ""}` : "–"],
     ...(latest
       ? [[`Audited ε lower bound (${fmtPct(latest.confidence)} confidence)`, `${fmtEps(latest.epsilon_lower)} ≤ ε ${fmtEps(latest.epsilon_upper)}`]]
       : []),
