@@ -332,8 +332,9 @@ class Simulation:
         last = max(done, key=lambda r: r.number) if done else None
         delta = self.job.privacy.delta
         # each client's ε for this job in the ledger: the smaller of the job's RDP figure and its
-        # tight figure, both proven bounds (docs/accounting.md#which-bound-each-ledger-figure-is);
-        # 0 for a client the job never charged. One read of the job's entries for all clients.
+        # tight figure, both proven bounds unless the job's noise is discrete Gaussian (entries
+        # marked approximate; docs/accounting.md#which-bound-each-ledger-figure-is); 0 for a
+        # client the job never charged. One read of the job's entries for all clients.
         charged = store.job_epsilons(self.job_id or "", delta=delta)
         epsilon = {a.agent_id: float(charged.get(a.agent_id, 0.0)) for a in self.agents}
         plan = rounds[-1].noise.get("plan", {}) if rounds else {}
