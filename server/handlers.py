@@ -20,6 +20,7 @@ from dpfl.server.errors import InvalidCredential, InvalidInput, NotFound, Server
 from dpfl.server.jobs_control import submit_job
 from dpfl.server.settings import Settings
 from dpfl.server.store import Agent, Budget, Job, Store
+from dpfl.server.store.core import MAX_INT, check_labels, check_name
 
 __all__ = [
     "AGENT_ID_HEADER",
@@ -295,7 +296,8 @@ def enroll(
     Raises:
         InvalidCredential: an unknown, expired or used token; a client certificate without a
             common name.
-        InvalidInput: an empty or overlong name, bad labels.
+        InvalidInput: an empty or overlong name, bad labels, a character no name may hold
+            (``dpfl.server.store.core.text_problem``), each named with its field.
     """
     token = request.enrollment_token
     if not token or len(token) > _MAX_TOKEN:
@@ -303,6 +305,8 @@ def enroll(
     name = request.name.strip()
     if not name:
         raise InvalidInput("enrol request: name must not be empty")
+    name = check_name(name, "enrol request: name")
+    labels = check_labels(dict(request.labels), "enrol request: label")
     if certificate_cn is not None and not certificate_cn.strip():
         raise InvalidCredential(
             "the client certificate has no common name, so it cannot identify an agent "
@@ -311,7 +315,7 @@ def enroll(
     enrolment = store.redeem_enrollment_token(
         token,
         name=name,
-        labels=dict(request.labels),
+        labels=labels,
         default_budget=default_budget(settings),
         certificate_cn=certificate_cn,
     )
@@ -359,13 +363,18 @@ def download(
     read (:func:`authenticate_member`); default: read them here.
 
     Raises:
-        InvalidInput: no job id, an unknown blob kind.
+        InvalidInput: no job id, an unknown blob kind, a model version over 2**31 - 1 (what
+            the store's version column holds, as on the REST API).
         NotFound: no such job, not a member of it, no such version or no public data.
     """
     if not request.job_id or len(request.job_id) > _MAX_NAME:
         raise InvalidInput("download request: job_id is missing")
     if request.kind not in (pb.BLOB_MODEL, pb.BLOB_PUBLIC_DATA):
         raise InvalidInput(f"download request: unknown blob kind {request.kind}")
+    if request.kind == pb.BLOB_MODEL and request.version > MAX_INT:
+        raise InvalidInput(
+            f"download request: version must be at most {MAX_INT}, got {request.version}"
+        )
     # the agent's own memberships (a few rows), not the job's population: every member
     # downloads every round, so a population-sized check would cost O(N²) rows per round
     try:

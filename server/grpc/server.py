@@ -18,8 +18,10 @@ from dpfl.server.settings import Settings
 __all__ = ["GRPC_OPTIONS", "server_credentials", "server_options", "start_grpc_server"]
 
 #: Options besides the message limits: ping idle streams every 20 s, give up after 10 s without
-#: an answer; accept client pings every 5 s.
+#: an answer; accept client pings every 5 s. No SO_REUSEPORT (gRPC's default sets it): two
+#: coordinators on one port would split the agents between two ledgers without a word.
 GRPC_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.so_reuseport", 0),
     ("grpc.keepalive_time_ms", 20_000),
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 1),
@@ -112,8 +114,14 @@ async def start_grpc_server(
             else server.add_insecure_port(address)
         )
     except RuntimeError as exc:
-        raise ConfigurationError(f"cannot bind the gRPC server to {address}: {exc}") from exc
+        raise ConfigurationError(
+            f"cannot bind the gRPC server to {address} (--grpc-port {port}): {exc}; is another "
+            "process (another coordinator?) listening on it?"
+        ) from exc
     if bound == 0:
-        raise ConfigurationError(f"cannot bind the gRPC server to {address}")
+        raise ConfigurationError(
+            f"cannot bind the gRPC server to {address} (--grpc-port {port}): is another process "
+            "(another coordinator?) listening on it?"
+        )
     await server.start()
     return server, bound

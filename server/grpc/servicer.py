@@ -13,6 +13,7 @@ list (``dpfl.server.grpc.crl``) every RPC presenting a revoked certificate is re
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from typing import TypeVar
 
@@ -31,17 +32,23 @@ from dpfl.server.store import Store
 
 __all__ = ["AgentServicer", "grpc_status", "peer_certificate_cn"]
 
+_log = logging.getLogger("dpfl.server.grpc")
+
 M = TypeVar("M", bound=Message)
 _Request = TypeVar("_Request")
 _Response = TypeVar("_Response")
 
 
 def grpc_status(exc: BaseException) -> tuple[grpc.StatusCode, str]:
-    """The status and detail an error is answered with (INTERNAL for anything untyped)."""
+    """The status and detail an error is answered with (INTERNAL for anything untyped, which is
+    logged with its traceback: the answer reveals nothing of it)."""
     if isinstance(exc, ServerError):
+        if exc.grpc_status == "INTERNAL":
+            _log.error("internal error answered: %s", exc)
         return grpc.StatusCode[exc.grpc_status], str(exc)
     if isinstance(exc, JobSpecError):
         return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+    _log.error("internal error answered (%s)", type(exc).__name__, exc_info=exc)
     return grpc.StatusCode.INTERNAL, f"internal error ({type(exc).__name__})"
 
 

@@ -12,6 +12,7 @@ import hashlib
 import json
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
@@ -22,14 +23,45 @@ from dpfl.server.errors import InvalidInput, NotFound
 from dpfl.server.store.records import Agent, Job, ModelVersion, Round
 from dpfl.server.store.tx import StoreTx
 
-__all__ = ["StoreCore", "utc_now"]
+__all__ = [
+    "MAX_INT",
+    "MAX_NAME",
+    "MAX_REASON",
+    "StoreCore",
+    "check_count",
+    "check_labels",
+    "check_name",
+    "check_reason",
+    "storable_text",
+    "text_problem",
+    "utc_now",
+]
 
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
-_LABEL_KEY = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$")
+# ``fullmatch``, not ``match`` with ``$``: a ``$`` also matches before a trailing newline
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:-]{0,63}")
+_LABEL_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,62}")
 _MAX_LABELS = 64
 _MAX_LABEL_VALUE = 256
-_MAX_NAME = 200
+#: The longest name (an agent's, an actor's, a certificate's common name): their columns' size.
+MAX_NAME = 200
+#: The longest reason of an agent's status change (kept in its audit record).
+MAX_REASON = 1000
 _MAX_TEXT = 2000
+#: The largest value of the SQL ``INTEGER`` columns (round numbers and attempts, model versions,
+#: row ids, counts): PostgreSQL's ``integer`` is 32-bit, and the store bounds every backend alike.
+MAX_INT = 2**31 - 1
+#: Names of the control characters that have none in ``unicodedata``.
+_CONTROL_NAMES = {
+    0x00: "NUL",
+    0x09: "TAB",
+    0x0A: "LINE FEED",
+    0x0D: "CARRIAGE RETURN",
+    0x1B: "ESCAPE",
+    0x7F: "DELETE",
+}
+_CATEGORIES = {
+    "Cs": "an unpaired surrogate, which is not text",
+}
 
 
 def utc_now() -> datetime:
@@ -95,7 +127,7 @@ class StoreCore(abc.ABC):
 
     @staticmethod
     def _round_of(tx: StoreTx, round_id: int, *, lock: bool = False) -> Round:
-        rnd = tx.get_round(round_id, lock=lock)
+        rnd = tx.get_round(check_count(round_id, "round id"), lock=lock)
         if rnd is None:
             raise NotFound(f"round {round_id!r} not found")
         return rnd
@@ -136,8 +168,50 @@ class StoreCore(abc.ABC):
 # input checks (the store refuses bad values before touching storage)
 
 
+def _refusal(char: str, multiline: bool) -> str | None:
+    """Why ``char`` may not be part of a stored text (None: it may)."""
+    if char == "\x00":
+        return "PostgreSQL cannot store it in text"
+    if unicodedata.category(char) == "Cs":
+        return _CATEGORIES["Cs"]
+    return None
+
+
+def text_problem(value: str, *, multiline: bool = False) -> str | None:
+    """Why ``value`` may not be stored, or None when it may.
+
+    Refused: NUL (PostgreSQL cannot store it in text, SQLite can: both refuse it alike) and
+    unpaired surrogates (Cs: not text, no database encodes them). ``multiline`` is for free text
+    (a reason). The answer names the first offending code point and its position.
+    """
+    if value.isprintable():  # no NUL, no surrogate (the common case, in C)
+        return None
+    for position, char in enumerate(value):
+        why = _refusal(char, multiline)
+        if why is None:
+            continue
+        code = ord(char)
+        name = unicodedata.name(char, "") or _CONTROL_NAMES.get(code, "")
+        shown = f"U+{code:04X}" + (f" {name}" if name else "")
+        return f"character {shown} at position {position} is not allowed ({why})"
+    return None
+
+
+def storable_text(value: str) -> str:
+    """``value`` with what no database can store (NUL, unpaired surrogates) replaced by U+FFFD.
+
+    For text the coordinator writes itself (why a job failed, why a round was aborted), which
+    may quote what an agent or a document said: it is recorded, never refused.
+    """
+    if "\x00" not in value and value.isprintable():
+        return value
+    return "".join(
+        "\ufffd" if char == "\x00" or unicodedata.category(char) == "Cs" else char for char in value
+    )
+
+
 def check_id(value: object, what: str) -> str:
-    if not isinstance(value, str) or not _ID.match(value):
+    if not isinstance(value, str) or not _ID.fullmatch(value):
         raise InvalidInput(
             f"{what} must be 1-64 characters of letters, digits, '.', '_', ':' or '-', "
             f"got {value!r}"
@@ -154,35 +228,53 @@ def check_ids(values: Iterable[object], what: str) -> tuple[str, ...]:
     return out
 
 
-def check_name(value: object, what: str = "name") -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > _MAX_NAME:
-        raise InvalidInput(f"{what} must be a non-empty string of at most {_MAX_NAME} characters")
+def check_name(value: object, what: str = "name", *, max_chars: int = MAX_NAME) -> str:
+    """A display name: not blank, at most ``max_chars``, storable (:func:`text_problem`)."""
+    if not isinstance(value, str) or not value.strip() or len(value) > max_chars:
+        raise InvalidInput(f"{what} must be a non-empty string of at most {max_chars} characters")
+    problem = text_problem(value)
+    if problem is not None:
+        raise InvalidInput(f"{what}: {problem}")
+    return value
+
+
+def check_reason(value: object, what: str = "reason", *, max_chars: int = MAX_REASON) -> str:
+    """Free text an administrator gives (may be empty), storable (:func:`text_problem`)."""
+    if not isinstance(value, str) or len(value) > max_chars:
+        raise InvalidInput(f"{what} must be a string of at most {max_chars} characters")
+    problem = text_problem(value, multiline=True)
+    if problem is not None:
+        raise InvalidInput(f"{what}: {problem}")
     return value
 
 
 def check_text(value: object, what: str) -> str:
+    """Text the coordinator writes itself: not blank; truncated, and made storable."""
     if not isinstance(value, str) or not value.strip():
         raise InvalidInput(f"{what} must be a non-empty string")
-    return value[:_MAX_TEXT]
+    return storable_text(value[:_MAX_TEXT])
 
 
-def check_labels(labels: Mapping[str, str] | None) -> dict[str, str]:
+def check_labels(labels: Mapping[str, str] | None, what: str = "label") -> dict[str, str]:
     if labels is None:
         return {}
     if not isinstance(labels, Mapping):
-        raise InvalidInput("labels must be a mapping of strings to strings")
+        raise InvalidInput(f"{what}s must be a mapping of strings to strings")
     if len(labels) > _MAX_LABELS:
-        raise InvalidInput(f"at most {_MAX_LABELS} labels are allowed")
+        raise InvalidInput(f"at most {_MAX_LABELS} {what}s are allowed")
     out = {}
     for key, value in labels.items():
-        if not isinstance(key, str) or not _LABEL_KEY.match(key):
+        if not isinstance(key, str) or not _LABEL_KEY.fullmatch(key):
             raise InvalidInput(
-                f"label key {key!r} must be 1-63 letters, digits, '.', '_', '/', '-'"
+                f"{what} key {key!r} must be 1-63 letters, digits, '.', '_', '/', '-'"
             )
         if not isinstance(value, str) or len(value) > _MAX_LABEL_VALUE:
             raise InvalidInput(
-                f"label {key!r} must have a string value of at most {_MAX_LABEL_VALUE} characters"
+                f"{what} {key!r} must have a string value of at most {_MAX_LABEL_VALUE} characters"
             )
+        problem = text_problem(value)
+        if problem is not None:
+            raise InvalidInput(f"{what} {key!r}: {problem}")
         out[key] = value
     return out
 
@@ -195,9 +287,10 @@ def check_number(value: object, what: str, *, minimum: float | None = None) -> f
     return float(value)
 
 
-def check_count(value: object, what: str, *, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidInput(f"{what} must be an integer >= {minimum}, got {value!r}")
+def check_count(value: object, what: str, *, minimum: int = 0, maximum: int = MAX_INT) -> int:
+    """An integer in [``minimum``, ``maximum``] (by default what an SQL INTEGER column holds)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise InvalidInput(f"{what} must be an integer in [{minimum}, {maximum}], got {value!r}")
     return value
 
 

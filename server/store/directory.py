@@ -27,11 +27,13 @@ from dpfl.server.errors import (
 from dpfl.server.store import tokens
 from dpfl.server.store.core import (
     StoreCore,
+    check_count,
     check_id,
     check_ids,
     check_labels,
     check_name,
-    check_number,
+    check_reason,
+    storable_text,
 )
 from dpfl.server.store.records import (
     Agent,
@@ -61,6 +63,8 @@ JOB_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
 _FINISHED = (JobStatus.STOPPED, JobStatus.COMPLETED, JobStatus.FAILED)
 _PREFIX = {CredentialKind.AGENT: tokens.CREDENTIAL_PREFIX, CredentialKind.API: tokens.API_PREFIX}
 _INVALID = "unknown agent or invalid credential"
+#: The size of the jobs' name column.
+_MAX_JOB_NAME = 64
 
 
 def _budget(budget: Budget | None) -> Budget | None:
@@ -131,12 +135,12 @@ class DirectoryMixin(StoreCore):
         Raises:
             NotFound: no such agent.
             InvalidTransition: the agent is revoked (a revocation is final).
-            InvalidInput: an empty actor.
+            InvalidInput: an empty actor; a reason over 1000 characters; NUL or an unpaired
+                surrogate in either (``dpfl.server.store.core.text_problem``).
         """
         status = AgentStatus(status)
         actor = check_name(actor, "actor")
-        if not isinstance(reason, str) or len(reason) > 1000:
-            raise InvalidInput("reason must be a string of at most 1000 characters")
+        reason = check_reason(reason)
         with self._transaction(write=True) as tx:
             before = self._agent_of(tx, agent_id, lock=True)
             if before.status == AgentStatus.REVOKED and status != AgentStatus.REVOKED:
@@ -165,11 +169,11 @@ class DirectoryMixin(StoreCore):
 
     def audit_records(self, *, agent_id: str | None = None, limit: int = 200) -> list[AuditRecord]:
         """The newest ``limit`` audit records (of one agent, or all), oldest first."""
-        check_number(limit, "limit", minimum=1)
+        limit = check_count(limit, "limit", minimum=1)
         with self._transaction(write=False) as tx:
             if agent_id is not None:
                 self._agent_of(tx, agent_id)
-            return tx.list_audit(agent_id, int(limit))
+            return tx.list_audit(agent_id, limit)
 
     # credentials -------------------------------------------------------------------------------
     def issue_credential(
@@ -288,7 +292,7 @@ class DirectoryMixin(StoreCore):
             created_at=now,
             expires_at=now + ttl,
             budget=_budget(budget),
-            labels=check_labels(labels),
+            labels=check_labels(labels, "token label"),
             used_at=None,
             agent_id=None,
         )
@@ -383,7 +387,7 @@ class DirectoryMixin(StoreCore):
         member_ids = check_ids(members, "members")
         job = Job(
             id=check_id(job_id, "job id") if job_id is not None else tokens.new_id("job"),
-            name=spec.name,
+            name=check_name(spec.name, "job name", max_chars=_MAX_JOB_NAME),
             algorithm=spec.algorithm,
             spec=job_to_dict(spec),
             delta=spec.privacy.delta,
@@ -432,7 +436,7 @@ class DirectoryMixin(StoreCore):
                 status=status,
                 started_at=job.started_at or (now if status == JobStatus.RUNNING else None),
                 finished_at=now if status in _FINISHED else None,
-                error=error if error is not None else job.error,
+                error=storable_text(error) if error is not None else job.error,
             )
             tx.update_job(job)
         return job
@@ -486,15 +490,17 @@ class DirectoryMixin(StoreCore):
 
         Raises:
             NotFound: no such job or version.
+            InvalidInput: a version that is not an integer in [0, 2**31 - 1].
         """
+        if version is not None:
+            version = check_count(version, "version")
         with self._transaction(write=False) as tx:
             self._job_of(tx, job_id)
             if version is None:
                 version = tx.latest_model_version(job_id)
                 if version is None:
                     raise NotFound(f"job {job_id!r} has no model version yet")
-            check_number(version, "version", minimum=0)
-            model = tx.get_model(job_id, int(version), with_data=True)
+            model = tx.get_model(job_id, version, with_data=True)
         if model is None:
             raise NotFound(f"job {job_id!r} has no model version {version}")
         return model

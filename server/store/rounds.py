@@ -129,7 +129,14 @@ class RoundsMixin(StoreCore):
             return self._round_of(tx, round_id)
 
     def list_rounds(self, job_id: str, *, number: int | None = None) -> list[Round]:
-        """Every attempt of every round of a job, by (number, attempt). Raises: NotFound."""
+        """Every attempt of every round of a job, by (number, attempt).
+
+        Raises:
+            NotFound: no such job.
+            InvalidInput: a number that is not an integer in [0, 2**31 - 1].
+        """
+        if number is not None:
+            number = check_count(number, "round number")
         with self._transaction(write=False) as tx:
             self._job_of(tx, job_id)
             return tx.rounds_of_job(job_id, number)

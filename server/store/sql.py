@@ -17,15 +17,15 @@ from typing import Any, cast
 
 import sqlalchemy as sa
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from dpfl.server.errors import AlreadyExists, Conflict, StoreError, StoreUnavailable
+from dpfl.server.errors import AlreadyExists, StoreError
 from dpfl.server.store.base import Store
 from dpfl.server.store.engine import (
     WRITE_OPTION,
     create_store_engine,
+    database_error,
     is_memory_sqlite,
     upgrade_to_head,
 )
@@ -635,15 +635,11 @@ class SqlStore(Store):
                 yield _SqlTx(session)
         except StoreError:
             raise
-        except IntegrityError as exc:
-            raise Conflict(f"the database refused the change: {exc.orig}") from exc
-        except PoolTimeout as exc:
-            # every pooled connection is busy: the database is overloaded, not the request wrong
-            raise StoreUnavailable(f"no database connection free: {exc}") from exc
-        except (OperationalError, DBAPIError) as exc:
-            if isinstance(exc, OperationalError) or exc.connection_invalidated:
-                raise StoreUnavailable(f"database error: {exc.orig}") from exc
-            raise
+        except SQLAlchemyError as exc:
+            mapped = database_error(exc)  # the one place database errors become store errors
+            if mapped is None:
+                raise
+            raise mapped from exc
 
     def close(self) -> None:
         self.engine.dispose()

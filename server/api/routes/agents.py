@@ -13,12 +13,13 @@ from typing import Annotated
 
 import anyio.to_thread
 from fastapi import APIRouter, Depends, Query, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dpfl.server.agents_control import AgentControl
 from dpfl.server.api.deps import AdminDep, ClientId, StoreDep
 from dpfl.server.api.routes import error_responses
 from dpfl.server.store import Agent, AgentStatus, AuditRecord
+from dpfl.server.store.core import MAX_REASON, text_problem
 
 __all__ = ["AgentPublic", "AuditRecordPublic", "StatusChange", "audit_router", "router"]
 
@@ -60,7 +61,19 @@ class StatusChange(BaseModel):
     """The body of a status change (optional)."""
 
     model_config = ConfigDict(extra="forbid")
-    reason: str = Field(default="", max_length=1000, description="Why; kept in the audit record.")
+    reason: str = Field(
+        default="",
+        max_length=MAX_REASON,
+        description="Why; kept in the audit record. NUL and unpaired surrogates are refused (422).",
+    )
+
+    @field_validator("reason")
+    @classmethod
+    def _storable(cls, value: str) -> str:
+        problem = text_problem(value, multiline=True)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
 
 
 def get_agents(request: Request) -> AgentControl:
