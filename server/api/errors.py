@@ -11,7 +11,9 @@ that reveals nothing about the internals.
 
 from __future__ import annotations
 
+import functools
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -107,14 +109,48 @@ async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     return error_response(422, "; ".join(problems), code="invalid_request", problems=problems)
 
 
+#: The operations of an OpenAPI path item (its other keys are parameters, a summary...).
+_HTTP_METHODS = frozenset({"get", "put", "post", "delete", "options", "head", "patch", "trace"})
+
+
+@functools.lru_cache(maxsize=256)
+def _template(path: str) -> re.Pattern[str]:
+    parts = re.split(r"(\{[^}/]+\})", path)
+    return re.compile("".join("[^/]+" if p.startswith("{") else re.escape(p) for p in parts))
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """Every method the OpenAPI document declares for the request's path, sorted (empty for a
+    path it does not describe).
+
+    Starlette's 405 names the methods of the first route whose path matched: ``POST`` alone on
+    ``/api/v1/jobs``, whose ``GET`` is another route. ``Allow`` must list them all (RFC 9110,
+    15.5.6), and the document is the one list of them.
+    """
+    document: Mapping[str, Any] = request.app.openapi()
+    path, root = request.url.path, str(request.scope.get("root_path", ""))
+    if root and path.startswith(root):
+        path = path[len(root) :]
+    methods: set[str] = set()
+    for template, item in document.get("paths", {}).items():
+        if _template(template).fullmatch(path):
+            methods.update(m.upper() for m in item if m in _HTTP_METHODS)
+    return sorted(methods)
+
+
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
     detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    headers = dict(exc.headers or {})
     if exc.status_code == 404 and detail == "Not Found":
         detail = f"no route {request.url.path!r}"
     elif exc.status_code == 405:
         detail = f"method {request.method} is not allowed on {request.url.path!r}"
-    return error_response(exc.status_code, detail, headers=exc.headers)
+        allowed = allowed_methods(request)
+        if allowed:
+            headers = {k: v for k, v in headers.items() if k.lower() != "allow"}
+            headers["Allow"] = ", ".join(allowed)
+    return error_response(exc.status_code, detail, headers=headers)
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

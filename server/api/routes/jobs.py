@@ -31,12 +31,15 @@ YAML_TYPES = frozenset(
 )
 #: The request body's OpenAPI description; ``JobDocument`` is added to the components by
 #: :func:`dpfl.server.api.openapi.build_openapi` from the job models of ``dpfl.learning.jobs``.
+#: Both media types carry the same document, so both are described by its schema (a schema
+#: describes the value the body serialises, whatever the syntax): a YAML body that is a mere
+#: string matches no job, and the document's schema says so.
 JOB_BODY: dict[str, Any] = {
     "required": True,
     "description": "A job document (see examples/*.yaml), as JSON or YAML.",
     "content": {
         "application/json": {"schema": {"$ref": "#/components/schemas/JobDocument"}},
-        "application/yaml": {"schema": {"type": "string", "format": "yaml"}},
+        "application/yaml": {"schema": {"$ref": "#/components/schemas/JobDocument"}},
     },
 }
 _ERRORS = error_responses(401, 403, 422)
