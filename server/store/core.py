@@ -60,6 +60,8 @@ _CONTROL_NAMES = {
     0x7F: "DELETE",
 }
 _CATEGORIES = {
+    "Cc": "a control character, Unicode category Cc",
+    "Cf": "a format character, Unicode category Cf, such as a bidirectional override",
     "Cs": "an unpaired surrogate, which is not text",
 }
 
@@ -170,21 +172,22 @@ class StoreCore(abc.ABC):
 
 def _refusal(char: str, multiline: bool) -> str | None:
     """Why ``char`` may not be part of a stored text (None: it may)."""
-    if char == "\x00":
-        return "PostgreSQL cannot store it in text"
-    if unicodedata.category(char) == "Cs":
-        return _CATEGORIES["Cs"]
-    return None
+    category = unicodedata.category(char)
+    if category not in _CATEGORIES or (multiline and char in "\t\n"):
+        return None
+    return _CATEGORIES[category]
 
 
 def text_problem(value: str, *, multiline: bool = False) -> str | None:
     """Why ``value`` may not be stored, or None when it may.
 
-    Refused: NUL (PostgreSQL cannot store it in text, SQLite can: both refuse it alike) and
-    unpaired surrogates (Cs: not text, no database encodes them). ``multiline`` is for free text
-    (a reason). The answer names the first offending code point and its position.
+    Refused: control characters (Unicode category Cc, NUL included, which PostgreSQL cannot
+    store), format characters (Cf: the bidirectional overrides such as U+202E and the invisible
+    zero-width ones, which make a name display as another) and unpaired surrogates (Cs: not
+    text, no database encodes them). ``multiline`` allows tab and line feed (free text, such as
+    a reason). The answer names the first offending code point and its position.
     """
-    if value.isprintable():  # no NUL, no surrogate (the common case, in C)
+    if value.isprintable():  # no Cc, Cf or Cs character (the common case, in C)
         return None
     for position, char in enumerate(value):
         why = _refusal(char, multiline)
@@ -229,7 +232,7 @@ def check_ids(values: Iterable[object], what: str) -> tuple[str, ...]:
 
 
 def check_name(value: object, what: str = "name", *, max_chars: int = MAX_NAME) -> str:
-    """A display name: not blank, at most ``max_chars``, storable (:func:`text_problem`)."""
+    """A display name: not blank, at most ``max_chars``, no control or format character."""
     if not isinstance(value, str) or not value.strip() or len(value) > max_chars:
         raise InvalidInput(f"{what} must be a non-empty string of at most {max_chars} characters")
     problem = text_problem(value)
@@ -239,7 +242,7 @@ def check_name(value: object, what: str = "name", *, max_chars: int = MAX_NAME) 
 
 
 def check_reason(value: object, what: str = "reason", *, max_chars: int = MAX_REASON) -> str:
-    """Free text an administrator gives (may be empty), storable (:func:`text_problem`)."""
+    """Free text an administrator gives (may be empty; tab and line feed allowed)."""
     if not isinstance(value, str) or len(value) > max_chars:
         raise InvalidInput(f"{what} must be a string of at most {max_chars} characters")
     problem = text_problem(value, multiline=True)

@@ -67,6 +67,15 @@ _INVALID = "unknown agent or invalid credential"
 _MAX_JOB_NAME = 64
 
 
+def _certificate_taken(certificate_cn: str, bound: Agent) -> AlreadyExists:
+    return AlreadyExists(
+        f"the client certificate {certificate_cn!r} is already bound to agent {bound.id!r} "
+        f"({bound.status.value}): one certificate, one agent. That agent keeps using its own "
+        "credential; a silo that must enrol anew needs a certificate with another common name, "
+        "signed by the federation's administrator"
+    )
+
+
 def _budget(budget: Budget | None) -> Budget | None:
     if budget is not None and not isinstance(budget, Budget):
         raise InvalidInput(f"budget must be a Budget or None, got {type(budget).__name__}")
@@ -135,8 +144,9 @@ class DirectoryMixin(StoreCore):
         Raises:
             NotFound: no such agent.
             InvalidTransition: the agent is revoked (a revocation is final).
-            InvalidInput: an empty actor; a reason over 1000 characters; NUL or an unpaired
-                surrogate in either (``dpfl.server.store.core.text_problem``).
+            InvalidInput: an empty actor; a reason over 1000 characters; a control or
+                format character in either (``dpfl.server.store.core.text_problem``; a reason
+                may hold tabs and line feeds).
         """
         status = AgentStatus(status)
         actor = check_name(actor, "actor")
@@ -339,39 +349,50 @@ class DirectoryMixin(StoreCore):
             certificate_cn = check_name(certificate_cn, "certificate common name")
         if not isinstance(token, str) or not token.startswith(tokens.ENROLLMENT_PREFIX):
             raise InvalidCredential("unknown enrollment token")
-        with self._transaction(write=True) as tx:
-            row = tx.enrollment_token_by_hash(tokens.hash_token(token), lock=True)
-            if row is None or not tokens.matches(token, row.token_hash):
-                raise InvalidCredential("unknown enrollment token")
-            now = self._now()
-            if row.info.used_at is not None:
-                raise InvalidCredential("enrollment token already used")
-            if now >= row.info.expires_at:
-                raise InvalidCredential("enrollment token expired")
-            if certificate_cn is not None:
+        lost: AlreadyExists | None = None  # the database's unique index refused the agent
+        try:
+            with self._transaction(write=True) as tx:
+                row = tx.enrollment_token_by_hash(tokens.hash_token(token), lock=True)
+                if row is None or not tokens.matches(token, row.token_hash):
+                    raise InvalidCredential("unknown enrollment token")
+                now = self._now()
+                if row.info.used_at is not None:
+                    raise InvalidCredential("enrollment token already used")
+                if now >= row.info.expires_at:
+                    raise InvalidCredential("enrollment token expired")
+                if certificate_cn is not None:
+                    bound = tx.agent_by_certificate_cn(certificate_cn)
+                    if bound is not None:
+                        raise _certificate_taken(certificate_cn, bound)
+                agent = Agent(
+                    id=tokens.new_id("agent"),
+                    name=name,
+                    labels={**row.info.labels, **own_labels},
+                    status=AgentStatus.ACTIVE,
+                    budget=row.info.budget if row.info.budget is not None else default_budget,
+                    created_at=now,
+                    certificate_cn=certificate_cn,
+                )
+                try:
+                    tx.insert_agent(agent)
+                except AlreadyExists as exc:
+                    lost = exc
+                    raise
+                if not tx.mark_enrollment_token_used(row.info.id, agent.id, now):
+                    raise InvalidCredential("enrollment token already used")
+                credential = self._new_credential(tx, agent.id, CredentialKind.AGENT, now)
+                api_token = self._new_credential(tx, agent.id, CredentialKind.API, now)
+        except AlreadyExists as exc:
+            if exc is not lost or certificate_cn is None:
+                raise
+            # a concurrent enrolment with the same certificate name committed between the check
+            # above and the insert (PostgreSQL; SQLite serialises writers): the index refused
+            # this agent, whose id was never created. Name the agent that exists.
+            with self._transaction(write=False) as tx:
                 bound = tx.agent_by_certificate_cn(certificate_cn)
-                if bound is not None:
-                    raise AlreadyExists(
-                        f"the client certificate {certificate_cn!r} is already bound to agent "
-                        f"{bound.id!r} ({bound.status.value}): one certificate, one agent. That "
-                        "agent keeps using its own credential; a silo that must enrol anew "
-                        "needs a certificate with another common name, signed by the "
-                        "federation's administrator"
-                    )
-            agent = Agent(
-                id=tokens.new_id("agent"),
-                name=name,
-                labels={**row.info.labels, **own_labels},
-                status=AgentStatus.ACTIVE,
-                budget=row.info.budget if row.info.budget is not None else default_budget,
-                created_at=now,
-                certificate_cn=certificate_cn,
-            )
-            tx.insert_agent(agent)
-            if not tx.mark_enrollment_token_used(row.info.id, agent.id, now):
-                raise InvalidCredential("enrollment token already used")
-            credential = self._new_credential(tx, agent.id, CredentialKind.AGENT, now)
-            api_token = self._new_credential(tx, agent.id, CredentialKind.API, now)
+            if bound is None:
+                raise
+            raise _certificate_taken(certificate_cn, bound) from None
         return Enrollment(agent, credential, api_token)
 
     # jobs --------------------------------------------------------------------------------------

@@ -4,7 +4,8 @@ SQLite and on PostgreSQL (issue 29, item 2).
 ``Enroll`` with NUL in the name or a label, and ``Download(BLOB_MODEL)`` of a version past
 2**31 - 1, were ``INTERNAL (DataError)`` on PostgreSQL, with nothing logged: each is now
 ``INVALID_ARGUMENT`` naming the field, on both backends, and changes nothing (the token stays
-unused and still enrols).
+unused and still enrols). So is a name or label with a control or format character (item 6:
+U+202E, RIGHT-TO-LEFT OVERRIDE, made a name display as another).
 """
 
 from __future__ import annotations
@@ -64,6 +65,22 @@ def test_enrol_and_download_values_no_database_can_hold(coordinator_db: str) -> 
                     code, details = await _refusal(stub.Enroll(request))
                     assert code == grpc.StatusCode.INVALID_ARGUMENT, details
                     assert details.startswith(f"enrol request: {field}: character U+0000")
+                # item 6: what would make a name display as another
+                for name, shown in (
+                    ("Bank\u202eB", "U+202E RIGHT-TO-LEFT OVERRIDE"),
+                    ("Bank\u200bB", "U+200B ZERO WIDTH SPACE"),
+                    ("Bank\x1bB", "U+001B ESCAPE"),
+                ):
+                    request = pb.EnrollRequest(enrollment_token=token, name=name)
+                    code, details = await _refusal(stub.Enroll(request))
+                    assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+                    assert details.startswith(f"enrol request: name: character {shown} ")
+                request = pb.EnrollRequest(
+                    enrollment_token=token, name="silo-b", labels={"site": "\u202eeu"}
+                )
+                code, details = await _refusal(stub.Enroll(request))
+                assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+                assert details.startswith("enrol request: label 'site': character U+202E")
 
                 async def first_chunk(version: int) -> pb.DownloadChunk:
                     request = pb.DownloadRequest(job_id=job.id, kind=pb.BLOB_MODEL, version=version)

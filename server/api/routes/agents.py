@@ -64,7 +64,9 @@ class StatusChange(BaseModel):
     reason: str = Field(
         default="",
         max_length=MAX_REASON,
-        description="Why; kept in the audit record. NUL and unpaired surrogates are refused (422).",
+        description="Why; kept in the audit record. Tabs and line feeds are allowed; other "
+        "control characters, format characters (Unicode Cc, Cf: NUL, U+202E ...) and unpaired "
+        "surrogates are refused (422).",
     )
 
     @field_validator("reason")
