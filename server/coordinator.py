@@ -23,6 +23,7 @@ from dpfl.server.errors import ConfigurationError
 from dpfl.server.grpc import AgentServicer, server_credentials, start_grpc_server
 from dpfl.server.grpc.crl import RevocationList
 from dpfl.server.orchestrator import NO_HOOKS, FaultHooks, Orchestrator
+from dpfl.server.orchestrator.state import COORDINATOR_RESTARTED
 from dpfl.server.sessions import SessionRegistry
 from dpfl.server.settings import Settings, StageDeadlines
 from dpfl.server.store import Store, open_store
@@ -45,7 +46,8 @@ class Coordinator:
         hooks: fault-injection points (tests only).
         enforce_budgets: False only for tests of the agents' own budget checks.
         deadlines: stage deadlines (default: the settings').
-        max_attempts: attempts per round number before a job fails.
+        max_attempts: aborts of a round's own per round number before a job fails (its
+            attempts a restart or shutdown ended do not count).
         coordinator_id: returned to enrolling agents (default: a random id).
         algorithms: resolves algorithm tags (default ``get_algorithm``; benchmarks inject).
     """
@@ -114,7 +116,9 @@ class Coordinator:
         if self._store is None:
             self._store = await asyncio.to_thread(open_store, self.settings.database_url)
         store = self._store
-        aborted = await asyncio.to_thread(store.abort_interrupted_rounds)
+        aborted = await asyncio.to_thread(
+            store.abort_interrupted_rounds, reason=COORDINATOR_RESTARTED
+        )
         for rnd in aborted:
             log.warning(
                 "aborted interrupted round %d (attempt %d) of job %s",

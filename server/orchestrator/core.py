@@ -8,7 +8,8 @@ whose population is empty makes every active agent a member first (a job submitt
 REST API or without ``--agent`` options has none). Stopping a job cancels its runner and aborts
 its unfinished round ("job stopped": a committed round keeps its charge). :meth:`close` stops
 every runner the same way but leaves the jobs running in the store, so that the next coordinator
-resumes them; :meth:`crash` (tests only) cancels the runners without writing anything.
+resumes them; :meth:`crash` (tests only) cancels the runners without writing anything. None of
+these aborts counts toward a round's abort limit (:mod:`.state`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dpfl.server.jobs_control import StoreJobControl
 from dpfl.server.orchestrator.hooks import NO_HOOKS, FaultHooks
 from dpfl.server.orchestrator.round import RoundEngine
 from dpfl.server.orchestrator.runner import JobRunner, RunnerServices
+from dpfl.server.orchestrator.state import COORDINATOR_SHUT_DOWN, halt_reason
 from dpfl.server.sessions import SessionRegistry
 from dpfl.server.settings import Settings, StageDeadlines
 from dpfl.server.store import AgentStatus, Job, JobStatus, Store
@@ -45,7 +47,8 @@ class Orchestrator(StoreJobControl):
         hooks: fault-injection points (tests only; the default does nothing).
         metrics: ``dpfl.server.metrics.Metrics`` or None.
         enforce_budgets: False only for tests of the agents' own budget check.
-        max_attempts: attempts per round number before the job fails.
+        max_attempts: aborts of its own per round number before the job fails (a restart,
+            a shutdown or a stop does not count).
         retry_delay: seconds between two attempts.
         deadlines: stage deadlines (default: the settings').
         algorithms: resolves a job's algorithm tag (benchmarks inject their own).
@@ -110,7 +113,7 @@ class Orchestrator(StoreJobControl):
     async def stop(self, job_id: str) -> Job:
         self._halting.add(job_id)
         try:
-            await self._halt(job_id, "job stopped")
+            await self._halt(job_id, halt_reason(JobStatus.STOPPED))
             return await super().stop(job_id)
         finally:
             self._halting.discard(job_id)
@@ -135,9 +138,9 @@ class Orchestrator(StoreJobControl):
                 if job.status == JobStatus.RUNNING and job.id not in self._tasks:
                     self._launch(job.id)
                 elif job.status != JobStatus.RUNNING and job.id in self._tasks:
-                    await self._halt(job.id, f"job {job.status.value}")
+                    await self._halt(job.id, halt_reason(job.status))
 
-    async def close(self, reason: str = "coordinator shut down") -> None:
+    async def close(self, reason: str = COORDINATOR_SHUT_DOWN) -> None:
         """Stop every runner, aborting its unfinished round; the jobs stay running."""
         for job_id in list(self._tasks):
             await self._halt(job_id, reason)

@@ -3,10 +3,12 @@
 The runner resumes where the store says the job is (:func:`.state.restore`):
 a round interrupted by a crash is redone as a new attempt from the plan and state its record
 holds. A round that aborts is retried as a new attempt, on the same sample until an attempt
-commits (:mod:`.sampling`), up to ``max_attempts`` times; then the job fails with the last
-reason. A round that sampled too few clients for an algorithm that credits no client sampling is
-skipped (nothing was sent or charged); the others release every sample. When no client of the
-population can afford another round, the job fails saying so.
+commits (:mod:`.sampling`), up to ``max_attempts`` aborts of its own; then the job fails with the
+last reason. Attempts the coordinator ended (a restart, a shutdown, a stop) are redone without
+counting (:func:`.state.counts_toward_abort_limit`). A round that sampled too few clients for an
+algorithm that credits no client sampling is skipped (nothing was sent or charged); the others
+release every sample. When no client of the population can afford another round, the job fails
+saying so.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ class RunnerServices:
         connected: the ids of the agents connected now.
         publish_public_data: makes a job's public data blob (or None) downloadable.
         data_dir: where data sets are read from (None: the default).
-        max_attempts: attempts per round number before the job fails.
+        max_attempts: aborts of its own per round number before the job fails.
         retry_delay: seconds between two attempts.
     """
 

@@ -5,6 +5,11 @@ Every attempt stores, in its record's ``noise`` object before anything is sent, 
 :class:`~dpfl.learning.algorithms.base.CoordinatorState` before the round. :func:`restore`
 redoes an interrupted round from them, or continues after the last completed round
 (docs/architecture.md#round-attempts-in-the-store).
+
+An attempt the coordinator ended (its restart, its shutdown, a stop of the job:
+:data:`INTERRUPTIONS`) is redone and does not count toward the round's abort limit: only the
+attempts the round itself aborted do (:func:`counts_toward_abort_limit`), so a crash-looping
+coordinator does not fail its jobs.
 """
 
 from __future__ import annotations
@@ -16,9 +21,50 @@ from typing import Any
 
 from dpfl.learning.algorithms.base import Algorithm, CoordinatorState, JobPlan
 from dpfl.server.errors import LedgerIntegrityError
-from dpfl.server.store import Round, RoundStatus, Store
+from dpfl.server.store import JobStatus, Round, RoundStatus, Store
 
-__all__ = ["Restored", "restore", "round_record", "state_from_json", "state_to_json"]
+__all__ = [
+    "COORDINATOR_RESTARTED",
+    "COORDINATOR_SHUT_DOWN",
+    "INTERRUPTIONS",
+    "Restored",
+    "counts_toward_abort_limit",
+    "halt_reason",
+    "restore",
+    "round_record",
+    "state_from_json",
+    "state_to_json",
+]
+
+#: Why a coordinator at start-up aborts the attempts it finds unfinished (the default reason of
+#: ``Store.abort_interrupted_rounds``).
+COORDINATOR_RESTARTED = "coordinator restarted"
+#: Why a coordinator shutting down aborts the attempts in flight (``Orchestrator.close``).
+COORDINATOR_SHUT_DOWN = "coordinator shut down"
+
+
+def halt_reason(status: JobStatus) -> str:
+    """Why the orchestrator aborts the attempt in flight of a job that left ``running``
+    (``job stopped``; ``job failed``, ``job completed``... when another process changed it)."""
+    return f"job {status.value}"
+
+
+#: The abort reasons of attempts the coordinator ended, not the round itself.
+INTERRUPTIONS = frozenset({COORDINATOR_RESTARTED, COORDINATOR_SHUT_DOWN}) | frozenset(
+    halt_reason(status) for status in JobStatus
+)
+#: What the store appends to the reason of an attempt aborted after its ledger commit.
+_AFTER_COMMIT = " (aborted after the ledger commit"
+
+
+def counts_toward_abort_limit(rnd: Round) -> bool:
+    """Whether ``rnd`` is an attempt the round itself aborted (too few survivors, a deadline, a
+    refused commit...), as opposed to one the coordinator ended (:data:`INTERRUPTIONS`) or a
+    small sample's skip (the runner counts neither)."""
+    if rnd.status != RoundStatus.ABORTED:
+        return False
+    reason = (rnd.abort_reason or "").split(_AFTER_COMMIT, 1)[0]
+    return reason not in INTERRUPTIONS and not reason.endswith(": skipped")
 
 
 def state_to_json(state: CoordinatorState) -> dict[str, Any]:
@@ -56,7 +102,7 @@ class Restored:
     number: int
     plan: JobPlan
     state: CoordinatorState
-    attempts: int  # attempts of ``number`` already made
+    attempts: int  # attempts of ``number`` the round itself aborted (the abort limit's count)
 
 
 def restore(store: Store, job_id: str, algorithm: Algorithm) -> Restored | None:
@@ -74,7 +120,8 @@ def restore(store: Store, job_id: str, algorithm: Algorithm) -> Restored | None:
     if following:
         latest = max(following, key=lambda r: r.attempt)
         plan, state = _from_record(store, latest, algorithm)
-        return Restored(last_done + 1, plan, state, attempts=len(following))
+        aborted = sum(1 for r in following if counts_toward_abort_limit(r))
+        return Restored(last_done + 1, plan, state, attempts=aborted)
     done = max(completed, key=lambda r: r.number)
     plan, before = _from_record(store, done, algorithm)
     if done.model_version is not None:

@@ -199,3 +199,146 @@ def test_coordinator_crash_after_commit_keeps_the_charge_and_redoes_the_round(
             await sim.close()
 
     asyncio.run(main())
+
+
+def test_restore_counts_only_the_attempts_the_round_aborted(coordinator_db: str) -> None:
+    """What a restarted coordinator resumes with: the attempts a restart (before or after the
+    ledger commit), a shutdown or a stop ended are redone, not counted toward the abort limit;
+    the round's own aborts are (issue 29, item 5: two restarts and one abort used to be
+    "round 1 aborted 3 times")."""
+    from datetime import timedelta
+
+    from dpfl.learning.algorithms.base import CoordinatorState, get_algorithm
+    from dpfl.server.orchestrator.state import (
+        COORDINATOR_RESTARTED,
+        COORDINATOR_SHUT_DOWN,
+        halt_reason,
+        restore,
+        round_record,
+    )
+    from dpfl.server.store import Charge, JobStatus, ProtectedUnit, open_store
+
+    job = small_job(rounds=2)
+    algorithm = get_algorithm(job.algorithm)
+    with open_store(coordinator_db) as store:
+        ids = [
+            store.redeem_enrollment_token(
+                store.create_enrollment_token(ttl=timedelta(hours=1)).token, name=f"r-{i}"
+            ).agent.id
+            for i in range(3)
+        ]
+        plan = algorithm.plan(job, population=len(ids))
+        state = CoordinatorState(model=None, model_version=0, details={}, blobs={})
+        stored = store.create_job(job, members=ids)
+        store.set_job_status(stored.id, JobStatus.RUNNING)
+
+        def attempt() -> int:
+            rnd = store.start_round(stored.id, 1, invited=ids, noise=round_record(plan, state))
+            return rnd.id
+
+        def counted() -> int:
+            restored = restore(store, stored.id, algorithm)
+            assert restored is not None
+            assert restored.number == 1
+            return restored.attempts
+
+        attempt()
+        store.abort_interrupted_rounds()  # a restart, with the store's default reason
+        committed = attempt()
+        store.update_round(committed, accepted=ids)
+        charges = algorithm.charges(job, plan, round_number=1, population=ids, participants=ids)
+        store.commit_round(
+            committed, [Charge(a, c.event, ProtectedUnit.AGENT) for a, c in charges.items()]
+        )
+        (after_commit,) = store.abort_interrupted_rounds(reason=COORDINATOR_RESTARTED)
+        assert "the charge stays" in (after_commit.abort_reason or "")
+        store.abort_round(attempt(), reason=COORDINATOR_SHUT_DOWN)
+        store.abort_round(attempt(), reason=halt_reason(JobStatus.STOPPED))
+        assert counted() == 0
+        store.abort_round(attempt(), reason="secure aggregation aborted at share_keys: too few")
+        assert counted() == 1
+        store.abort_round(attempt(), reason="2 clients sampled, a round needs 3: skipped")
+        store.abort_interrupted_rounds()
+        assert counted() == 1
+        store.abort_round(attempt(), reason="no vector arrived")
+        assert counted() == 2
+        assert len(store.list_rounds(stored.id, number=1)) == 7
+
+
+def test_a_crash_looping_coordinator_does_not_fail_the_job(
+    coordinator_db: str, tmp_path: Path
+) -> None:
+    """Two coordinators crash in round 1 (a crash-looping process), the third's first attempt
+    aborts by itself (two agents' streams break after share keys: too few survivors), and its
+    next attempt completes: with an abort limit of 2, the job completes. Before, the two
+    attempts the restarts ended counted, and the job failed "round 1 aborted 3 times"."""
+    job = small_job(rounds=1, secagg={"dropout_fraction": 0.3})  # 5 agents: 4 must survive
+    state: dict[str, Any] = {}
+    sims: list[Simulation] = []
+
+    async def block(context: Mapping[str, Any]) -> None:
+        state["reached"].set()
+        await asyncio.Event().wait()  # the crash cancels us here
+
+    async def break_two_streams(context: Mapping[str, Any]) -> None:
+        if context["attempt"] != 3:
+            return
+        registry = sims[0].coordinator.registry
+        for agent in sims[0].agents[:2]:
+            session = registry.get(agent.agent_id)
+            assert session is not None
+            registry.close(session, "test: the network dropped this agent")
+
+    async def all_connected(context: Mapping[str, Any]) -> None:
+        ids = [a.agent_id for a in sims[0].agents]
+        assert await sims[0].coordinator.registry.wait_connected(ids, timeout=30)
+
+    async def main() -> None:
+        sim = Simulation(
+            job,
+            agents=5,
+            transport="grpc",
+            database_url=coordinator_db,
+            workdir=tmp_path,
+            deadlines=deadlines(),
+            coordinator_options={
+                "hooks": _Hooks({("invitations_closed", 1): block}),
+                "max_attempts": 2,
+            },
+        )
+        sims.append(sim)
+        try:
+            await sim.start_coordinator()
+            await sim.start_agents()
+            for crash in range(2):
+                state["reached"] = asyncio.Event()
+                if crash == 0:
+                    await sim.submit()
+                else:
+                    await sim.start_coordinator()
+                await asyncio.wait_for(state["reached"].wait(), 60)
+                await sim.coordinator.crash()
+            sim.coordinator_options["hooks"] = _Hooks(
+                {("share_keys_closed", 1): break_two_streams, ("round_started", 1): all_connected}
+            )
+            await sim.start_coordinator()
+            job_record = await sim.wait()
+            store = sim.coordinator.store
+            attempts = store.list_rounds(sim.job_id, number=1)
+            assert job_record.status.value == "completed", (
+                job_record.error,
+                [(r.attempt, r.abort_reason) for r in attempts],
+            )
+            assert [(r.attempt, r.status.value) for r in attempts] == [
+                (1, "aborted"),
+                (2, "aborted"),
+                (3, "aborted"),
+                (4, "completed"),
+            ]
+            assert [r.abort_reason for r in attempts[:2]] == ["coordinator restarted"] * 2
+            assert "fewer than 4" in (attempts[2].abort_reason or "")
+            assert store.verify_ledger().ok
+        finally:
+            await sim.close()
+
+    asyncio.run(main())
