@@ -20,7 +20,7 @@ from dpfl.client.transport import InProcessConnector
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.server import handlers
 from dpfl.server.coordinator import Coordinator
-from dpfl.server.sessions import serve_stream
+from dpfl.server.sessions import Received, serve_stream
 
 __all__ = ["InProcessCoordinator"]
 
@@ -36,12 +36,13 @@ class InProcessCoordinator:
         self.coordinator = coordinator
         self.max_bytes = coordinator.settings.max_message_bytes
 
-    def _check_size(self, message: Message) -> None:
+    def _check_size(self, message: Message) -> int:
         size = message.ByteSize()
         if size > self.max_bytes:
             raise handlers.MessageTooLarge(
                 f"message of {size} bytes exceeds the limit of {self.max_bytes}"
             )
+        return size
 
     async def enroll(self, request: pb.EnrollRequest) -> pb.EnrollResponse:
         """``Enroll`` through the transport-free handler (messages copied as bytes)."""
@@ -60,10 +61,9 @@ class InProcessCoordinator:
         if c.registry is None:
             raise RuntimeError("the coordinator is not started")
 
-        async def checked() -> AsyncIterator[pb.AgentMessage]:
+        async def checked() -> AsyncIterator[Received]:
             async for message in inbound:
-                self._check_size(message)
-                yield message
+                yield Received(message, self._check_size(message))
 
         return serve_stream(
             store=c.store, registry=c.registry, metadata=list(metadata), inbound=checked()

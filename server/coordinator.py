@@ -128,7 +128,7 @@ class Coordinator:
             )
         self.metrics = _metrics(store)
         on_count = getattr(self.metrics, "agents_connected", None)
-        self.registry = SessionRegistry(on_count=on_count)
+        self.registry = SessionRegistry(on_count=on_count, limits=self.settings.stream_limits)
         self.orchestrator = Orchestrator(
             store=store,
             settings=self.settings,

@@ -26,10 +26,13 @@ __all__ = [
     "AGENT_ID_HEADER",
     "AUTHORIZATION_HEADER",
     "DEFAULT_CHUNK_BYTES",
+    "MAX_ECHOED_JOB_ID",
+    "MAX_ERROR_TEXT",
     "MODEL_MEDIA_TYPE",
     "PUBLIC_DATA_MEDIA_TYPE",
     "BlobSource",
     "DuplicateMessage",
+    "InboxFull",
     "MalformedMessage",
     "MessageTooLarge",
     "RoundMessageError",
@@ -43,8 +46,11 @@ __all__ = [
     "chunk_blob",
     "default_budget",
     "download",
+    "echoed_header",
     "enroll",
     "error_message",
+    "error_reply",
+    "shown",
     "submit",
 ]
 
@@ -60,6 +66,12 @@ PUBLIC_DATA_MEDIA_TYPE = "application/x-npy"
 _MAX_NAME = 200
 _MAX_TOKEN = 512
 _UNAUTHENTICATED = "unknown agent or invalid credential"
+#: Characters of the text of an ``Error`` the coordinator sends; a longer text is cut.
+MAX_ERROR_TEXT = 1024
+#: The longest job id an ``Error`` repeats from the message it refuses (longer ones name no job).
+MAX_ECHOED_JOB_ID = _MAX_NAME
+#: The longest session id an ``Error`` repeats (a real one is a 32-byte SHA-256).
+_MAX_ECHOED_SESSION_ID = 64
 
 
 # -- errors of round-scoped messages -------------------------------------------------------------
@@ -86,6 +98,16 @@ class MessageTooLarge(RoundMessageError):  # noqa: N818 (names read as outcomes)
     grpc_status = "RESOURCE_EXHAUSTED"
     http_status = 413
     code = "too_large"
+
+
+class InboxFull(RoundMessageError):  # noqa: N818 (names read as outcomes)
+    """More of an agent's messages wait for the round to read them than the coordinator's
+    ``stream_limits.inbox_*`` allow: this one is refused unread, so an agent that floods a
+    round cannot grow the coordinator's memory (an honest agent has one or two waiting)."""
+
+    grpc_status = "RESOURCE_EXHAUSTED"
+    http_status = 429
+    code = "inbox_full"
 
 
 class StaleRound(RoundMessageError):  # noqa: N818 (names read as outcomes)
@@ -120,10 +142,49 @@ class DuplicateMessage(RoundMessageError):  # noqa: N818 (names read as outcomes
     error_code = pb.ERROR_DUPLICATE
 
 
+def shown(value: str, limit: int = 64) -> str:
+    """``repr(value)``, cut to ``limit`` characters and followed by its length when longer.
+
+    An agent's text quoted in a refusal (a job id, say) must not make the refusal as large as
+    the agent's message: the ``Error`` is queued for an agent that may not read it.
+    """
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}… ({len(value)} characters)"
+
+
+def echoed_header(header: pb.RoundHeader) -> pb.RoundHeader:
+    """The agent's header as an ``Error`` repeats it: job and session ids longer than any real
+    one are left out rather than copied (they name no job, and copying a header of megabytes
+    made each refusal twice the size of the refused message)."""
+    echoed = pb.RoundHeader(round=header.round, stage=header.stage)
+    job_id = header.job_id
+    if len(job_id) <= MAX_ECHOED_JOB_ID:
+        echoed.job_id = job_id
+    session_id = header.session_id
+    if len(session_id) <= _MAX_ECHOED_SESSION_ID:
+        echoed.session_id = session_id
+    return echoed
+
+
+def error_reply(
+    code: pb.ErrorCode, text: str, *, header: pb.RoundHeader | None = None
+) -> pb.CoordinatorMessage:
+    """An ``Error`` of bounded size: at most :data:`MAX_ERROR_TEXT` characters of text and the
+    header as :func:`echoed_header` repeats it."""
+    if len(text) > MAX_ERROR_TEXT:
+        text = f"{text[: MAX_ERROR_TEXT - 30]}… ({len(text)} characters)"
+    error = pb.Error(code=code, message=text)
+    if header is not None:
+        error.header.CopyFrom(echoed_header(header))
+    return pb.CoordinatorMessage(error=error)
+
+
 def error_message(
     exc: BaseException, *, header: pb.RoundHeader | None = None
 ) -> pb.CoordinatorMessage:
-    """The ``Error`` the coordinator sends on a stream for a refused message."""
+    """The ``Error`` the coordinator sends on a stream for a refused message (bounded in size,
+    :func:`error_reply`)."""
     if isinstance(exc, RoundMessageError):
         code = exc.error_code
     elif isinstance(exc, InvalidCredential):
@@ -133,10 +194,7 @@ def error_message(
     else:
         code = pb.ERROR_INTERNAL
     text = str(exc) if isinstance(exc, ServerError) else f"internal error ({type(exc).__name__})"
-    error = pb.Error(code=code, message=text)
-    if header is not None:
-        error.header.CopyFrom(header)
-    return pb.CoordinatorMessage(error=error)
+    return error_reply(code, text, header=header)
 
 
 def check_round_header(
@@ -155,7 +213,7 @@ def check_round_header(
         WrongStage: another stage.
     """
     if header.job_id != job_id:
-        raise UnknownJob(f"job {header.job_id!r} is not running a round")
+        raise UnknownJob(f"job {shown(header.job_id)} is not running a round")
     if header.round != round_number or bytes(header.session_id) != session_id:
         raise StaleRound(
             f"round {header.round} of job {job_id!r} is not the current one ({round_number})"

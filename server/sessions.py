@@ -7,6 +7,12 @@ stream of an agent wins, an evicted agent is shut out at once, downloads on a li
 credential are trusted without a store read, and a closed stream is reported to every round
 (docs/architecture.md#wire-details-both-sides-rely-on). :func:`serve_stream` is the whole
 transport-free ``Connect`` exchange.
+
+What a stream can make the coordinator hold is bounded (``Settings.stream_limits``,
+docs/deploy.md#stream-limits): the messages waiting to be sent to an agent (past the limit the
+agent, which evidently does not read, is disconnected with ``RESOURCE_EXHAUSTED``), the
+messages of an agent waiting for a round (``dpfl.server.orchestrator.channel``), and every
+``Error`` (:func:`dpfl.server.handlers.error_reply`).
 """
 
 from __future__ import annotations
@@ -16,22 +22,26 @@ import contextlib
 import hashlib
 import hmac
 import logging
+from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.server import handlers
-from dpfl.server.errors import InvalidCredential
+from dpfl.server.errors import InvalidCredential, ServerError
 from dpfl.server.handlers import MalformedMessage, RoundMessageError, UnknownJob
+from dpfl.server.settings import StreamLimits
 from dpfl.server.store import Agent, Store
 
 __all__ = [
     "HELLO_TIMEOUT_S",
     "REFUSAL_GRACE_S",
+    "Received",
     "RoundRoute",
     "Session",
     "SessionRegistry",
+    "StreamOverflow",
     "serve_stream",
 ]
 
@@ -57,8 +67,9 @@ class RoundRoute(Protocol):
     #: the round's invitees
     participants: frozenset[str]
 
-    def deliver(self, agent_id: str, message: pb.AgentMessage) -> None:
-        """Accept one message of the round, or raise a ``RoundMessageError``."""
+    def deliver(self, agent_id: str, message: pb.AgentMessage, size: int) -> None:
+        """Accept one message of the round (``size`` bytes on the wire), or raise a
+        ``RoundMessageError``."""
         ...
 
     def agent_error(self, agent_id: str, error: pb.Error) -> None:
@@ -70,9 +81,40 @@ class RoundRoute(Protocol):
         ...
 
 
+class StreamOverflow(ServerError):  # noqa: N818 (names read as outcomes)
+    """More is waiting to be sent to an agent than ``stream_limits.outbound_*`` allow: the
+    agent does not read its stream, so it is disconnected (``RESOURCE_EXHAUSTED``) and what
+    was waiting is dropped, rather than held until the agent reads or cancels."""
+
+    grpc_status = "RESOURCE_EXHAUSTED"
+    http_status = 429
+    code = "stream_overflow"
+
+
+@dataclass(frozen=True, slots=True)
+class Received:
+    """An inbound message with its size on the wire, as a transport decoded it (so that
+    bounding what waits for a round costs no second serialization)."""
+
+    message: pb.AgentMessage
+    size: int
+
+
+#: What a transport hands :func:`serve_stream`: a message (its size then computed), a message
+#: with its size, or the refusal of bytes that could not be decoded.
+Inbound = pb.AgentMessage | Received | RoundMessageError
+
+
 @dataclass(eq=False)
 class Session:
-    """The coordinator's end of one agent's ``Connect`` stream."""
+    """The coordinator's end of one agent's ``Connect`` stream.
+
+    ``outbound`` holds at most ``limits.outbound_messages`` messages of at most
+    ``limits.outbound_bytes`` together (one message of any size when it is empty); a message
+    beyond that closes the session as overflowing (:class:`StreamOverflow`), drops what was
+    waiting, and calls ``on_overflow`` so that the transport can end a call whose write the
+    agent never reads.
+    """
 
     agent_id: str
     hello: pb.Hello
@@ -84,13 +126,60 @@ class Session:
     #: the agent record and SHA-256 of the credential the stream was authenticated with
     agent: Agent | None = None
     credential_digest: bytes = b""
+    limits: StreamLimits = field(default_factory=StreamLimits)
+    #: bytes of the messages in ``outbound``
+    queued_bytes: int = 0
+    #: why the session overflowed, once it did
+    failure: StreamOverflow | None = None
+    #: called once, with the failure, when the session overflows (after it was closed)
+    on_overflow: Callable[[StreamOverflow], None] | None = None
+    #: closes the session where it is registered (set by :meth:`SessionRegistry.open`)
+    closer: Callable[[Session, str], None] | None = None
+    _sizes: deque[int] = field(default_factory=deque)
+
+    LIMIT_NAMES: ClassVar[tuple[str, str]] = (
+        "stream_limits.outbound_messages",
+        "stream_limits.outbound_bytes",
+    )
 
     def send(self, message: pb.CoordinatorMessage) -> bool:
-        """Queue a message; False when the session is closed (the agent will not get it)."""
+        """Queue a message; False when the session is closed (the agent will not get it), or
+        overflows with this message (and is closed)."""
         if self.closed.is_set():
             return False
+        size = message.ByteSize()
+        waiting = self.outbound.qsize()
+        if waiting and (
+            waiting >= self.limits.outbound_messages
+            or self.queued_bytes + size > self.limits.outbound_bytes
+        ):
+            self._overflow(waiting, size)
+            return False
+        self.queued_bytes += size
+        self._sizes.append(size)
         self.outbound.put_nowait(message)
         return True
+
+    def _overflow(self, waiting: int, size: int) -> None:
+        limits = self.limits
+        which = 0 if waiting >= limits.outbound_messages else 1
+        limit = (limits.outbound_messages, limits.outbound_bytes)[which]
+        self.failure = StreamOverflow(
+            f"the agent does not read its stream: {waiting} messages ({self.queued_bytes} "
+            f"bytes) wait to be sent, and one more of {size} bytes would exceed "
+            f"{self.LIMIT_NAMES[which]} = {limit}; the coordinator closed the stream"
+        )
+        _log.warning("agent %s disconnected: %s", self.agent_id, self.failure)
+        while not self.outbound.empty():  # free what waits now, not when the agent reads
+            self.outbound.get_nowait()
+        self._sizes.clear()
+        self.queued_bytes = 0
+        reason = str(self.failure)
+        if self.closer is not None:
+            self.closer(self, reason)
+        self._close(reason)
+        if self.on_overflow is not None:
+            self.on_overflow(self.failure)
 
     def _close(self, reason: str) -> None:
         if not self.closed.is_set():
@@ -99,11 +188,19 @@ class Session:
             self.outbound.put_nowait(None)
 
     async def messages(self) -> AsyncIterator[pb.CoordinatorMessage]:
-        """The outbound messages, until the session closes."""
+        """The outbound messages, until the session closes.
+
+        Raises:
+            StreamOverflow: the session closed because the agent did not read.
+        """
         while True:
             item = await self.outbound.get()
             if item is None:
+                if self.failure is not None:
+                    raise self.failure
                 return
+            if self._sizes:
+                self.queued_bytes -= self._sizes.popleft()
             yield item
 
 
@@ -112,9 +209,16 @@ class SessionRegistry:
 
     Args:
         on_count: called with the number of connected agents whenever it changes (metrics).
+        limits: what one stream may hold (default: the settings' defaults).
     """
 
-    def __init__(self, *, on_count: Callable[[int], None] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        on_count: Callable[[int], None] | None = None,
+        limits: StreamLimits | None = None,
+    ) -> None:
+        self.limits = limits if limits is not None else StreamLimits()
         self._sessions: dict[str, Session] = {}
         self._routes: dict[str, RoundRoute] = {}
         #: agents shut out by an administrator (agent id → why), until readmitted
@@ -143,7 +247,7 @@ class SessionRegistry:
                 )
             )
             self.close(old, "replaced by a newer stream")
-        session = Session(agent_id=agent_id, hello=hello)
+        session = Session(agent_id=agent_id, hello=hello, limits=self.limits, closer=self.close)
         self._sessions[agent_id] = session
         self._count_changed()
         return session
@@ -269,8 +373,11 @@ class SessionRegistry:
         if self._routes.get(route.job_id) is route:
             del self._routes[route.job_id]
 
-    def dispatch(self, session: Session, message: pb.AgentMessage) -> pb.CoordinatorMessage | None:
-        """Route one inbound message; returns the ``Error`` to send back, if any."""
+    def dispatch(
+        self, session: Session, message: pb.AgentMessage, size: int | None = None
+    ) -> pb.CoordinatorMessage | None:
+        """Route one inbound message (``size`` bytes on the wire; None: measure it); returns
+        the ``Error`` to send back, if any."""
         kind = message.WhichOneof("body")
         header = None
         try:
@@ -298,16 +405,14 @@ class SessionRegistry:
                 raise handlers.StaleRound("this stream was replaced by a newer one")
             route = self._routes.get(header.job_id)
             if route is None:
-                raise UnknownJob(f"job {header.job_id!r} is not running a round")
-            route.deliver(session.agent_id, message)
+                raise UnknownJob(f"job {handlers.shown(header.job_id)} is not running a round")
+            route.deliver(session.agent_id, message, message.ByteSize() if size is None else size)
         except RoundMessageError as exc:
             return handlers.error_message(exc, header=header)
         return None
 
 
-async def _await_opening(
-    inbound: AsyncIterator[pb.AgentMessage | RoundMessageError], timeout: float
-) -> None:
+async def _await_opening(inbound: AsyncIterator[Inbound], timeout: float) -> None:
     """Let the stream's opening message (the agent's ``Hello``) arrive before a refusal is
     answered, for at most ``timeout`` seconds.
 
@@ -327,15 +432,21 @@ async def serve_stream(
     store: Store,
     registry: SessionRegistry,
     metadata: handlers.Metadata | None,
-    inbound: AsyncIterator[pb.AgentMessage | RoundMessageError],
+    inbound: AsyncIterator[Inbound],
     hello_timeout: float = HELLO_TIMEOUT_S,
     certificate_cn: str | None = None,
     certificate_serial: int | None = None,
+    on_overflow: Callable[[StreamOverflow], None] | None = None,
 ) -> AsyncGenerator[pb.CoordinatorMessage, None]:
     """One agent's whole ``Connect`` stream: authenticate, expect ``Hello``, then route.
 
     ``inbound`` may yield a :class:`RoundMessageError` in place of a message that could not be
-    decoded; it is answered with an ``Error`` like any other refused message.
+    decoded; it is answered with an ``Error`` like any other refused message. A message may come
+    as :class:`Received` with its size on the wire (otherwise it is measured).
+    ``on_overflow`` is called when the agent stops reading and its session overflows
+    (:class:`Session`): the generator then raises :class:`StreamOverflow` once the transport
+    takes its next message, which never happens while the agent's write is stuck, so a
+    transport whose writes can block must end the call from there.
     ``certificate_cn`` is the verified client certificate's common name under mutual TLS
     (checked against the agent's binding, :func:`dpfl.server.handlers.authenticate`), and
     ``certificate_serial`` its serial number (kept on the session for the revocation list).
@@ -348,6 +459,7 @@ async def serve_stream(
     Raises:
         InvalidCredential: bad metadata, or a ``Hello`` naming another agent.
         MalformedMessage: the first message is not a ``Hello``, or none came in time.
+        StreamOverflow: the agent did not read its stream.
     """
     try:
         agent: Agent = await asyncio.to_thread(
@@ -365,6 +477,8 @@ async def serve_stream(
         raise MalformedMessage(f"no Hello within {hello_timeout:g} s") from None
     if isinstance(first, RoundMessageError):
         raise first
+    if isinstance(first, Received):
+        first = first.message
     if first.WhichOneof("body") != "hello":
         raise MalformedMessage("the first message of a Connect stream must be a Hello")
     if first.hello.agent_id and first.hello.agent_id != agent.id:
@@ -373,18 +487,23 @@ async def serve_stream(
     session.certificate_serial = certificate_serial
     session.agent = agent
     session.credential_digest = hashlib.sha256(handlers.credentials(metadata)[1].encode()).digest()
+    session.on_overflow = on_overflow
 
     async def read() -> None:
         try:
-            async for message in inbound:
-                if isinstance(message, RoundMessageError):
-                    session.send(handlers.error_message(message))
+            async for item in inbound:
+                if isinstance(item, RoundMessageError):
+                    session.send(handlers.error_message(item))
                     continue
-                reply = registry.dispatch(session, message)
+                if isinstance(item, Received):
+                    reply = registry.dispatch(session, item.message, item.size)
+                else:
+                    reply = registry.dispatch(session, item)
                 if reply is not None:
                     session.send(reply)
         except Exception as exc:  # a broken transport ends the stream like a close
-            _log.info("agent %s: stream broken (%s: %s)", agent.id, type(exc).__name__, exc)
+            if not session.closed.is_set():  # else the coordinator ended it, and said why
+                _log.info("agent %s: stream broken (%s: %s)", agent.id, type(exc).__name__, exc)
         finally:
             registry.close(session, "the agent's stream ended")
 

@@ -43,6 +43,7 @@ __all__ = [
     "WELL_KNOWN_TOKENS",
     "Settings",
     "StageDeadlines",
+    "StreamLimits",
     "check_token_strength",
     "estimated_entropy_bits",
     "load_settings",
@@ -181,6 +182,43 @@ class StageDeadlines(BaseModel):
     unmask: float = Field(default=30.0, gt=0)
 
 
+class StreamLimits(BaseModel):
+    """What the coordinator holds for one agent's ``Connect`` stream at most
+    (docs/deploy.md#stream-limits).
+
+    An enrolled agent that stops reading its stream, or floods it, must not be able to grow the
+    coordinator's memory: past ``outbound_*`` its stream is closed with ``RESOURCE_EXHAUSTED``,
+    past ``inbox_*`` its further messages of a round are refused until the round has read the
+    waiting ones. An honest agent has a handful of small messages waiting at most. A single
+    message is always accepted into an empty queue, whatever its size (``max_message_bytes``
+    bounds it).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    outbound_messages: int = Field(
+        default=256,
+        ge=1,
+        description="Messages waiting to be sent to one agent before its stream is closed.",
+    )
+    outbound_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=1024,
+        description="Bytes waiting to be sent to one agent before its stream is closed.",
+    )
+    inbox_messages: int = Field(
+        default=64,
+        ge=1,
+        description="An agent's messages waiting for a round to read them before more are refused.",
+    )
+    inbox_bytes: int = Field(
+        default=32 * 1024 * 1024,
+        ge=1024,
+        description="Bytes of an agent's messages waiting for a round to read them before more "
+        "are refused.",
+    )
+
+
 _YAML_DATA: ContextVar[dict[str, Any] | None] = ContextVar("dpfl_settings_yaml", default=None)
 
 
@@ -247,6 +285,7 @@ class Settings(BaseSettings):
         "revoke'); checked on every gRPC call and re-read when it changes (mutual TLS).",
     )
     stage_deadlines: StageDeadlines = StageDeadlines()
+    stream_limits: StreamLimits = StreamLimits()
     default_budget_epsilon: float | None = Field(
         default=10.0,
         gt=0,

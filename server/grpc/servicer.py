@@ -8,6 +8,10 @@ handed to the handlers: ``Enroll`` binds the new agent to it, ``Connect`` and ``
 refuse an agent whose certificate is not the one it enrolled with. With a certificate revocation
 list (``dpfl.server.grpc.crl``) every RPC presenting a revoked certificate is refused
 (``UNAUTHENTICATED``) before anything else.
+
+An agent that stops reading its ``Connect`` stream is disconnected once its session overflows
+(``dpfl.server.sessions.Session``): the status ``RESOURCE_EXHAUSTED`` is queued behind what the
+transport still holds for it, and the call, whose write the agent never reads, is ended then.
 """
 
 from __future__ import annotations
@@ -26,11 +30,15 @@ from dpfl.protos.dpfl.v1 import agent_pb2_grpc
 from dpfl.server import handlers
 from dpfl.server.errors import ServerError
 from dpfl.server.grpc.crl import RevocationList, peer_certificate_serial
-from dpfl.server.sessions import SessionRegistry, serve_stream
+from dpfl.server.sessions import Received, SessionRegistry, StreamOverflow, serve_stream
 from dpfl.server.settings import Settings
 from dpfl.server.store import Store
 
-__all__ = ["AgentServicer", "grpc_status", "peer_certificate_cn"]
+__all__ = ["OVERFLOW_STATUS_GRACE_S", "AgentServicer", "grpc_status", "peer_certificate_cn"]
+
+#: Seconds the status of an overflowing stream may take to reach its agent before the call is
+#: ended anyway (an agent that reads gets it at once; one that never reads holds it unread).
+OVERFLOW_STATUS_GRACE_S = 1.0
 
 _log = logging.getLogger("dpfl.server.grpc")
 
@@ -106,6 +114,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self.registry = registry
         self.blobs = blobs
         self.coordinator_id = coordinator_id
+        self._endings: set[asyncio.Task[None]] = set()
 
     def rpc_handlers(self) -> grpc.GenericRpcHandler:
         """The service's handlers, decoding requests here rather than in gRPC, so that
@@ -124,10 +133,10 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             requests: AsyncIterator[bytes],
             context: grpc.aio.ServicerContext[bytes, pb.CoordinatorMessage],
         ) -> AsyncIterator[pb.CoordinatorMessage]:
-            async def decoded() -> AsyncIterator[pb.AgentMessage | handlers.RoundMessageError]:
+            async def decoded() -> AsyncIterator[Received | handlers.RoundMessageError]:
                 async for data in requests:
                     try:
-                        yield _decode(pb.AgentMessage, data)
+                        yield Received(_decode(pb.AgentMessage, data), len(data))
                     except handlers.MalformedMessage as exc:
                         yield exc
 
@@ -193,13 +202,20 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
 
     async def _connect(
         self,
-        request_iterator: AsyncIterator[pb.AgentMessage | handlers.RoundMessageError],
+        request_iterator: AsyncIterator[pb.AgentMessage | Received | handlers.RoundMessageError],
         context: grpc.aio.ServicerContext[_Request, pb.CoordinatorMessage],
     ) -> AsyncIterator[pb.CoordinatorMessage]:
         try:
             serial = self._check_revoked(context)
         except ServerError as exc:
             await context.abort(*grpc_status(exc))
+        call = asyncio.current_task()
+
+        def overflow(exc: StreamOverflow) -> None:
+            task = asyncio.get_running_loop().create_task(self._end_unread(context, call, exc))
+            self._endings.add(task)
+            task.add_done_callback(self._endings.discard)
+
         stream = serve_stream(
             store=self.store,
             registry=self.registry,
@@ -207,14 +223,41 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             inbound=request_iterator,
             certificate_cn=peer_certificate_cn(context),
             certificate_serial=serial,
+            on_overflow=overflow,
         )
         try:
             async for message in stream:
                 yield message
         except Exception as exc:
-            await context.abort(*grpc_status(exc))
+            if not context.done():  # an overflow's status may be on its way already
+                await context.abort(*grpc_status(exc))
         finally:
             await stream.aclose()
+
+    @staticmethod
+    async def _end_unread(
+        context: grpc.aio.ServicerContext[_Request, pb.CoordinatorMessage],
+        call: asyncio.Task[object] | None,
+        exc: StreamOverflow,
+    ) -> None:
+        """End the call of a session that overflowed.
+
+        Its writer is stuck in a write the agent does not read, so it cannot answer the status
+        itself: the status is sent from here, queued behind what the transport holds for the
+        agent (it gets it once it reads). When it has not gone out within
+        :data:`OVERFLOW_STATUS_GRACE_S`, the call's task is cancelled, which releases the
+        stuck write; the status stays queued.
+        """
+        if context.done():
+            return
+        try:
+            async with asyncio.timeout(OVERFLOW_STATUS_GRACE_S):
+                await context.abort(*grpc_status(exc))
+        except TimeoutError:
+            if call is not None and not call.done():
+                call.cancel()
+        except grpc.aio.AbortError:
+            pass  # the status went out: the call ends by itself
 
     async def Download(  # noqa: N802
         self,

@@ -6,19 +6,27 @@ round's (job, round, stage, session) and its participants before it is queued; a
 raises a :class:`~dpfl.server.handlers.RoundMessageError` (the session answers with an ``Error``)
 and is never seen by the engine. A participant whose stream ends, or who reports an ``Error``
 about the round, is *gone*: the stage being collected stops waiting for it at once.
+
+What waits in the inbox is bounded per agent (``StreamLimits.inbox_*``): a message beyond the
+bound is refused (:class:`~dpfl.server.handlers.InboxFull`) until the engine has read the ones
+before it. Messages of a stage are accepted while the engine is between stages (writing to the
+store), so without the bound a participant could queue without limit there.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable, Collection
 
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.server.handlers import (
+    InboxFull,
     MalformedMessage,
     StaleRound,
     check_round_header,
 )
+from dpfl.server.settings import StreamLimits
 
 __all__ = ["KIND_STAGE", "RoundChannel"]
 
@@ -41,9 +49,17 @@ class RoundChannel:
         job_id: the job.
         number: the round number.
         participants: the agents that may send messages of this round (the invitees).
+        limits: how much of one agent's messages may wait in the inbox.
     """
 
-    def __init__(self, *, job_id: str, number: int, participants: Collection[str]) -> None:
+    def __init__(
+        self,
+        *,
+        job_id: str,
+        number: int,
+        participants: Collection[str],
+        limits: StreamLimits | None = None,
+    ) -> None:
         self.job_id = job_id
         self.number = number
         self.participants = frozenset(participants)
@@ -52,6 +68,10 @@ class RoundChannel:
         self.gone: set[str] = set()
         self.errors: dict[str, str] = {}
         self.inbox: asyncio.Queue[Inbound] = asyncio.Queue()
+        self.limits = limits if limits is not None else StreamLimits()
+        #: sizes of each agent's messages waiting in the inbox, oldest first, and their sum
+        self._waiting: dict[str, deque[int]] = {}
+        self._waiting_bytes: dict[str, int] = {}
 
     def open_stage(self, stage: pb.Stage, *, session_id: bytes | None = None) -> None:
         """From now on, only messages of ``stage`` are accepted (messages of the previous
@@ -67,7 +87,7 @@ class RoundChannel:
 
     # -- RoundRoute ------------------------------------------------------------------------------
 
-    def deliver(self, agent_id: str, message: pb.AgentMessage) -> None:
+    def deliver(self, agent_id: str, message: pb.AgentMessage, size: int = 0) -> None:
         kind = message.WhichOneof("body")
         if kind not in KIND_STAGE:
             raise MalformedMessage(f"{kind!r} is not a round message")
@@ -89,7 +109,36 @@ class RoundChannel:
         )
         if agent_id in self.gone:
             raise StaleRound(f"agent {agent_id!r} already left round {self.number}")
+        self._admit(agent_id, size)
         self.inbox.put_nowait((agent_id, message))
+
+    def _admit(self, agent_id: str, size: int) -> None:
+        """Count one more waiting message of ``agent_id``, or refuse it over the limits (one
+        message is always admitted when none of the agent's waits)."""
+        waiting = self._waiting.setdefault(agent_id, deque())
+        queued = self._waiting_bytes.get(agent_id, 0)
+        limits = self.limits
+        if waiting and (
+            len(waiting) >= limits.inbox_messages or queued + size > limits.inbox_bytes
+        ):
+            over = (
+                f"stream_limits.inbox_messages = {limits.inbox_messages}"
+                if len(waiting) >= limits.inbox_messages
+                else f"stream_limits.inbox_bytes = {limits.inbox_bytes}"
+            )
+            raise InboxFull(
+                f"{len(waiting)} messages ({queued} bytes) of agent {agent_id} wait for round "
+                f"{self.number} of job {self.job_id!r} to read them; this one of {size} bytes "
+                f"would exceed {over}, so it is refused"
+            )
+        waiting.append(size)
+        self._waiting_bytes[agent_id] = queued + size
+
+    def _taken(self, agent_id: str) -> None:
+        """The engine took the agent's oldest waiting message from the inbox."""
+        waiting = self._waiting.get(agent_id)
+        if waiting:
+            self._waiting_bytes[agent_id] -= waiting.popleft()
 
     def agent_error(self, agent_id: str, error: pb.Error) -> None:
         if agent_id in self.participants and error.header.round == self.number:
@@ -150,6 +199,7 @@ class RoundChannel:
     ) -> None:
         if message is None:
             return
+        self._taken(agent_id)
         kind = message.WhichOneof("body")
         if KIND_STAGE.get(kind) != self.stage or agent_id in self.gone:
             return  # queued before the stage closed

@@ -53,7 +53,7 @@ from dpfl.secagg.server_states import (
     ServerState,
 )
 from dpfl.server.errors import BudgetExceeded
-from dpfl.server.handlers import MalformedMessage, RoundMessageError, error_message
+from dpfl.server.handlers import MalformedMessage, RoundMessageError, error_message, error_reply
 from dpfl.server.ledger_charges import store_charge
 from dpfl.server.orchestrator.channel import RoundChannel
 from dpfl.server.orchestrator.hooks import NO_HOOKS, FaultHooks
@@ -216,7 +216,9 @@ class RoundEngine:
             reason = f"{len(invited)} clients sampled, a round needs {minimum}: skipped"
             rnd = await asyncio.to_thread(self.store.abort_round, rnd.id, reason=reason)
             return RoundReport(completed=False, reason=reason, round=rnd, skipped=True)
-        channel = RoundChannel(job_id=ctx.job_id, number=number, participants=invited)
+        channel = RoundChannel(
+            job_id=ctx.job_id, number=number, participants=invited, limits=self.registry.limits
+        )
         run = _RoundRun(
             ctx,
             rnd,
@@ -299,11 +301,7 @@ class _RoundRun:
 
     def refuse(self, agent_id: str, exc: Exception, header: pb.RoundHeader) -> None:
         if isinstance(exc, SecAggError):
-            reply = pb.CoordinatorMessage(
-                error=pb.Error(
-                    header=header, code=wire.error_code_to_pb(exc.code), message=str(exc)
-                )
-            )
+            reply = error_reply(wire.error_code_to_pb(exc.code), str(exc), header=header)
         else:
             reply = error_message(exc, header=header)
         self.registry.send(agent_id, reply)
