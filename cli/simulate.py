@@ -157,6 +157,18 @@ class Simulation:
             api_port=self.api_port,
             admin_token=SecretStr(self.admin_token),
             stage_deadlines=deadlines,
+            data_roots=self.data_roots(),
+        )
+
+    def data_roots(self) -> tuple[Path, ...]:
+        """The folders of the files the job names (``npz:PATH``, ``csv:PATH``): the simulated
+        coordinator's data roots. Whoever runs a simulation reads these files anyway; a served
+        coordinator reads only under the roots its operator configures."""
+        return tuple(
+            dict.fromkeys(
+                Path(path).expanduser().resolve().parent
+                for _, path in self.job.data.files().values()
+            )
         )
 
     def _host(self) -> Any:
@@ -305,11 +317,18 @@ class Simulation:
 
     async def submit(self) -> str:
         """Submit the job with the agents as its population and start it."""
-        from dpfl.server.handlers import submit
+        from dpfl.server.data_access import DataAccess
+        from dpfl.server.jobs_control import submit_job
 
         store = self.coordinator.store
         job = await asyncio.to_thread(
-            submit, store, job_to_dict(self.job), members=[a.agent_id for a in self.agents]
+            functools.partial(
+                submit_job,
+                store,
+                job_to_dict(self.job),
+                members=[a.agent_id for a in self.agents],
+                access=DataAccess.from_settings(self.coordinator.settings),
+            )
         )
         self.job_id = job.id
         await self.coordinator.orchestrator.start(job.id)

@@ -274,6 +274,27 @@ class DataSpec(Strict):
                     )
         return self
 
+    def files(self) -> dict[str, tuple[str, str]]:
+        """The files the section names (``npz:PATH``, ``csv:PATH``): field path → (the data set
+        spec, the file path as its loader opens it). The coordinator reads them only under its
+        data roots (``dpfl.server.data_access``)."""
+        from dpfl.learning.specs import parse_spec
+
+        named = {"data.dataset": self.dataset}
+        if self.public is not None and self.public.source not in ("train", "test"):
+            named["data.public.source"] = self.public.source
+        out = {}
+        for field, text in named.items():
+            kind, sep, rest = text.partition(":")
+            if not sep or kind not in ("npz", "csv"):
+                continue
+            try:
+                path = parse_spec(text, what="data set", error=LearningError).path or rest
+            except LearningError:  # the loader refuses it too; check the widest reading
+                path = rest
+            out[field] = (text, path)
+        return out
+
     @property
     def has_public_pool(self) -> bool:
         """Whether the job has a public pool (voting algorithms need one for their queries)."""

@@ -6,7 +6,8 @@ same documents) and asks a :class:`JobControl` to start or stop a job. :class:`S
 only changes the job's status in the store; the orchestrator replaces it (or subclasses it) with
 one that also launches and cancels the job's round loop.
 
-Invariants: a refused document writes nothing (``parse_job`` runs before any transaction); status
+Invariants: a refused document writes nothing (``parse_job`` runs before any transaction, and so
+does the check that every file it names lies under the coordinator's data roots); status
 changes follow the store's life cycle (``dpfl.server.store.directory.JOB_TRANSITIONS``), so
 starting a completed job is an ``InvalidTransition`` (HTTP 409) and repeating a start or a stop is
 a no-op that returns the job unchanged.
@@ -19,7 +20,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import anyio.to_thread
 
-from dpfl.learning.jobs import parse_job
+from dpfl.learning.jobs import JobSpecError, parse_job
+from dpfl.server.data_access import DataAccess
 from dpfl.server.documents import load_job_document
 from dpfl.server.store import Job, JobStatus, Store
 
@@ -32,6 +34,7 @@ def submit_job(
     *,
     job_id: str | None = None,
     members: Iterable[str] = (),
+    access: DataAccess | None = None,
 ) -> Job:
     """Validate a job document and store it as pending (blocking: call it from a thread).
 
@@ -40,18 +43,25 @@ def submit_job(
         document: YAML or JSON text (bytes are UTF-8), or an already-parsed mapping.
         job_id: a chosen id (default: a fresh ``job-…`` id).
         members: the job's population, if already known.
+        access: the coordinator's data dir and data roots (default: ``$DPFL_DATA_DIR`` and
+            ``$DPFL_DATA_ROOTS``); a file the job names must lie under them.
 
     Returns:
         The stored job, with every default of its specification filled in.
 
     Raises:
         JobSpecError: the document is not a valid job (too large or too deeply nested, see
-            :mod:`dpfl.server.documents`; syntax, unknown algorithm or field, a bad value), one
-            ``path: problem`` entry per mistake; nothing is written.
+            :mod:`dpfl.server.documents`; syntax, unknown algorithm or field, a bad value, a
+            file outside the data roots), one ``path: problem`` entry per mistake; nothing is
+            written.
         NotFound: a member agent does not exist.
         AlreadyExists: ``job_id`` is taken.
     """
     spec = parse_job(load_job_document(document))
+    access = DataAccess.from_environment() if access is None else access
+    refused = access.problems(spec)
+    if refused:
+        raise JobSpecError(refused)
     return store.create_job(spec, job_id=job_id, members=members)
 
 

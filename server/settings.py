@@ -11,13 +11,15 @@ see docs/deploy.md#how-the-connections-are-secured. Whether plaintext may serve 
 from __future__ import annotations
 
 import hmac
+import json
 import math
+import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import (
@@ -31,6 +33,7 @@ from pydantic import (
 )
 from pydantic_settings import (
     BaseSettings,
+    NoDecode,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
 )
@@ -47,6 +50,7 @@ __all__ = [
     "check_token_strength",
     "estimated_entropy_bits",
     "load_settings",
+    "parse_data_roots",
 ]
 
 #: Shortest admin token accepted; ``secrets.token_urlsafe(32)`` gives 43 characters.
@@ -300,8 +304,21 @@ class Settings(BaseSettings):
     max_message_bytes: int = Field(default=16 * 1024 * 1024, ge=64 * 1024, le=2**31 - 1)
     enrollment_token_ttl_s: float = Field(default=24 * 3600.0, gt=0)
     data_dir: Path | None = Field(
-        default=None, description="Where MNIST, Fashion-MNIST and USPS files are read from."
+        default=None,
+        description="Where MNIST, Fashion-MNIST and USPS files are read from; a job may also "
+        "name files under it (npz:PATH, csv:PATH).",
     )
+    data_roots: Annotated[tuple[Path, ...], NoDecode] = Field(
+        default=(),
+        description="The folders under which a job may name files of the coordinator's host "
+        "(npz:PATH, csv:PATH); none by default, so only the registered data sets and data_dir "
+        "are read (DPFL_DATA_ROOTS: folders separated by ':' or a JSON list).",
+    )
+
+    @field_validator("data_roots", mode="before")
+    @classmethod
+    def _split_data_roots(cls, value: Any) -> Any:
+        return parse_data_roots(value) if isinstance(value, str) else value
 
     @classmethod
     def settings_customise_sources(
@@ -384,6 +401,21 @@ class Settings(BaseSettings):
     def mtls_enabled(self) -> bool:
         """Whether the gRPC port requires verified client certificates."""
         return self.tls_enabled and self.require_client_cert
+
+
+def parse_data_roots(value: str) -> tuple[Path, ...]:
+    """``DPFL_DATA_ROOTS``: a JSON list of folders, or folders separated by ``os.pathsep``.
+
+    Raises:
+        ValueError: a JSON value that is not a list of strings.
+    """
+    text = value.strip()
+    if text.startswith("["):
+        items = json.loads(text)
+        if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+            raise ValueError(f"data_roots: a JSON list of folders, got {value!r}")
+        return tuple(Path(i) for i in items if i.strip())
+    return tuple(Path(part) for part in text.split(os.pathsep) if part.strip())
 
 
 def _format(error: ValidationError) -> str:

@@ -6,8 +6,9 @@ token, and a running coordinator notices a job started or stopped here within a 
 seconds (its orchestrator follows the jobs' status in the store). A job document is validated by
 the same function as ``POST /api/v1/jobs`` (``dpfl.server.jobs_control.submit_job``), so both
 accept and refuse exactly the same documents, under the same limits (1 MiB, 32 levels of
-nesting; :mod:`dpfl.server.documents`); a refused one writes nothing and prints at most 20
-problems.
+nesting; :mod:`dpfl.server.documents`) and data roots (``--data-dir``, ``--data-root``, as the
+coordinator's: flags, ``DPFL_*`` variables or the ``--config`` file); a refused one writes
+nothing and prints at most 20 problems.
 
 Exit codes: 0 done; 2 invalid document, unknown job or agent, or a refused status change;
 1 the database failed.
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpfl.cmdline import Subparsers
 from dpfl.learning.jobs import JobSpecError
-from dpfl.server.cli.serve import resolve_database_url
+from dpfl.server.cli.serve import add_data_arguments, resolve_data_access, resolve_database_url
 from dpfl.server.documents import MAX_JOB_BYTES, bounded_problems
 from dpfl.server.errors import ServerError
 
@@ -59,6 +60,7 @@ def register(subparsers: Subparsers) -> None:
         "when the job starts)",
     )
     submit.add_argument("--start", action="store_true", help="start it right away")
+    add_data_arguments(submit)
     common(submit)
     submit.set_defaults(func=_submit)
 
@@ -140,11 +142,12 @@ def _read_document(path: Path) -> bytes:
 
 
 def _submit(args: argparse.Namespace) -> int:
-    from dpfl.server.handlers import submit
+    from dpfl.server.jobs_control import submit_job
     from dpfl.server.store import AgentStatus, JobStatus
 
     try:
         document = _read_document(args.file)
+        access = resolve_data_access(args.data_dir, args.data_root, args.config)
     except OSError as exc:
         print(
             f"dpfl-coordinator job submit: cannot read {args.file}: {exc.strerror}", file=sys.stderr
@@ -153,9 +156,12 @@ def _submit(args: argparse.Namespace) -> int:
     except JobSpecError as exc:
         _print_problems(exc)
         return 2
+    except ServerError as exc:
+        print(f"dpfl-coordinator job submit: {exc}", file=sys.stderr)
+        return 2
 
     def action(store: Store) -> int:
-        job = submit(store, document, members=args.agent)
+        job = submit_job(store, document, members=args.agent, access=access)
         if args.start:
             if not store.job_members(job.id):
                 active = [a.id for a in store.list_agents(status=AgentStatus.ACTIVE)]

@@ -28,12 +28,15 @@ from dpfl.cmdline import Subparsers, stop_on_signals
 from dpfl.server.errors import ConfigurationError, ServerError
 
 if TYPE_CHECKING:  # settings (pydantic-settings) are imported only by the command that runs
+    from dpfl.server.data_access import DataAccess
     from dpfl.server.settings import Settings
 
 __all__ = [
+    "add_data_arguments",
     "check_transport_security",
     "describe_transport",
     "register",
+    "resolve_data_access",
     "resolve_database_url",
 ]
 
@@ -61,6 +64,7 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--grpc-port", type=int, default=None, help="gRPC port (DPFL_GRPC_PORT)")
     parser.add_argument("--api-host", default=None, help="REST listen address (DPFL_API_HOST)")
     parser.add_argument("--api-port", type=int, default=None, help="REST port (DPFL_API_PORT)")
+    add_data_arguments(parser)
     tls = parser.add_argument_group(
         "TLS", "required unless --insecure; files as written by 'dpfl-coordinator certs init'"
     )
@@ -109,6 +113,72 @@ def register(subparsers: Subparsers) -> None:
     )
     parser.add_argument("--log-level", default="info", help="logging level (default: info)")
     parser.set_defaults(func=_serve)
+
+
+def add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--data-dir`` and ``--data-root``: where the coordinator reads data, and the folders under
+    which a job may name files of its host (docs/deploy.md#data-on-the-coordinator)."""
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where MNIST, Fashion-MNIST and USPS are read from; jobs may also name files "
+        "under it (DPFL_DATA_DIR)",
+    )
+    parser.add_argument(
+        "--data-root",
+        type=Path,
+        action="append",
+        default=None,
+        metavar="DIR",
+        help="a folder under which jobs may name files of this host (npz:PATH, csv:PATH); "
+        "repeatable; default: none (DPFL_DATA_ROOTS, folders separated by ':')",
+    )
+
+
+def _config_values(config: Path | None) -> dict[str, object]:
+    if config is None:
+        return {}
+    import yaml
+
+    try:
+        data = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise ConfigurationError(f"cannot read settings file {config}: {exc}") from exc
+    return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def resolve_data_access(
+    data_dir: Path | None, data_roots: list[Path] | None, config: Path | None
+) -> DataAccess:
+    """The data dir and data roots from the flags, ``DPFL_DATA_DIR`` and ``DPFL_DATA_ROOTS``,
+    or the config file (in that order, as the coordinator's settings), without needing the rest
+    of the settings.
+
+    Raises:
+        ConfigurationError: an unreadable or malformed config file or value.
+    """
+    from dpfl.server.data_access import DataAccess
+    from dpfl.server.settings import parse_data_roots
+
+    environment = DataAccess.from_environment()
+    file = _config_values(config)
+    chosen_dir = data_dir or environment.data_dir
+    if chosen_dir is None and isinstance(file.get("data_dir"), str):
+        chosen_dir = Path(str(file["data_dir"]))
+    roots: tuple[Path, ...] = tuple(data_roots or ()) or environment.roots
+    if not roots and "data_roots" in file:
+        value = file["data_roots"]
+        if isinstance(value, str):
+            roots = parse_data_roots(value)
+        elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+            roots = tuple(Path(v) for v in value)
+        else:
+            raise ConfigurationError(
+                f"settings file {config}: data_roots must be a list of folders, got {value!r}"
+            )
+    return DataAccess(data_dir=chosen_dir, roots=roots)
 
 
 def resolve_database_url(database_url: str | None, config: Path | None) -> str:
@@ -197,6 +267,8 @@ def _serve(args: argparse.Namespace) -> int:
             tls_client_ca_file=args.client_ca,
             require_client_cert=args.require_client_cert,
             tls_crl_file=args.crl,
+            data_dir=args.data_dir,
+            data_roots=tuple(args.data_root) if args.data_root else None,
         )
         check_transport_security(settings, insecure=args.insecure)
         _check_tls_files(settings)

@@ -87,6 +87,7 @@ class Orchestrator(StoreJobControl):
             data_dir=str(settings.data_dir) if settings.data_dir else None,
             max_attempts=max_attempts,
             retry_delay=retry_delay,
+            data_roots=tuple(settings.data_roots),
         )
         self._tasks: dict[str, asyncio.Task[None]] = {}
         #: jobs being halted: never relaunched meanwhile (the store still says "running")

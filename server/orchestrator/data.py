@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from dpfl.learning.algorithms.base import CoordinatorData
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpec
+from dpfl.server.data_access import DataAccess
 from dpfl.server.errors import ConfigurationError
 
 __all__ = ["JobData", "load_job_data", "public_blob"]
@@ -38,15 +40,33 @@ def public_blob(public_x: np.ndarray | None) -> bytes | None:
     return buffer.getvalue()
 
 
-def load_job_data(spec: JobSpec, *, population: int, data_dir: str | None = None) -> JobData:
+def load_job_data(
+    spec: JobSpec,
+    *,
+    population: int,
+    data_dir: str | None = None,
+    access: DataAccess | None = None,
+) -> JobData:
     """Load the job's data set and split it as the federation does (blocking).
 
     The public blob agents download holds only the pool's first ``data.public.agent_readable``
-    records (all of them by default); the coordinator keeps the whole pool.
+    records (all of them by default); the coordinator keeps the whole pool. A file the job names
+    is read only under the data roots of ``access`` (default: ``data_dir`` and
+    ``$DPFL_DATA_ROOTS``; :mod:`dpfl.server.data_access`).
 
     Raises:
-        ConfigurationError: the data set cannot be loaded or split, naming the spec.
+        ConfigurationError: a file outside the data roots (whether it exists or not), or the
+            data set cannot be loaded or split, naming the spec.
     """
+    if access is None:
+        environment = DataAccess.from_environment()
+        access = DataAccess(
+            data_dir=Path(data_dir) if data_dir else environment.data_dir,
+            roots=environment.roots,
+        )
+    refused = access.problems(spec)
+    if refused:
+        raise ConfigurationError(f"job {spec.name!r}: " + "; ".join(refused))
     try:
         splits = spec.data.split(num_agents=max(1, population), data_dir=data_dir)
     except LearningError as exc:

@@ -17,9 +17,11 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from dpfl.learning.algorithms.base import Algorithm, CoordinatorState
 from dpfl.learning.jobs import parse_job
+from dpfl.server.data_access import DataAccess
 from dpfl.server.orchestrator.data import load_job_data
 from dpfl.server.orchestrator.round import JobContext, RoundEngine, RoundReport
 from dpfl.server.orchestrator.state import restore
@@ -41,6 +43,7 @@ class RunnerServices:
         connected: the ids of the agents connected now.
         publish_public_data: makes a job's public data blob (or None) downloadable.
         data_dir: where data sets are read from (None: the default).
+        data_roots: the folders under which a job may name files (``--data-root``).
         max_attempts: aborts of its own per round number before the job fails.
         retry_delay: seconds between two attempts.
     """
@@ -53,6 +56,7 @@ class RunnerServices:
     data_dir: str | None
     max_attempts: int
     retry_delay: float
+    data_roots: tuple[Path, ...] = ()
 
 
 class JobRunner:
@@ -84,8 +88,17 @@ class JobRunner:
         spec = parse_job(job.spec)
         algorithm = self.services.algorithms(spec.algorithm)
         members = await asyncio.to_thread(store.job_members, self.job_id)
+        services = self.services
+        access = DataAccess(
+            data_dir=Path(services.data_dir) if services.data_dir else None,
+            roots=services.data_roots,
+        )
         job_data = await asyncio.to_thread(
-            load_job_data, spec, population=len(members), data_dir=self.services.data_dir
+            load_job_data,
+            spec,
+            population=len(members),
+            data_dir=services.data_dir,
+            access=access,
         )
         self.services.publish_public_data(self.job_id, job_data.public)
         restored = await asyncio.to_thread(restore, store, self.job_id, algorithm)

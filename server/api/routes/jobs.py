@@ -16,9 +16,10 @@ import anyio.to_thread
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 
 from dpfl.server.api import handlers
-from dpfl.server.api.deps import AdminDep, JobId, JobsDep, StoreDep
+from dpfl.server.api.deps import AdminDep, JobId, JobsDep, SettingsDep, StoreDep
 from dpfl.server.api.routes import error_responses
 from dpfl.server.api.schemas import JobDetail, JobPublic
+from dpfl.server.data_access import DataAccess
 from dpfl.server.documents import MAX_JOB_BYTES, load_job_document
 from dpfl.server.jobs_control import submit_job
 from dpfl.server.store import JobStatus
@@ -68,7 +69,7 @@ async def _read_body(request: Request) -> bytes:
     responses=error_responses(401, 403, 404, 409, 413, 415, 422),
 )
 async def create_job(
-    request: Request, response: Response, _: AdminDep, store: StoreDep
+    request: Request, response: Response, _: AdminDep, store: StoreDep, settings: SettingsDep
 ) -> JobDetail:
     """Submit a job (pending until started); validated exactly as ``dpfl-coordinator job
     submit`` validates it."""
@@ -83,7 +84,8 @@ async def create_job(
     document = await anyio.to_thread.run_sync(
         partial(load_job_document, body, json_only=media in JSON_TYPES)
     )
-    job = await anyio.to_thread.run_sync(submit_job, store, document)
+    access = DataAccess.from_settings(settings)
+    job = await anyio.to_thread.run_sync(partial(submit_job, store, document, access=access))
     response.headers["Location"] = f"/api/v1/jobs/{job.id}"
     return await anyio.to_thread.run_sync(handlers.job_detail, store, job.id)
 
