@@ -270,7 +270,8 @@ def _one_client(report: dict[str, Any], *, events: bool) -> None:
         for column in ("round", "job", "mechanism", "unit", "ε alone"):
             table.add_column(column)
         for e in report["events"]:
-            attempt = f".{e['attempt']}" if e["attempt"] > 1 else ""
+            # a round redone after an aborted attempt is charged as that attempt
+            attempt = f" (attempt {e['attempt']})" if e["attempt"] > 1 else ""
             flagged = flagged or bool(e.get("approximate"))
             table.add_row(
                 f"{e['round_number']}{attempt}",

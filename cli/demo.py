@@ -10,7 +10,7 @@ this size is needed (with 10 agents nothing useful survives at ε ≤ 4).
 
 Measured on 2 CPU cores (README): about 20 s over gRPC, test accuracy about 0.70, ε = 3.998 for
 every client. ``--serve`` keeps the coordinator's REST API and dashboard up afterwards and prints
-its URL and the admin token.
+its URL, a one-time dashboard link (``dpfl.server.dashboard_link``) and the admin token.
 """
 
 from __future__ import annotations
@@ -104,8 +104,15 @@ async def _run(args: argparse.Namespace) -> Any:
         result = await run_with_progress(sim, console, description="rounds")
         if args.serve:
             await sim.stop_agents()
+            from dpfl.server.dashboard_link import dashboard_url, mint_code
+
+            link = dashboard_url(sim.coordinator.api_url, mint_code(sim.admin_token))
             console.print(
-                f"\nREST API and dashboard: [bold]{sim.coordinator.api_url}/[/]\n"
+                "\none-time dashboard link (opens it signed in; works once, for 10 minutes):"
+            )
+            console.print(link, soft_wrap=True, highlight=False, markup=False)
+            console.print(
+                f"REST API and dashboard: [bold]{sim.coordinator.api_url}/[/]\n"
                 f"admin token: [bold]{sim.admin_token}[/]\n"
                 f"e.g. curl -H 'Authorization: Bearer {sim.admin_token}' "
                 f"{sim.coordinator.api_url}/api/v1/clients\nPress Ctrl-C to stop."

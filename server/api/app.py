@@ -24,6 +24,7 @@ from dpfl.server.api.openapi import build_openapi
 from dpfl.server.api.routes import agents as agent_routes
 from dpfl.server.api.routes import clients, dashboard, health, models, privacy_audits, rounds
 from dpfl.server.api.routes import jobs as job_routes
+from dpfl.server.dashboard_link import DashboardSessions
 from dpfl.server.jobs_control import JobControl
 from dpfl.server.metrics import Metrics
 from dpfl.server.settings import Settings
@@ -130,11 +131,13 @@ def create_app(
     app.state.agents = agents if agents is not None else AgentControl(store)
     app.state.metrics = metrics if metrics is not None else Metrics(store=store)
     app.state.health_checks = dict(health_checks or {})
+    app.state.dashboard_sessions = DashboardSessions(settings.admin_token.get_secret_value())
     install_error_handlers(app)
     api = APIRouter(prefix=API_PREFIX)
     for module in (clients, job_routes, rounds, models, agent_routes, privacy_audits):
         api.include_router(module.router)
     api.include_router(agent_routes.audit_router)
+    api.include_router(dashboard.session_router)
     app.include_router(api)
     app.include_router(health.router)
     app.include_router(dashboard.router)

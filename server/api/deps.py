@@ -8,6 +8,9 @@ Authentication (``Authorization: Bearer <token>``):
   else, so that Prometheus need not hold the admin token;
 - a **client token** (``dpfl_api_…``, issued at enrolment, see ``Store.authenticate_api_token``)
   may read only its own client record, budget and ε history; anything else is 403;
+- a **dashboard session token** (``dpfl_dash_…``, what a one-time dashboard link is exchanged
+  for, :mod:`dpfl.server.dashboard_link`) reads what the admin token reads and changes nothing
+  (403 on every other method than ``GET`` and ``HEAD``);
 - no token, a malformed header, or a token that is neither is 401.
 
 The objects a route needs (store, settings, job control, metrics) live on ``app.state`` of the
@@ -23,6 +26,7 @@ from typing import Annotated, Literal
 from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
+from dpfl.server.dashboard_link import DashboardSessions
 from dpfl.server.errors import InvalidCredential, PermissionDenied
 from dpfl.server.jobs_control import JobControl
 from dpfl.server.metrics import Metrics
@@ -34,6 +38,7 @@ __all__ = [
     "AdminDep",
     "ClientId",
     "ClientReaderDep",
+    "DashboardSessionsDep",
     "JobId",
     "JobsDep",
     "MetricsDep",
@@ -60,12 +65,17 @@ class Principal:
     """Who is calling: the administrator, the metrics reader (Prometheus), or one client
     (``client_id``)."""
 
-    role: Literal["admin", "metrics", "client"]
+    role: Literal["admin", "metrics", "client", "dashboard"]
     client_id: str | None = None
 
     @property
     def is_admin(self) -> bool:
         return self.role == "admin"
+
+    @property
+    def reads_all(self) -> bool:
+        """The admin, or a dashboard session (which may read, not change, everything)."""
+        return self.role in ("admin", "dashboard")
 
 
 def get_store(request: Request) -> Store:
@@ -83,6 +93,11 @@ def get_jobs(request: Request) -> JobControl:
     return jobs
 
 
+def get_dashboard_sessions(request: Request) -> DashboardSessions:
+    sessions: DashboardSessions = request.app.state.dashboard_sessions
+    return sessions
+
+
 def get_metrics(request: Request) -> Metrics:
     metrics: Metrics = request.app.state.metrics
     return metrics
@@ -92,11 +107,13 @@ StoreDep = Annotated[Store, Depends(get_store)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 JobsDep = Annotated[JobControl, Depends(get_jobs)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+DashboardSessionsDep = Annotated[DashboardSessions, Depends(get_dashboard_sessions)]
 
 
 def authenticate(
     store: StoreDep,
     settings: SettingsDep,
+    sessions: DashboardSessionsDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
     """The caller behind the bearer token (a plain ``def``: FastAPI runs it in a worker thread,
@@ -115,6 +132,8 @@ def authenticate(
         token.encode("utf-8"), settings.metrics_token.get_secret_value().encode("utf-8")
     ):
         return Principal("metrics")
+    if sessions.is_session(token):
+        return Principal("dashboard")
     try:
         agent = store.authenticate_api_token(token)
     except InvalidCredential:
@@ -125,10 +144,21 @@ def authenticate(
 PrincipalDep = Annotated[Principal, Depends(authenticate)]
 
 
-def require_admin(principal: PrincipalDep) -> Principal:
-    """Raises: PermissionDenied (403) for a client or the metrics token."""
+_READS = frozenset({"GET", "HEAD"})
+
+
+def require_admin(principal: PrincipalDep, request: Request) -> Principal:
+    """Raises: PermissionDenied (403) for a client or the metrics token, and for a dashboard
+    session on anything but a read."""
     if principal.role == "metrics":
         raise PermissionDenied("the metrics token may read only /metrics")
+    if principal.role == "dashboard":
+        if request.method in _READS:
+            return principal
+        raise PermissionDenied(
+            "a dashboard session (from a one-time dashboard link) may only read; this route "
+            "needs the admin token"
+        )
     if not principal.is_admin:
         raise PermissionDenied(
             "this route needs the admin token; a client token may read only its own client "
@@ -141,8 +171,9 @@ AdminDep = Annotated[Principal, Depends(require_admin)]
 
 
 def read_metrics(principal: PrincipalDep) -> Principal:
-    """The admin or the metrics token. Raises: PermissionDenied (403) for a client token."""
-    if principal.role in ("admin", "metrics"):
+    """The admin or the metrics token, or a dashboard session. Raises: PermissionDenied (403)
+    for a client token."""
+    if principal.role in ("admin", "metrics", "dashboard"):
         return principal
     raise PermissionDenied(
         "/metrics needs the metrics token (DPFL_METRICS_TOKEN) or the admin token"
@@ -158,7 +189,7 @@ JobId = Annotated[str, Path(pattern=ID_PATTERN, description="The job id.")]
 def read_client(client_id: ClientId, principal: PrincipalDep) -> Principal:
     """The admin, or the client itself. Raises: PermissionDenied (403) for another client (also
     when that client does not exist: a client token learns nothing about other ids)."""
-    if principal.is_admin or (principal.role == "client" and principal.client_id == client_id):
+    if principal.reads_all or (principal.role == "client" and principal.client_id == client_id):
         return principal
     if principal.role == "metrics":
         raise PermissionDenied("the metrics token may read only /metrics")

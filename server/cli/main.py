@@ -15,6 +15,7 @@ SUBCOMMAND_MODULES: tuple[str, ...] = (
     "job",
     "agent",
     "certs",
+    "dashboard_link",
     "healthcheck",
 )
 

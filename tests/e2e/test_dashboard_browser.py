@@ -3,15 +3,22 @@ uvicorn serving a store that holds a finished job.
 
 The browser is never downloaded: the test launches ``/usr/bin/chromium`` (``make browser``
 installs it where apt is available) headless, with a fresh profile and background networking
-off, and skips, saying why, when it is absent. It signs in with the admin token once, checks one
+off, and skips, saying why, when it is absent. The sign-in page shows only sign-in. It signs in
+with the admin token once, checks one
 table row per client with the ε the store reports, the ε-over-rounds and accuracy charts, the
 round timeline (dropout, aborted attempt), that the token survives a reload (session storage),
 that no request leaves the coordinator's origin and that the console stays clean, and saves a
-screenshot under ``tests/artifacts/``.
+screenshot under ``tests/artifacts/``. A one-time dashboard link signs in once (a second use
+shows why not), and docs/api.md's headless screenshot recipe works over HTTPS with the
+federation's own CA, which the browser does not trust.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import re
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +28,9 @@ from support.api import admin_settings, build_finished_job, live_server, make_ap
 from support.browser import CHROMIUM, CHROMIUM_ARGS, chromium_or_skip
 from support.paths import ARTIFACTS
 
+from dpfl.server.dashboard_link import dashboard_url, mint_code
 from dpfl.server.store import Store, open_store
+from dpfl.server.tls import init_pki
 
 pytestmark = pytest.mark.browser
 
@@ -67,8 +76,13 @@ def test_dashboard_shows_the_finished_job(chromium: Path, store: Store, tmp_path
             page.on("console", on_console)
             page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
 
-            # a wrong token is refused with the API's message, and nothing is shown
+            # the sign-in page shows only sign-in: no "Refresh", no "Forget token"
             page.goto(f"{base}/")
+            expect(page.locator("#login")).to_be_visible()
+            for hidden in ("#session", "#refresh", "#sign-out", "#dashboard"):
+                expect(page.locator(hidden)).to_be_hidden()
+
+            # a wrong token is refused with the API's message, and nothing is shown
             page.fill("#token", "not-the-admin-token")
             page.click("#login-form button[type=submit]")
             expect(page.locator("#login-error")).to_contain_text("refused the token")
@@ -183,3 +197,94 @@ def test_api_docs_render_offline_under_the_csp(chromium: Path, tmp_path: Path) -
     assert problems == [], requests
     assert requests
     assert all(url.startswith(base) for url in requests), requests
+
+
+def test_a_one_time_link_signs_in_once(chromium: Path, store: Store, tmp_path: Path) -> None:
+    """``#login=CODE`` opens the dashboard signed in and leaves the address bar; the same link
+    a second time shows the sign-in page saying that it was already used."""
+    from playwright.sync_api import expect, sync_playwright
+
+    finished = build_finished_job(store)
+    settings = admin_settings()
+    link_code = mint_code(settings.admin_token.get_secret_value())
+    with (
+        live_server(make_app(store, settings=settings)) as base,
+        sync_playwright() as pw,
+    ):
+        link = dashboard_url(base, link_code)
+        context = pw.chromium.launch_persistent_context(
+            str(tmp_path / "profile"),
+            executable_path=str(chromium),
+            headless=True,
+            args=CHROMIUM_ARGS,
+        )
+        try:
+            page = context.new_page()
+            page.goto(link)
+            page.wait_for_selector("body[data-loaded=true]")
+            assert "login=" not in page.url
+            expect(page.locator("#clients-table tbody tr")).to_have_count(len(finished.client_ids))
+            expect(page.locator("#sign-out")).to_be_visible()
+            expect(page.locator("#login")).to_be_hidden()
+
+            second = context.new_page()  # session storage is per tab: a fresh sign-in
+            second.goto(link)
+            expect(second.locator("#login-error")).to_contain_text("already used")
+            expect(second.locator("#dashboard")).to_be_hidden()
+            expect(second.locator("#sign-out")).to_be_hidden()
+        finally:
+            context.close()
+
+
+def _spki_sha256(certificate: Path) -> str:
+    """What ``openssl x509 -pubkey | openssl pkey -pubin -outform der | openssl dgst -sha256
+    -binary | base64`` prints: chromium's pin of a certificate's public key."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    key = x509.load_pem_x509_certificate(certificate.read_bytes()).public_key()
+    der = key.public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return base64.b64encode(hashlib.sha256(der).digest()).decode("ascii")
+
+
+def test_the_headless_screenshot_recipe(chromium: Path, store: Store, tmp_path: Path) -> None:
+    """docs/api.md's recipe: ``chromium --headless --screenshot`` of a dashboard link, over
+    HTTPS whose certificate comes from the federation's CA, pinned by its public key
+    (``--ignore-certificate-errors-spki-list``); ``--dump-dom`` shows the loaded dashboard."""
+    finished = build_finished_job(store)
+    settings = admin_settings()
+    admin = settings.admin_token.get_secret_value()
+    init_pki(tmp_path / "pki", hostnames=("localhost", "127.0.0.1"))
+    cert, key = tmp_path / "pki" / "coordinator.pem", tmp_path / "pki" / "coordinator.key"
+    shot = tmp_path / "dashboard.png"
+    with live_server(make_app(store, settings=settings), tls=(cert, key)) as base:
+        assert base.startswith("https://")
+        recipe = [
+            str(chromium),
+            "--headless",
+            *CHROMIUM_ARGS,
+            f"--ignore-certificate-errors-spki-list={_spki_sha256(cert)}",
+            "--window-size=1280,1600",
+            "--virtual-time-budget=20000",
+            f"--user-data-dir={tmp_path / 'profile'}",
+        ]
+        subprocess.run(
+            [*recipe, f"--screenshot={shot}", dashboard_url(base, mint_code(admin))],
+            capture_output=True,
+            timeout=120,
+            check=True,
+        )
+        dom = subprocess.run(
+            [*recipe, "--dump-dom", dashboard_url(base, mint_code(admin))],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        ).stdout
+    assert shot.read_bytes().startswith(b"\x89PNG")
+    assert 'data-loaded="true"' in dom, dom[:2000]
+    status = re.search(r'<p id="status"[^>]*>([^<]*)<', dom)
+    assert status is not None
+    assert status.group(1) == f"{len(finished.client_ids)} clients, 2 jobs."

@@ -93,6 +93,8 @@ globalThis.document = {
   },
 };
 globalThis.sessionStorage = { getItem: () => "admin-token", setItem() {}, removeItem() {} };
+globalThis.location = { hash: "", pathname: "/", search: "" };
+globalThis.history = { replaceState() {} };
 globalThis.setInterval = () => 0;
 globalThis.clearInterval = () => {};
 globalThis.fetch = async (url) => {

@@ -2,8 +2,10 @@
 // the clients' privacy spending, ε over rounds, accuracy per round and the round timeline.
 // A figure the API flags `approximate` (it adds up ledger entries charged for discrete Gaussian
 // noise as the continuous Gaussian) is shown with the APPROXIMATE marker: not a proven bound.
-// The token is entered once and kept in sessionStorage (this tab only). Text from the API is
-// always inserted with textContent, never parsed as HTML.
+// The token is entered once and kept in sessionStorage (this tab only), or comes from a one-time
+// dashboard link (`#login=CODE`, `dpfl-coordinator dashboard-link`): the code is exchanged once
+// for a read-only session token and removed from the address bar. Text from the API is always
+// inserted with textContent, never parsed as HTML.
 
 import { lineChart } from "./chart.js";
 
@@ -38,6 +40,11 @@ function fmtNum(value) {
 
 function fmtPct(value) {
   return value === null || value === undefined ? "–" : `${(100 * value).toFixed(1)} %`;
+}
+
+// "1 job", "2 jobs"
+function plural(count, one, many = `${one}s`) {
+  return `${count} ${count === 1 ? one : many}`;
 }
 
 function fmtDate(iso) {
@@ -156,14 +163,16 @@ async function renderClientChart() {
   // with several jobs, each gets a letter (A, B, …) that prefixes its rounds on the x axis
   const letter = new Map(jobs.map((job, i) => [job, jobs.length > 1 ? `${String.fromCharCode(65 + (i % 26))}·` : ""]));
   const jobName = (job) => jobNames.get(job) || job;
+  // tick "r3" is round 3; "r3 #2" its second attempt (the first was aborted); "A·r3": job A
   const stepLabel = (p) => `${letter.get(p.job_id)}r${p.round_number}${p.attempt > 1 ? ` #${p.attempt}` : ""}`;
-  const series = [{ name: "total ε (all jobs)", points: steps.map((p) => ({ x: p.x, y: Number(p.epsilon), label: `${jobName(p.job_id)} round ${p.round_number}` })) }];
+  const roundName = (p) => `${jobName(p.job_id)} round ${p.round_number}${p.attempt > 1 ? ` (attempt ${p.attempt})` : ""}`;
+  const series = [{ name: "total ε (all jobs)", points: steps.map((p) => ({ x: p.x, y: Number(p.epsilon), label: roundName(p) })) }];
   if (jobs.length > 1) {
     for (const job of jobs) {
       series.push({
         name: `ε in ${letter.get(job)} ${jobName(job)}`,
         dashed: true,
-        points: steps.filter((p) => p.job_id === job).map((p) => ({ x: p.x, y: Number(p.job_epsilon), label: `${jobName(job)} round ${p.round_number}` })),
+        points: steps.filter((p) => p.job_id === job).map((p) => ({ x: p.x, y: Number(p.job_epsilon), label: roundName(p) })),
       });
     }
   }
@@ -173,7 +182,7 @@ async function renderClientChart() {
   lineChart(target, {
     title: `ε spent by ${clientName(id)} after each charged round${approximate ? ` (${APPROXIMATE} from ${stepLabel(steps.find((p) => p.approximate))} on)` : ""}`,
     description: `Cumulative privacy loss at δ = ${fmtNum(history.delta)}; ${steps.length} ledger entries; latest ε ${fmtEps(steps.at(-1)?.epsilon)}${steps.at(-1)?.approximate ? ` (${APPROXIMATE})` : ""}.`,
-    xLabel: "charged round (ledger order)",
+    xLabel: `charged round, in ledger order (r3 = round 3, r3 #2 = its attempt 2${jobs.length > 1 ? "; A·, B· = the job" : ""})`,
     yLabel: `ε at δ = ${fmtNum(history.delta)}`,
     series,
     references,
@@ -339,7 +348,7 @@ async function load() {
   renderClients();
   renderJobSelect();
   await Promise.all([renderClientChart(), renderJob()]);
-  $("status").textContent = `${clients.length} clients, ${jobs.length} jobs.`;
+  $("status").textContent = `${plural(clients.length, "client")}, ${plural(jobs.length, "job")}.`;
   $("updated").textContent = `Updated ${new Date().toLocaleTimeString()}`;
   document.body.dataset.loaded = "true";
 }
@@ -369,6 +378,39 @@ function signOut(message) {
   $("token").focus();
 }
 
+const LINK_KEY = "login";
+
+// `#login=CODE` (a one-time dashboard link): the code, removed from the address bar at once
+function takeLinkCode() {
+  const params = new URLSearchParams(location.hash.slice(1));
+  const code = params.get(LINK_KEY);
+  if (code === null) return null;
+  history.replaceState(null, "", location.pathname + location.search);
+  return code;
+}
+
+async function redeemLink(code) {
+  const res = await fetch("/api/v1/dashboard/sessions", {
+    method: "POST",
+    headers: { "Content-Type": "application/json", Accept: "application/json" },
+    body: JSON.stringify({ code }),
+    cache: "no-store",
+    credentials: "omit",
+  });
+  let body = null;
+  try {
+    body = await res.json();
+  } catch {
+    body = null;
+  }
+  if (!res.ok || !body?.token) {
+    signOut(`This dashboard link does not work: ${body?.detail || `HTTP ${res.status}`}`);
+    return;
+  }
+  sessionStorage.setItem(TOKEN_KEY, body.token);
+  showDashboard();
+}
+
 function init() {
   $("login-form").addEventListener("submit", (event) => {
     event.preventDefault();
@@ -386,7 +428,9 @@ function init() {
     state.jobId = e.target.value;
     renderJob().catch(showError);
   });
-  if (sessionStorage.getItem(TOKEN_KEY)) showDashboard();
+  const code = takeLinkCode();
+  if (code) redeemLink(code).catch((err) => signOut(`This dashboard link does not work: ${err.message}`));
+  else if (sessionStorage.getItem(TOKEN_KEY)) showDashboard();
   else $("token").focus();
 }
 

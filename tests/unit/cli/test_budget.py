@@ -83,6 +83,7 @@ def test_tables(coordinator: Coordinator, capsys: Capture, monkeypatch: pytest.M
     assert finished.pate_job.id in out
     assert '"kind":"poisson_sampled"' in out
     assert '"kind":"voting"' in out
+    assert "3 (attempt 2)" in out  # round 3 was redone: its charge is attempt 2's, spelled out
 
 
 def test_a_client_token_reads_its_own_budget_only(

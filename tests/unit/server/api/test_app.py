@@ -79,6 +79,7 @@ async def test_openapi_documents_every_route_and_the_job_document(
         "/api/v1/agents/{agent_id}/enable",
         "/api/v1/agents/{agent_id}/revoke",
         "/api/v1/audit",
+        "/api/v1/dashboard/sessions",
         "/healthz",
         "/readyz",
         "/metrics",

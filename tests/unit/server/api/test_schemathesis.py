@@ -71,7 +71,7 @@ def test_no_server_errors_and_answers_match_the_document(
     failures: list[str] = []
     started = time.perf_counter()
     operations = [result.ok() for result in schema.get_all_operations()]
-    assert len(operations) == 21
+    assert len(operations) == 22
 
     for op in operations:
         names = re.findall(r"\{(\w+)\}", op.path)
