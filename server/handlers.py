@@ -12,8 +12,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, Protocol, TypeAlias
+from typing import Any, ClassVar, Protocol, TypeAlias, cast
+
+from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
+from google.protobuf.message import Message
 
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.server.errors import InvalidCredential, InvalidInput, NotFound, ServerError
@@ -37,17 +41,20 @@ __all__ = [
     "MessageTooLarge",
     "RoundMessageError",
     "StaleRound",
+    "UnknownEnumValue",
     "UnknownJob",
     "WrongStage",
     "authenticate",
     "authenticate_member",
     "check_certificate_binding",
+    "check_enums",
     "check_round_header",
     "chunk_blob",
     "default_budget",
     "download",
     "echoed_header",
     "enroll",
+    "enum_name",
     "error_message",
     "error_reply",
     "shown",
@@ -66,6 +73,7 @@ PUBLIC_DATA_MEDIA_TYPE = "application/x-npy"
 _MAX_NAME = 200
 _MAX_TOKEN = 512
 _UNAUTHENTICATED = "unknown agent or invalid credential"
+_log = logging.getLogger("dpfl.coordinator")
 #: Characters of the text of an ``Error`` the coordinator sends; a longer text is cut.
 MAX_ERROR_TEXT = 1024
 #: The longest job id an ``Error`` repeats from the message it refuses (longer ones name no job).
@@ -98,6 +106,88 @@ class MessageTooLarge(RoundMessageError):  # noqa: N818 (names read as outcomes)
     grpc_status = "RESOURCE_EXHAUSTED"
     http_status = 413
     code = "too_large"
+
+
+class UnknownEnumValue(MalformedMessage):
+    """An enum field of an agent's message holds a value this coordinator does not know (a
+    newer or broken agent): refused, naming the field and the value, never raised as a
+    ``ValueError`` from ``Enum.Name``."""
+
+    def __init__(self, field: str, enum: str, value: int) -> None:
+        super().__init__(f"{field}: unknown value {value} of {enum}")
+        self.field = field
+        self.enum = enum
+        self.value = value
+
+
+def enum_name(enum: EnumDescriptor, value: int) -> str:
+    """The name of an enum value, or ``"<value> (unknown <enum>)"``: text about an agent's
+    message must not raise on a value this coordinator does not know."""
+    known = enum.values_by_number.get(value)
+    return known.name if known is not None else f"{value} (unknown {enum.name})"
+
+
+#: Per message type: its fields that are enums (with their known numbers) or hold one.
+_ENUM_FIELDS: dict[str, tuple[tuple[FieldDescriptor, frozenset[int] | None], ...]] = {}
+
+
+def _enum_fields(
+    descriptor: Descriptor | None,
+) -> tuple[tuple[FieldDescriptor, frozenset[int] | None], ...]:
+    """The fields of a message type that are enums (with their known numbers) or hold one at
+    any depth, memoized: the walk of :func:`check_enums` then never touches a bytes field (a
+    masked input's vector) nor a message without enums."""
+    if descriptor is None:
+        return ()
+    found = _ENUM_FIELDS.get(descriptor.full_name)
+    if found is not None:
+        return found
+    _ENUM_FIELDS[descriptor.full_name] = ()  # a recursive type is walked once
+    found = tuple(
+        (f, frozenset(f.enum_type.values_by_number) if f.enum_type is not None else None)
+        for f in descriptor.fields
+        if f.enum_type is not None or _enum_fields(f.message_type)
+    )
+    _ENUM_FIELDS[descriptor.full_name] = found
+    return found
+
+
+def _first_unknown(message: Message) -> tuple[str, str, int] | None:
+    """(path, enum type, value) of the first enum value outside its type, or None."""
+    for f, known in _enum_fields(cast(Descriptor, message.DESCRIPTOR)):
+        if known is not None:
+            values = getattr(message, f.name) if f.is_repeated else (getattr(message, f.name),)
+            for i, value in enumerate(values):
+                if value not in known:
+                    at = f"{f.name}[{i}]" if f.is_repeated else f.name
+                    return at, f.enum_type.full_name if f.enum_type else "", int(value)
+        elif f.is_repeated:
+            for i, item in enumerate(getattr(message, f.name)):
+                inner = _first_unknown(item)
+                if inner is not None:
+                    return f"{f.name}[{i}].{inner[0]}", inner[1], inner[2]
+        elif message.HasField(f.name):
+            inner = _first_unknown(getattr(message, f.name))
+            if inner is not None:
+                return f"{f.name}.{inner[0]}", inner[1], inner[2]
+    return None
+
+
+def check_enums(message: Message, path: str = "") -> None:
+    """Refuse a message with an enum value outside its type, wherever it is (the stage of a
+    header, the code of an ``Error``, the kind of an unmask share or a download).
+
+    proto3 keeps an unknown value as its number, so it reaches the coordinator intact; this
+    names it before anything converts it to a name or a Python enum. ``path`` prefixes the
+    field's path in the error.
+
+    Raises:
+        UnknownEnumValue: the first such field, by its path (``unmask.shares[2].kind``).
+    """
+    found = _first_unknown(message)
+    if found is not None:
+        where, enum, value = found
+        raise UnknownEnumValue(f"{path}.{where}" if path else where, enum, value)
 
 
 class InboxFull(RoundMessageError):  # noqa: N818 (names read as outcomes)
@@ -228,10 +318,7 @@ def check_round_header(
 
 
 def _stage_name(stage: int) -> str:
-    try:
-        return pb.Stage.Name(stage)
-    except ValueError:
-        return f"stage {stage}"
+    return enum_name(pb.Stage.DESCRIPTOR, stage)
 
 
 # -- authentication and enrolment ----------------------------------------------------------------
@@ -427,8 +514,16 @@ def download(
     """
     if not request.job_id or len(request.job_id) > _MAX_NAME:
         raise InvalidInput("download request: job_id is missing")
+    try:
+        check_enums(request)
+    except UnknownEnumValue as exc:
+        _log.warning("agent %s: download request: %s", agent.id, exc)
+        raise InvalidInput(f"download request: {exc}") from None
     if request.kind not in (pb.BLOB_MODEL, pb.BLOB_PUBLIC_DATA):
-        raise InvalidInput(f"download request: unknown blob kind {request.kind}")
+        raise InvalidInput(
+            "download request: kind must be BLOB_MODEL or BLOB_PUBLIC_DATA, not "
+            + enum_name(pb.BlobKind.DESCRIPTOR, request.kind)
+        )
     if request.kind == pb.BLOB_MODEL and request.version > MAX_INT:
         raise InvalidInput(
             f"download request: version must be at most {MAX_INT}, got {request.version}"

@@ -27,6 +27,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import ClassVar, Protocol
 
+from google.protobuf.message import Message
+
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.server import handlers
 from dpfl.server.errors import InvalidCredential, ServerError
@@ -377,7 +379,13 @@ class SessionRegistry:
         self, session: Session, message: pb.AgentMessage, size: int | None = None
     ) -> pb.CoordinatorMessage | None:
         """Route one inbound message (``size`` bytes on the wire; None: measure it); returns
-        the ``Error`` to send back, if any."""
+        the ``Error`` to send back, if any.
+
+        Nothing an agent sends ends its stream here: a message with an enum value this
+        coordinator does not know is refused naming the field and value (logged as a warning
+        with the agent's id), and an unexpected error of a route is logged with its traceback
+        and answered with ``ERROR_INTERNAL``.
+        """
         kind = message.WhichOneof("body")
         header = None
         try:
@@ -391,16 +399,14 @@ class SessionRegistry:
             if shut_out is not None:
                 raise handlers.StaleRound(f"this agent was shut out: {shut_out}")
             if kind == "error":
-                route = self._routes.get(message.error.header.job_id)
-                if route is not None:
-                    route.agent_error(session.agent_id, message.error)
-                return None
+                return self._agent_error(session, message.error)
             if kind not in _ROUND_KINDS:  # pragma: no cover - the oneof has no other member
                 raise MalformedMessage(f"unexpected message {kind!r}")
             body = getattr(message, kind)
             if not body.HasField("header"):
                 raise MalformedMessage(f"{kind} without a RoundHeader")
             header = body.header
+            _check_enums(session, message)
             if self._sessions.get(session.agent_id) is not session:
                 raise handlers.StaleRound("this stream was replaced by a newer one")
             route = self._routes.get(header.job_id)
@@ -409,7 +415,41 @@ class SessionRegistry:
             route.deliver(session.agent_id, message, message.ByteSize() if size is None else size)
         except RoundMessageError as exc:
             return handlers.error_message(exc, header=header)
+        except Exception as exc:
+            _log.exception("agent %s: routing its %s message failed", session.agent_id, kind)
+            return handlers.error_message(exc, header=header)
         return None
+
+    def _agent_error(self, session: Session, error: pb.Error) -> pb.CoordinatorMessage | None:
+        """The agent reports an ``Error`` about a job: the job's round (if one runs) counts it
+        as gone, even when the error carries a code or stage this coordinator does not know;
+        such a value is answered with an ``Error`` naming it."""
+        unknown: handlers.UnknownEnumValue | None = None
+        try:
+            _check_enums(session, error, "error")
+        except handlers.UnknownEnumValue as exc:
+            unknown = exc
+        route = self._routes.get(error.header.job_id)
+        if route is not None:
+            route.agent_error(session.agent_id, error)
+        if unknown is None:
+            return None
+        return handlers.error_message(unknown, header=error.header)
+
+
+def _check_enums(session: Session, message: Message, path: str = "") -> None:
+    """:func:`dpfl.server.handlers.check_enums`, logging a refusal as a warning with the agent's
+    id (an agent sending values this coordinator does not know runs another protocol version,
+    which the operator should hear of).
+
+    Raises:
+        UnknownEnumValue: as ``check_enums``.
+    """
+    try:
+        handlers.check_enums(message, path)
+    except handlers.UnknownEnumValue as exc:
+        _log.warning("agent %s: refused a message: %s", session.agent_id, exc)
+        raise
 
 
 async def _await_opening(inbound: AsyncIterator[Inbound], timeout: float) -> None:

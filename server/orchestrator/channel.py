@@ -16,15 +16,18 @@ store), so without the bound a participant could queue without limit there.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Callable, Collection
 
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.server.handlers import (
+    MAX_ERROR_TEXT,
     InboxFull,
     MalformedMessage,
     StaleRound,
     check_round_header,
+    enum_name,
 )
 from dpfl.server.settings import StreamLimits
 
@@ -40,6 +43,8 @@ KIND_STAGE: dict[str, pb.Stage] = {
 }
 
 Inbound = tuple[str, pb.AgentMessage | None]
+
+_log = logging.getLogger("dpfl.coordinator")
 
 
 class RoundChannel:
@@ -141,8 +146,21 @@ class RoundChannel:
             self._waiting_bytes[agent_id] -= waiting.popleft()
 
     def agent_error(self, agent_id: str, error: pb.Error) -> None:
+        """A participant reports an ``Error`` about this round: it leaves it, and its reason is
+        kept (cut to ``MAX_ERROR_TEXT``) and logged, whatever its code; a code this coordinator
+        does not know is named by its number, never raised."""
         if agent_id in self.participants and error.header.round == self.number:
-            self.errors.setdefault(agent_id, f"{pb.ErrorCode.Name(error.code)}: {error.message}")
+            code = enum_name(pb.ErrorCode.DESCRIPTOR, error.code)
+            reason = f"{code}: {error.message[:MAX_ERROR_TEXT]}"
+            if agent_id not in self.errors:
+                self.errors[agent_id] = reason
+                _log.info(
+                    "agent %s left round %d of job %s: %s",
+                    agent_id,
+                    self.number,
+                    self.job_id,
+                    reason,
+                )
             self._leave(agent_id)
 
     def disconnected(self, agent_id: str) -> None:
