@@ -9,13 +9,12 @@ the simulation runs on a worker thread with its own loop, so the call blocks eit
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Literal
 
+from dpfl.cli.data_location import locate_job_data, using_data_dir
 from dpfl.cli.sim_result import (
     Invitations,
     RoundInvitations,
@@ -60,24 +59,6 @@ def resolve_job(job: JobLike, *, seed: int | None = None) -> JobSpec:
     return parse_job({**job_to_dict(spec), "seed": seed})
 
 
-@contextlib.contextmanager
-def _data_dir(path: str | Path | None) -> Iterator[None]:
-    """``$DPFL_DATA_DIR`` set to ``path`` for the call (the coordinator and the agents read
-    their data sets from there), restored afterwards."""
-    if path is None:
-        yield
-        return
-    before = os.environ.get("DPFL_DATA_DIR")
-    os.environ["DPFL_DATA_DIR"] = str(path)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop("DPFL_DATA_DIR", None)
-        else:
-            os.environ["DPFL_DATA_DIR"] = before
-
-
 def simulate(
     job: JobLike,
     agents: int,
@@ -106,8 +87,9 @@ def simulate(
             of its fields or a YAML file's path; None: the default policy.
         agent_max_epsilon_per_job, agent_max_epsilon_total, agent_delta: override those policy
             fields (as ``dpfl simulate --agent-...``).
-        data_dir: where MNIST, Fashion-MNIST and USPS are read from (default
-            ``$DPFL_DATA_DIR``).
+        data_dir: the folder holding ``mnist/``, ``fashion-mnist/`` and ``usps/``, for a job
+            that reads them (default ``$DPFL_DATA_DIR``; README, "Data"); it is
+            ``$DPFL_DATA_DIR`` for the call only.
         database_url: the coordinator's database (default: a temporary SQLite file).
 
     Returns:
@@ -115,6 +97,9 @@ def simulate(
 
     Raises:
         dpfl.learning.jobs.JobSpecError: an invalid job.
+        dpfl.learning.errors.DatasetError: the job reads MNIST, Fashion-MNIST or USPS and
+            neither ``data_dir`` nor ``$DPFL_DATA_DIR`` gives a folder holding it (the message
+            names the folder as given).
         ValueError: bad agents, transport, budget or policy (the message names it).
     """
     spec = resolve_job(job, seed=seed)
@@ -142,7 +127,7 @@ def simulate(
         finally:
             await sim.close()
 
-    with _data_dir(data_dir):
+    with using_data_dir(locate_job_data(spec, data_dir, given_as="data_dir")):
         try:
             asyncio.get_running_loop()
         except RuntimeError:

@@ -43,6 +43,13 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--seed", default="dpfl-audit-default-seed", help="seed of the run (≥16 bytes)")
     p.add_argument("--device", default="cpu", help="where agents compute (cpu)")
     p.add_argument(
+        "--data-dir",
+        default=None,
+        metavar="DIR",
+        help="the folder holding mnist/, fashion-mnist/ and usps/, for jobs that read them "
+        "(default: $DPFL_DATA_DIR)",
+    )
+    p.add_argument(
         "--database-url",
         metavar="URL",
         help="store the audited run as a job with its ledger, and the audit with it "
@@ -68,18 +75,26 @@ def run_command(args: argparse.Namespace) -> int:
     if len(args.seed.encode()) < 16:
         print("error: --seed needs at least 16 bytes", file=sys.stderr)
         return 2
+    from dpfl.cli.data_location import locate_job_data, using_data_dir
+
     try:
         job = load_job(args.job)
-        report = run_audit(
-            job,
-            agents=args.agents,
-            canaries=args.canaries,
-            mode=args.mode,
-            confidence=args.confidence,
-            seed=args.seed.encode(),
-            guesses=args.guesses,
-            device=args.device,
-        )
+        data_folder = locate_job_data(job, args.data_dir, given_as="--data-dir")
+    except (LearningError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with using_data_dir(data_folder):
+            report = run_audit(
+                job,
+                agents=args.agents,
+                canaries=args.canaries,
+                mode=args.mode,
+                confidence=args.confidence,
+                seed=args.seed.encode(),
+                guesses=args.guesses,
+                device=args.device,
+            )
     except (LearningError, AccountingError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

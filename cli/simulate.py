@@ -621,6 +621,13 @@ def register(subparsers: Subparsers) -> None:
         metavar="D",
         help="override the δ the agents' policy measures ε at",
     )
+    parser.add_argument(
+        "--data-dir",
+        default=None,
+        metavar="DIR",
+        help="the folder holding mnist/, fashion-mnist/ and usps/, for jobs that read them "
+        "(default: $DPFL_DATA_DIR)",
+    )
     parser.add_argument("--database-url", default=None, help="default: a temporary SQLite file")
     parser.add_argument("--seed", type=int, default=None, help="override the job's seed")
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
@@ -645,6 +652,13 @@ def _main(args: argparse.Namespace) -> int:
         return 2
     if args.agents < 1:
         print("dpfl simulate: --agents must be >= 1", file=sys.stderr)
+        return 2
+    from dpfl.cli.data_location import locate_job_data, using_data_dir
+
+    try:
+        data_folder = locate_job_data(job, args.data_dir, given_as="--data-dir")
+    except LearningError as exc:
+        print(f"dpfl simulate: {exc}", file=sys.stderr)
         return 2
     from dpfl.client.policy import PolicyError
 
@@ -695,7 +709,8 @@ def _main(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"dpfl simulate: {exc}", file=sys.stderr)
             return 2
-    return run_command("dpfl simulate", _run(job, args), json_line=args.json)
+    with using_data_dir(data_folder):
+        return run_command("dpfl simulate", _run(job, args), json_line=args.json)
 
 
 def run_command(name: str, main: Coroutine[Any, Any, SimulationResult], *, json_line: bool) -> int:

@@ -1,10 +1,22 @@
 """Loaders of the built-in image data sets: ``digits``, ``mnist``, ``fashion-mnist``, ``usps``.
 
 ``digits`` is scikit-learn's copy of the UCI optical digits (1,797 images of 8x8 pixels with
-values 0..16), so it needs no files and is the default of demos and tests. The others are read from
-``$DPFL_DATA_DIR`` (or an explicit ``data_dir``) with the layout of the shared offline copy:
-``mnist/`` and ``fashion-mnist/`` hold the official IDX ``.gz`` files, ``usps/usps.h5`` the HDF5
-file with ``train/data``, ``train/target``, ``test/data``, ``test/target``.
+values 0..16), so it needs no files and is the default of demos and tests. The others are read
+from the **data folder**, with the layout of the shared offline copy: ``mnist/`` and
+``fashion-mnist/`` hold the official IDX ``.gz`` files, ``usps/usps.h5`` the HDF5 file with
+``train/data``, ``train/target``, ``test/data``, ``test/target``.
+
+One rule finds the data folder, for every command, the Python API and the coordinator
+(:func:`locate_data_dir`; README, "Data"):
+
+1. the folder given explicitly: ``--data-dir DIR`` (``dpfl simulate``, ``dpfl audit``,
+   ``dpfl-coordinator serve`` and ``job submit``, the benchmarks), ``data_dir=`` (``dpfl.simulate``,
+   :func:`~dpfl.learning.data.load_dataset`), the coordinator's ``data_dir`` setting;
+2. else ``$DPFL_DATA_DIR``;
+3. else none: a data set that needs files is refused, saying both ways to give the folder.
+
+There is no default folder. An error names the folder the way it was given (``--data-dir X``,
+``data_dir='X'``, ``DPFL_DATA_DIR=X``), never an option the user did not pass.
 
 Invariant: pixel values are scaled to [0, 1] (``/16`` for digits, ``/255`` for IDX files, USPS
 already is), images are shaped ``(1, H, W)``, and the published counts are checked (60,000/10,000
@@ -14,6 +26,7 @@ for the MNIST family), so a wrong or partial file fails loudly instead of traini
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,10 +40,13 @@ from dpfl.learning.specs import Spec
 
 __all__ = [
     "DATA_DIR_ENV",
+    "FILE_DATASETS",
+    "DataFolder",
     "load_digits_dataset",
     "load_fashion_mnist",
     "load_mnist",
     "load_usps",
+    "locate_data_dir",
     "resolve_data_dir",
 ]
 
@@ -50,31 +66,81 @@ FASHION_MNIST_CLASSES = (
 )
 
 
-def resolve_data_dir(data_dir: Path | str | None, *, dataset: str) -> Path:
-    """The folder holding ``mnist/``, ``fashion-mnist/`` and ``usps/``.
+#: The data sets read from the data folder, and the folder each one is in.
+FILE_DATASETS: dict[str, str] = {"mnist": "mnist", "fashion-mnist": "fashion-mnist", "usps": "usps"}
+_LAYOUT = "the folder holding mnist/, fashion-mnist/ and usps/"
+
+
+@dataclass(frozen=True, slots=True)
+class DataFolder:
+    """The data folder and how it was given (for messages).
+
+    Attributes:
+        path: the folder (``~`` expanded).
+        origin: how the user gave it, e.g. ``--data-dir /data``, ``data_dir='/data'``,
+            ``DPFL_DATA_DIR=/data``.
+    """
+
+    path: Path
+    origin: str
+
+
+def locate_data_dir(
+    data_dir: Path | str | None = None,
+    *,
+    given_as: str = "data_dir",
+    needs: tuple[str, ...] = (),
+) -> DataFolder:
+    """The data folder by the one rule of this module: ``data_dir``, else ``$DPFL_DATA_DIR``.
 
     Args:
-        data_dir: an explicit folder; ``None`` reads ``$DPFL_DATA_DIR``.
-        dataset: the data set being loaded, for the error message.
+        data_dir: the folder given explicitly, or None.
+        given_as: how ``data_dir`` was given, for messages: a flag (``"--data-dir"``) or a
+            parameter name (``"data_dir"``).
+        needs: data sets about to be read (``FILE_DATASETS`` names); their folders must be
+            there.
 
     Raises:
-        DatasetError: neither is set, or the folder does not exist.
+        DatasetError: no folder given and ``$DPFL_DATA_DIR`` unset, or the folder (or one that
+            ``needs`` names inside it) does not exist, naming the folder as it was given.
     """
-    if data_dir is None:
-        env = os.environ.get(DATA_DIR_ENV, "").strip()
-        if not env:
-            raise DatasetError(
-                f"data set {dataset!r} is read from files: set {DATA_DIR_ENV} to the folder "
-                "holding mnist/, fashion-mnist/ and usps/ (or pass data_dir)"
-            )
-        data_dir = env
-    path = Path(data_dir).expanduser()
+    if needs:
+        names = ", ".join(repr(n) for n in needs)
+        what = f"data set {names} is" if len(needs) == 1 else f"data sets {names} are"
+    else:
+        what = "mnist, fashion-mnist and usps are"
+    if data_dir is not None and str(data_dir).strip():
+        raw = str(data_dir)
+        origin = f"{given_as} {raw}" if given_as.startswith("-") else f"{given_as}={raw!r}"
+    else:
+        raw = os.environ.get(DATA_DIR_ENV, "").strip()
+        if not raw:
+            if given_as.startswith("-"):
+                how = f"give it with {given_as} DIR or set {DATA_DIR_ENV}=DIR"
+            else:
+                how = f"set {DATA_DIR_ENV} to it (or pass {given_as})"
+            raise DatasetError(f"{what} read from files in a data folder ({_LAYOUT}): {how}")
+        origin = f"{DATA_DIR_ENV}={raw}"
+    path = Path(raw).expanduser()
     if not path.is_dir():
-        raise DatasetError(
-            f"data set {dataset!r}: data folder {path} does not exist "
-            f"({DATA_DIR_ENV}={os.environ.get(DATA_DIR_ENV, '')!r})"
-        )
-    return path
+        raise DatasetError(f"{origin}: no such folder (it should be {_LAYOUT})")
+    for name in needs:
+        folder = FILE_DATASETS.get(name)
+        if folder is not None and not (path / folder).is_dir():
+            raise DatasetError(
+                f"{origin}: it holds no {folder}/ folder, which data set {name!r} is read from "
+                f"(it should be {_LAYOUT})"
+            )
+    return DataFolder(path, origin)
+
+
+def resolve_data_dir(data_dir: Path | str | None, *, dataset: str) -> DataFolder:
+    """The data folder a loader reads ``dataset`` from (:func:`locate_data_dir`).
+
+    Raises:
+        DatasetError: as :func:`locate_data_dir`.
+    """
+    return locate_data_dir(data_dir, needs=(dataset,))
 
 
 def load_digits_dataset(spec: Spec, data_dir: Path | str | None) -> Dataset:
@@ -116,7 +182,8 @@ def _load_idx_family(
     spec.check_options((), error=DatasetError)
     if spec.path is not None:
         raise DatasetError(f"{spec}: takes no path; it is read from ${DATA_DIR_ENV}/{folder}/")
-    root = resolve_data_dir(data_dir, dataset=spec.name) / folder
+    located = resolve_data_dir(data_dir, dataset=spec.name)
+    root = located.path / folder
     arrays: dict[str, NDArray[np.uint8]] = {}
     sources = []
     for split, prefix, count in (("train", "train", 60_000), ("test", "t10k", 10_000)):
@@ -126,7 +193,7 @@ def _load_idx_family(
             images = read_idx(images_path, expected_magic=IDX_IMAGES_MAGIC)
             labels = read_idx(labels_path, expected_magic=IDX_LABELS_MAGIC)
         except DatasetError as exc:
-            raise DatasetError(f"{spec.name} ({DATA_DIR_ENV}={root.parent}): {exc}") from None
+            raise DatasetError(f"{spec.name} ({located.origin}): {exc}") from None
         if images.shape != (count, 28, 28) or labels.shape != (count,):
             raise DatasetError(
                 f"{spec.name}: {images_path} has shape {images.shape} and {labels_path} "
@@ -168,9 +235,10 @@ def load_usps(spec: Spec, data_dir: Path | str | None) -> Dataset:
     spec.check_options((), error=DatasetError)
     if spec.path is not None:
         raise DatasetError(f"{spec}: takes no path; it is read from ${DATA_DIR_ENV}/usps/usps.h5")
-    path = resolve_data_dir(data_dir, dataset="usps") / "usps" / "usps.h5"
+    located = resolve_data_dir(data_dir, dataset="usps")
+    path = located.path / "usps" / "usps.h5"
     if not path.is_file():
-        raise DatasetError(f"usps: file {path} not found ({DATA_DIR_ENV}={path.parent.parent})")
+        raise DatasetError(f"usps: file {path} not found ({located.origin})")
     import h5py  # deferred: only this loader needs it
 
     parts: dict[str, NDArray[np.generic]] = {}

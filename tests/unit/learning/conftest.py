@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from support.paths import ROOT
+from support.paths import SHARED_DATA, data_dir_for_tests
 
 from dpfl.learning.device import cpu_threads
 
@@ -22,12 +21,12 @@ def _one_torch_thread() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def shared_data_dir() -> Path:
-    """``$DPFL_DATA_DIR``, else ``../shared/data`` beside the repository; skip when absent."""
-    env = os.environ.get("DPFL_DATA_DIR", "").strip()
-    candidate = Path(env) if env else ROOT.parent / "shared" / "data"
-    if not (candidate / "mnist").is_dir():
+    """The tests' data folder (``support.paths.data_dir_for_tests``: ``$DPFL_DATA_DIR``, else
+    ``../shared/data`` beside the repository); skip, saying where it looked, when absent."""
+    found = data_dir_for_tests()
+    if found is None or not (found / "mnist").is_dir():
         pytest.skip(
-            f"offline image data not found at {candidate} "
+            f"offline image data not found at {found or SHARED_DATA} "
             "(set DPFL_DATA_DIR to the folder holding mnist/, fashion-mnist/, usps/)"
         )
-    return candidate
+    return found

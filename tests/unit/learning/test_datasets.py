@@ -99,7 +99,7 @@ def test_missing_data_dir_says_which_variable(monkeypatch: pytest.MonkeyPatch) -
     with pytest.raises(DatasetError, match="set DPFL_DATA_DIR"):
         load_dataset("mnist", cache=False)
     monkeypatch.setenv("DPFL_DATA_DIR", "/nonexistent/dpfl-data")
-    with pytest.raises(DatasetError, match="/nonexistent/dpfl-data does not exist"):
+    with pytest.raises(DatasetError, match="DPFL_DATA_DIR=/nonexistent/dpfl-data: no such folder"):
         load_dataset("usps", cache=False)
 
 
@@ -111,7 +111,7 @@ def _write_idx(path: Path, magic: int, array: np.ndarray) -> None:
 def test_missing_and_corrupt_mnist_files_name_path_and_variable(tmp_path: Path) -> None:
     folder = tmp_path / "mnist"
     folder.mkdir()
-    with pytest.raises(DatasetError, match=r"DPFL_DATA_DIR=.*train-images-idx3-ubyte.gz: file not"):
+    with pytest.raises(DatasetError, match=r"data_dir=.*train-images-idx3-ubyte.gz: file not"):
         load_dataset("mnist", data_dir=tmp_path, cache=False)
     images = np.zeros((5, 28, 28), dtype=np.uint8)
     _write_idx(folder / "train-images-idx3-ubyte.gz", 2049, images)  # wrong magic

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -300,18 +299,13 @@ def test_stratified_take_is_exact() -> None:
 
 # -- the paper's setting: agents hold MNIST, the public pool is USPS -----------------------------
 
-_HAS_FILES = bool(os.environ.get(DATA_DIR_ENV)) and all(
-    (Path(os.environ.get(DATA_DIR_ENV, "")) / p).exists()
-    for p in ("mnist/train-images-idx3-ubyte.gz", "usps/usps.h5")
-)
 
-
-@pytest.mark.skipif(
-    not _HAS_FILES,
-    reason=f"needs MNIST and USPS under ${DATA_DIR_ENV} (mnist/*.gz and usps/usps.h5)",
-)
 @pytest.mark.parametrize("box", [None, 20])
-def test_mnist_agents_with_a_usps_pool(box: int | None) -> None:
+def test_mnist_agents_with_a_usps_pool(
+    box: int | None, shared_data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the data folder of every test (tests/conftest.py): $DPFL_DATA_DIR, else ../shared/data
+    monkeypatch.setenv(DATA_DIR_ENV, str(shared_data_dir))
     public: dict[str, Any] = {"source": "usps", "count": 3000}
     if box is not None:
         public["box"] = box
