@@ -46,6 +46,7 @@ from dpfl.client.transport import CoordinatorLink
 from dpfl.learning.algorithms.base import AgentData, Algorithm
 from dpfl.protos import secagg_wire
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
+from dpfl.protos.enums import enum_name
 from dpfl.secagg import RoundParameters
 from dpfl.secagg import client as secagg_client
 from dpfl.secagg import messages as sm
@@ -634,7 +635,7 @@ class JobWorker:
         for a good one; without this agent's ``Error`` (with the round's header) it would wait
         for the stage deadline before counting the agent as a dropout."""
         header = error.header
-        text = f"{pb.ErrorCode.Name(error.code)}: {error.message}"
+        text = f"{enum_name(pb.ErrorCode.DESCRIPTOR, error.code)}: {error.message}"
         self.agent.emit(EventKind.COORDINATOR_ERROR, self.job_id, header.round, text)
         attempt = self.current
         if attempt is None or header.round != attempt.number:
@@ -651,7 +652,4 @@ class JobWorker:
 
 
 def _stage(stage: int) -> str:
-    try:
-        return pb.Stage.Name(stage)
-    except ValueError:
-        return f"stage {stage}"
+    return enum_name(pb.Stage.DESCRIPTOR, stage)

@@ -27,6 +27,7 @@ from dpfl.client.transport import CoordinatorLink, LinkClosedError
 from dpfl.learning.algorithms.base import AgentData, Algorithm, get_algorithm
 from dpfl.protos import secagg_wire
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
+from dpfl.protos.enums import enum_name
 from dpfl.secagg.randomness import RandomSource, SystemRandomSource
 
 __all__ = ["LinkSummary", "TaskLoop"]
@@ -170,7 +171,7 @@ class _LinkSession:
         if kind == "error" and not body.header.job_id:
             self.loop.emit(
                 EventKind.COORDINATOR_ERROR,
-                message=f"{pb.ErrorCode.Name(body.code)}: {body.message}",
+                message=f"{enum_name(pb.ErrorCode.DESCRIPTOR, body.code)}: {body.message}",
             )
             return
         if not body.HasField("header") or not body.header.job_id:

@@ -16,10 +16,11 @@ import logging
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar, Protocol, TypeAlias, cast
 
-from google.protobuf.descriptor import Descriptor, EnumDescriptor, FieldDescriptor
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
 
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
+from dpfl.protos.enums import enum_name
 from dpfl.server.errors import InvalidCredential, InvalidInput, NotFound, ServerError
 from dpfl.server.jobs_control import submit_job
 from dpfl.server.settings import Settings
@@ -118,13 +119,6 @@ class UnknownEnumValue(MalformedMessage):
         self.field = field
         self.enum = enum
         self.value = value
-
-
-def enum_name(enum: EnumDescriptor, value: int) -> str:
-    """The name of an enum value, or ``"<value> (unknown <enum>)"``: text about an agent's
-    message must not raise on a value this coordinator does not know."""
-    known = enum.values_by_number.get(value)
-    return known.name if known is not None else f"{value} (unknown {enum.name})"
 
 
 #: Per message type: its fields that are enums (with their known numbers) or hold one.
