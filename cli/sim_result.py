@@ -2,12 +2,14 @@
 
 Built from the coordinator's store after the job (the round records keep each round's invited,
 accepted and declined agents with the reason each decliner sent) and from the runner's round
-reports. :meth:`SimulationResult.to_json` is the ``--json`` line and what ``dpfl.simulate``
-returns; the fields are documented in docs/utility.md#what-the-simulation-reports.
+reports. :class:`SimulationResult` is what ``dpfl.simulate`` returns; its ``to_json()`` is the
+``--json`` line (a string) and ``to_dict()`` the same document as a dict; the fields are
+documented in docs/utility.md#what-the-simulation-reports.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -53,7 +55,7 @@ class RoundInvitations:
     excluded_over_budget: int
     abort_reason: str | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "round": self.round,
             "attempt": self.attempt,
@@ -83,7 +85,7 @@ class Invitations:
     declined_by_rule: Mapping[str, int] = field(default_factory=dict)
     example: Mapping[str, str] = field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "sent": self.sent,
             "accepted": self.accepted,
@@ -102,7 +104,7 @@ class StopReason:
     kind: StopKind
     message: str
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "message": self.message}
 
 
@@ -190,7 +192,8 @@ def stop_reason(
 
 @dataclass(frozen=True)
 class SimulationResult:
-    """What a simulated job produced (the ``--json`` line is :meth:`to_json`)."""
+    """What a simulated job produced: :meth:`to_json` is the ``--json`` line (a string),
+    :meth:`to_dict` the same document as a dict."""
 
     job: str
     job_id: str
@@ -212,7 +215,7 @@ class SimulationResult:
     per_round: Sequence[RoundInvitations] = ()
     stop: StopReason | None = None
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "job": self.job,
             "algorithm": self.algorithm,
@@ -228,7 +231,12 @@ class SimulationResult:
             "claimed_epsilon": self.claimed_epsilon,
             "claim": self.claim,
             "metrics": dict(self.metrics),
-            "invitations": self.invitations.to_json(),
-            "per_round": [r.to_json() for r in self.per_round],
-            "stop_reason": None if self.stop is None else self.stop.to_json(),
+            "invitations": self.invitations.to_dict(),
+            "per_round": [r.to_dict() for r in self.per_round],
+            "stop_reason": None if self.stop is None else self.stop.to_dict(),
         }
+
+    def to_json(self) -> str:
+        """The ``dpfl simulate --json`` line: :meth:`to_dict` as one line of JSON (an unbounded
+        ε is written ``Infinity``, as Python's ``json`` module reads and writes it)."""
+        return json.dumps(self.to_dict())

@@ -13,7 +13,6 @@ import argparse
 import asyncio
 import contextlib
 import functools
-import json
 import math
 import secrets
 import sys
@@ -725,7 +724,7 @@ def run_command(name: str, main: Coroutine[Any, Any, SimulationResult], *, json_
         print(f"{name}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     if json_line:
-        print(json.dumps(result.to_json()), flush=True)
+        print(result.to_json(), flush=True)
     return 0 if result.status == "completed" else 1
 
 

@@ -37,6 +37,6 @@ def test_the_learned_clip_is_kept_between_rounds_and_reported() -> None:
     clip = result.metrics["clip"]
     assert clip != 5.0
     assert 0 < clip < 5.0 * 2.0**20
-    assert result.to_json()["metrics"]["clip"] == clip
+    assert result.to_dict()["metrics"]["clip"] == clip
     assert "clipped_fraction" in result.metrics
     assert max(result.epsilon.values()) <= 4.0 + 1e-6

@@ -61,7 +61,7 @@ def test_simulate_runs_inside_a_running_event_loop(tmp_path: Path) -> None:
     assert result.rounds_completed == 2
     assert result.accuracy is not None
     assert 0.0 <= result.accuracy <= 1.0
-    line = result.to_json()
+    line = result.to_dict()
     assert line["rounds_completed"] == 2
     assert line["accuracy"] == result.accuracy
     planned = dpfl.privacy.epsilon(JOB, agents=2).epsilon

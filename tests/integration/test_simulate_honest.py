@@ -48,7 +48,7 @@ def test_declines_of_the_agents_policy_are_counted_per_rule() -> None:
     assert result.stop is not None
     assert result.stop.kind == "rounds_aborted"
     assert "0 of 3 invited clients accepted" in result.stop.message
-    line = result.to_json()
+    line = result.to_dict()
     assert line["invitations"]["declined_by_rule"] == {"max_epsilon_per_job": inv.declined}
     assert line["stop_reason"] == {"kind": "rounds_aborted", "message": result.stop.message}
     assert max(result.epsilon.values()) < 2.5  # only round 1 was charged
@@ -60,7 +60,7 @@ def test_a_spent_coordinator_budget_stops_the_job_saying_so() -> None:
     assert result.stop is not None
     assert result.stop.kind == "budget_exhausted"
     assert "no client of the population can afford another round" in result.stop.message
-    assert result.to_json()["stop_reason"]["kind"] == "budget_exhausted"
+    assert result.to_dict()["stop_reason"]["kind"] == "budget_exhausted"
     assert result.invitations.declined == 0
     assert max(result.epsilon.values()) <= 2.5
 
@@ -71,7 +71,7 @@ def test_a_generous_policy_lets_every_agent_take_part_and_the_json_line_matches(
     result = dpfl.simulate(JOB, 3, agent_max_epsilon_per_job=100.0, budget_epsilon=100.0)
     assert result.status == "completed"
     assert result.stop is None
-    assert result.to_json()["stop_reason"] is None
+    assert result.to_dict()["stop_reason"] is None
     assert (result.invitations.sent, result.invitations.accepted) == (9, 9)
     assert result.invitations.declined_by_rule == {}
     job_file = tmp_path / "job.json"
@@ -100,7 +100,7 @@ def test_a_generous_policy_lets_every_agent_take_part_and_the_json_line_matches(
     )
     assert done.returncode == 0, done.stderr[-2000:]
     line = json.loads(done.stdout.strip().splitlines()[-1])
-    mine = json.loads(json.dumps(result.to_json()))
+    mine = json.loads(json.dumps(result.to_dict()))
     assert set(line) == set(mine)
     # the agents' noise comes from the system CSPRNG: accuracy, metrics and timing differ
     for key in ("accuracy", "metrics", "wall_s"):

@@ -33,7 +33,7 @@ def test_the_claim_is_printed_apart_and_named() -> None:
     assert "max 31.500" in text  # the charged ε
     assert "claimed ε 4.000 (not a bound, not charged" in text
     assert "NOT a proven bound" in text
-    line = _result(claimed_epsilon=4.0, claim=CLAIM_LABEL).to_json()
+    line = _result(claimed_epsilon=4.0, claim=CLAIM_LABEL).to_dict()
     assert (line["claimed_epsilon"], line["claim"]) == (4.0, CLAIM_LABEL)
     assert line["epsilon"] == {"agent-a": 31.5, "agent-b": 31.5}
 
@@ -42,7 +42,7 @@ def test_no_claim_no_line() -> None:
     console = Console(record=True, width=400)
     summary(console, _result())
     assert "claimed" not in console.export_text()
-    assert _result().to_json()["claimed_epsilon"] is None
+    assert _result().to_dict()["claimed_epsilon"] is None
 
 
 def test_declines_and_the_stop_reason_are_printed_with_the_flag_to_change() -> None:
@@ -67,6 +67,6 @@ def test_declines_and_the_stop_reason_are_printed_with_the_flag_to_change() -> N
     )
     assert "stopped early (budget_exhausted) after 2 of 4 rounds" in text
     assert "--budget-epsilon" in text
-    line = result.to_json()
+    line = result.to_dict()
     assert line["invitations"]["declined_by_rule"] == {"max_epsilon_total": 4}
     assert line["stop_reason"]["kind"] == "budget_exhausted"
