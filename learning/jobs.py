@@ -9,10 +9,15 @@ reported as ``path.to.field: what is wrong`` in a :class:`JobSpecError`.
 from __future__ import annotations
 
 import json
+import math
 import re
-from collections.abc import Mapping
+import types
+import typing
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Union
 
 import yaml
@@ -23,6 +28,7 @@ from pydantic import (
     Field,
     TypeAdapter,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -33,10 +39,13 @@ if TYPE_CHECKING:
     from dpfl.learning.data.public import JobSplits, PublicPool
 
 __all__ = [
+    "FIELD_RANGES",
     "DataSpec",
+    "FieldRange",
     "JobSpec",
     "JobSpecError",
     "ModelUpdateJob",
+    "NumericField",
     "PrivacySpec",
     "PublicSpec",
     "SecAggSpec",
@@ -45,13 +54,14 @@ __all__ = [
     "VotingJob",
     "VotingParams",
     "describe_error",
+    "job_json_schema",
     "job_spec_union",
     "job_to_dict",
     "load_job",
+    "numeric_fields",
     "parse_job",
 ]
 
-_SCHEMES = ("iid", "shards", "dirichlet")
 _BUILTIN_DATASETS = ("digits", "mnist", "fashion-mnist", "usps")
 
 
@@ -63,8 +73,190 @@ class JobSpecError(LearningError, ValueError):
         super().__init__("invalid job specification: " + "; ".join(self.problems))
 
 
+@dataclass(frozen=True, slots=True)
+class FieldRange:
+    """The closed interval ``[low, high]`` a numeric field must also lie in (None: no bound
+    beyond the field's own constraint)."""
+
+    low: float | None
+    high: float | None
+
+
+_SEED = FieldRange(0, 2**32 - 1)  # what every seeded generator (numpy's legacy ones too) takes
+_RECORDS = FieldRange(None, 10**8)  # records of one data set: more than any host holds
+_RATE = FieldRange(1e-6, None)  # a sampling rate: q·N ≥ 1 needs N ≤ 10**6 agents
+_SCALE = FieldRange(1e-6, 1e6)  # a norm or radius in the data's units
+_STEP = FieldRange(None, 100.0)  # a learning rate: larger ones diverge at the first step
+_PASSES = FieldRange(None, 10_000)  # passes or steps of local work per round
+_WIDTH = FieldRange(None, 65_536)  # a layer or feature width (weights d × width in memory)
+
+#: The ranges of a job document's numeric fields beyond their own constraints, by field name (a
+#: name means the same wherever it appears, so the algorithms' ``params`` are bounded here too).
+#: Every numeric field of every registered algorithm has a finite range (its own constraint
+#: meeting this one; tests/unit/learning/test_job_ranges.py holds them to it), which a job on
+#: real hardware can use: the table in docs/api.md#job-document-ranges says why each.
+FIELD_RANGES: Mapping[str, FieldRange] = MappingProxyType(
+    {
+        # the job
+        "rounds": FieldRange(1, 100_000),
+        "seed": _SEED,
+        # data
+        "classes_per_agent": FieldRange(1, 1000),
+        "alpha": FieldRange(1e-3, 1e3),
+        "count": _RECORDS,
+        "agent_readable": _RECORDS,
+        "box": FieldRange(1, 4096),
+        # privacy
+        "delta": FieldRange(1e-30, None),
+        "target_epsilon": FieldRange(1e-3, 1e3),
+        "noise_multiplier": FieldRange(0.01, 1e5),
+        "sigma": FieldRange(0.01, 1e5),
+        "honest_fraction": FieldRange(0.01, None),
+        # params: local work
+        "clip": _SCALE,
+        "input_clip": _SCALE,
+        "radius": _SCALE,
+        "regularization": _SCALE,
+        "norm": _SCALE,
+        "huber_h": FieldRange(1e-6, 10.0),
+        "count_noise": FieldRange(None, 1e6),
+        "sampling_rate": _RATE,
+        "batch_sampling_rate": _RATE,
+        "client_sampling_rate": _RATE,
+        "local_steps": _PASSES,
+        "local_epochs": FieldRange(None, 1000),
+        "epochs": _PASSES,
+        "teacher_epochs": _PASSES,
+        "student_epochs": _PASSES,
+        "teacher_patience": _PASSES,
+        "iterations": _PASSES,
+        "batch_size": FieldRange(None, 100_000),
+        "expected_batch_size": FieldRange(None, 100_000),
+        "min_local_size": _RECORDS,
+        "max_local_size": _RECORDS,
+        "samples": FieldRange(None, 10**7),
+        "learning_rate": _STEP,
+        "server_learning_rate": _STEP,
+        "teacher_learning_rate": _STEP,
+        "student_learning_rate": _STEP,
+        "epsilon": FieldRange(1e-12, 10.0),
+        "sigma_ls": FieldRange(None, 1000.0),
+        "unlabeled_weight": FieldRange(None, 1000.0),
+        "vat_epsilon": FieldRange(None, 100.0),
+        # params: shapes
+        "projection_dim": _WIDTH,
+        "projection_seed": _SEED,
+        "centroids": _WIDTH,
+        "dim": _WIDTH,
+        "patch": FieldRange(None, 64),
+        "stride": FieldRange(None, 64),
+        "queries": FieldRange(None, 1_000_000),
+        "k": FieldRange(None, 100_000),
+    }
+)
+
+
+def _number_types(annotation: Any, *, items: bool = False) -> set[type]:
+    """The int, float and bool types an annotation admits (through Optional, unions and
+    Annotated; with ``items``, also as the items of a tuple)."""
+    out: set[type] = set()
+    stack = [annotation]
+    while stack:
+        item = stack.pop()
+        origin = typing.get_origin(item)
+        if origin is Annotated:
+            stack.append(typing.get_args(item)[0])
+        elif origin is Union or origin is types.UnionType:
+            stack.extend(typing.get_args(item))
+        elif items and origin is tuple:
+            stack.extend(a for a in typing.get_args(item) if a is not Ellipsis)
+        elif item in (int, float, bool):
+            out.add(item)
+    return out
+
+
+@cache
+def _is_number_field(model: type[BaseModel], name: str) -> bool:
+    """Whether the field holds a number, or a tuple of numbers (never a boolean)."""
+    field = model.model_fields.get(name)
+    if field is None:
+        return False
+    kinds = _number_types(field.annotation, items=True)
+    return bool(kinds & {int, float}) and bool not in kinds
+
+
+def _flag_booleans(value: Any) -> Any:
+    if isinstance(value, bool):
+        return _BooleanNumber(value)
+    if isinstance(value, list | tuple) and any(isinstance(v, bool) for v in value):
+        return [_BooleanNumber(v) if isinstance(v, bool) else v for v in value]
+    return value
+
+
+def _out_of_range(name: str, value: Any) -> str | None:
+    """``must be ... (got ...)`` when a number of field ``name`` leaves its range."""
+    bounds = FIELD_RANGES.get(name)
+    if bounds is None or isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    if bounds.low is not None and value < bounds.low:
+        return f"must be >= {_num(bounds.low)} (got {_num(value)})"
+    if bounds.high is not None and value > bounds.high:
+        return f"must be <= {_num(bounds.high)} (got {_num(value)})"
+    return None
+
+
+class _BooleanNumber:
+    """A boolean where a number is expected (:class:`Strict` puts it in place of the value): no
+    number validator accepts it, and :func:`describe_error` names it."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: bool) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return "true" if self.value else "false"
+
+
 class Strict(BaseModel):
+    """The base of every model of a job document: unknown fields refused, frozen, finite numbers
+    only; a boolean is not a number (``rounds: true`` is refused, not read as 1), and every
+    number lies in its field's :data:`FIELD_RANGES` entry."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, data: Any) -> Any:
+        # pydantic reads true as 1 even where a number is expected; a before validator of each
+        # field cannot do this check (discriminator fields refuse one), so the model's does
+        if not isinstance(data, Mapping):
+            return data
+        flagged = [
+            key
+            for key, value in data.items()
+            if isinstance(key, str)
+            and _flag_booleans(value) is not value
+            and _is_number_field(cls, key)
+        ]
+        if not flagged:
+            return data
+        return {k: _flag_booleans(v) if k in flagged else v for k, v in data.items()}
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _in_range(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.field_name:
+            problem = _out_of_range(info.field_name, value)
+            if problem is not None:
+                raise ValueError(problem)
+        if isinstance(value, BaseModel) and not isinstance(value, Strict):
+            # a strict contract inside a job (e.g. params.adaptive_clipping): its numbers too
+            for name in type(value).model_fields:
+                problem = _out_of_range(name, getattr(value, name))
+                if problem is not None:
+                    raise ValueError(f"{info.field_name}.{name}: {problem}")
+        return value
 
 
 # ---------------------------------------------------------------------------------------------
@@ -564,6 +756,122 @@ def job_spec_union() -> Any:
     return Annotated[variants, Field(discriminator="algorithm")]
 
 
+def _tighten(node: dict[str, Any], bounds: FieldRange) -> None:
+    """Narrow a number schema's bounds to ``bounds`` (keeping a tighter one of its own)."""
+    if node.get("type") not in ("integer", "number"):
+        return
+    if bounds.low is not None:
+        own = max(node.get("minimum", -math.inf), node.get("exclusiveMinimum", -math.inf))
+        if bounds.low > own or (bounds.low == own and "minimum" in node):
+            node.pop("exclusiveMinimum", None)
+            node["minimum"] = bounds.low
+    if bounds.high is not None:
+        own = min(node.get("maximum", math.inf), node.get("exclusiveMaximum", math.inf))
+        if bounds.high < own or (bounds.high == own and "maximum" in node):
+            node.pop("exclusiveMaximum", None)
+            node["maximum"] = bounds.high
+
+
+def job_json_schema(*, ref_template: str = "#/$defs/{model}") -> dict[str, Any]:
+    """The JSON schema of a job document (every registered variant), with each number's
+    :data:`FIELD_RANGES` entry as its ``minimum`` and ``maximum``."""
+    schema: dict[str, Any] = TypeAdapter(job_spec_union()).json_schema(ref_template=ref_template)
+    for definition in schema.get("$defs", {}).values():
+        for name, prop in definition.get("properties", {}).items():
+            bounds = FIELD_RANGES.get(name)
+            if bounds is not None:
+                for node in [prop, *prop.get("anyOf", [])]:
+                    _tighten(node, bounds)
+    return schema
+
+
+@dataclass(frozen=True, slots=True)
+class NumericField:
+    """One numeric field of a job document and the range it may take.
+
+    Attributes:
+        path: where it is, e.g. ``params.clip``.
+        integer: an integer (else a number).
+        low, high: the bounds (None: none).
+        low_open, high_open: the bound itself is excluded.
+        algorithms: the algorithms whose documents have it.
+    """
+
+    path: str
+    integer: bool
+    low: float | None
+    low_open: bool
+    high: float | None
+    high_open: bool
+    algorithms: tuple[str, ...]
+
+
+def _own_bounds(field: Any) -> tuple[float | None, bool, float | None, bool]:
+    low: float | None = None
+    high: float | None = None
+    low_open = high_open = False
+    for item in field.metadata:
+        for attribute, is_low, is_open in (("ge", 1, 0), ("gt", 1, 1), ("le", 0, 0), ("lt", 0, 1)):
+            bound = getattr(item, attribute, None)
+            if bound is None:
+                continue
+            if is_low and (low is None or bound > low):
+                low, low_open = float(bound), bool(is_open)
+            elif not is_low and (high is None or bound < high):
+                high, high_open = float(bound), bool(is_open)
+    return low, low_open, high, high_open
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    out: list[type[BaseModel]] = []
+    stack = [annotation]
+    while stack:
+        item = stack.pop()
+        origin = typing.get_origin(item)
+        if origin is Annotated:
+            stack.append(typing.get_args(item)[0])
+        elif origin is Union or origin is types.UnionType:
+            stack.extend(typing.get_args(item))
+        elif isinstance(item, type) and issubclass(item, BaseModel):
+            out.append(item)
+    return out
+
+
+def _walk(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, type[BaseModel], str]]:
+    for name, field in model.model_fields.items():
+        path = f"{prefix}{name}"
+        yield path, model, name
+        for sub in _models_in(field.annotation):
+            yield from _walk(sub, f"{path}.")
+
+
+def numeric_fields() -> list[NumericField]:
+    """Every numeric field of the registered job documents with its effective range (its own
+    constraint and its :data:`FIELD_RANGES` entry together), sorted by path."""
+    found: dict[tuple[str, bool, float | None, bool, float | None, bool], list[str]] = {}
+    for variant in _registered_types():
+        seen: set[tuple[str, bool, float | None, bool, float | None, bool]] = set()
+        for path, model, name in _walk(variant, ""):
+            field = model.model_fields[name]
+            kinds = _number_types(field.annotation)
+            if not kinds & {int, float} or bool in kinds:
+                continue
+            low, low_open, high, high_open = _own_bounds(field)
+            extra = FIELD_RANGES.get(name)
+            if extra is not None and extra.low is not None and (low is None or extra.low > low):
+                low, low_open = float(extra.low), False
+            if extra is not None and extra.high is not None and (high is None or extra.high < high):
+                high, high_open = float(extra.high), False
+            key = (path, float not in kinds, low, low_open, high, high_open)
+            if key not in seen:
+                seen.add(key)
+                found.setdefault(key, []).append(variant.tag())
+    return sorted(
+        (NumericField(*key, algorithms=tuple(sorted(tags))) for key, tags in found.items()),
+        key=lambda f: (f.path, f.algorithms),
+    )
+
+
 @cache
 def _adapter(types: tuple[type[JobSpec], ...]) -> TypeAdapter[JobSpec]:
     del types  # the cache key: the registered variants
@@ -575,6 +883,50 @@ def _registered_types() -> tuple[type[JobSpec], ...]:
     from dpfl.learning.algorithms.registry import job_types
 
     return job_types()
+
+
+@dataclass(frozen=True, slots=True)
+class _Unions:
+    """The discriminated unions of the job documents: their tags by discriminator name
+    (``algorithm``, ``scheme``, ``kind``...) and the fields that hold one."""
+
+    tags: dict[str, tuple[str, ...]]
+    fields: frozenset[str]
+
+
+@cache
+def _unions(variants: tuple[type[JobSpec], ...]) -> _Unions:
+    tags: dict[str, list[str]] = {"algorithm": [t.tag() for t in variants]}
+    fields: set[str] = set()
+
+    def add(discriminator: str, annotation: Any) -> None:
+        found = tags.setdefault(discriminator, [])
+        for member in _models_in(annotation):
+            tag = member.model_fields.get(discriminator)
+            for value in typing.get_args(tag.annotation) if tag is not None else ():
+                if str(value) not in found:
+                    found.append(str(value))
+
+    for variant in variants:
+        for _, model, name in _walk(variant, ""):
+            field = model.model_fields[name]
+            if isinstance(field.discriminator, str):
+                add(field.discriminator, field.annotation)
+                fields.add(name)
+            stack = [field.annotation]
+            while stack:  # a discriminated union inside Optional[...]
+                item = stack.pop()
+                if typing.get_origin(item) is Annotated:
+                    inner, *extras = typing.get_args(item)
+                    for extra in extras:
+                        discriminator = getattr(extra, "discriminator", None)
+                        if isinstance(discriminator, str):
+                            add(discriminator, inner)
+                            fields.add(name)
+                    stack.append(inner)
+                elif typing.get_origin(item) in (Union, types.UnionType):
+                    stack.extend(typing.get_args(item))
+    return _Unions({k: tuple(v) for k, v in tags.items()}, frozenset(fields))
 
 
 def _algorithm_names() -> tuple[str, ...]:
@@ -598,6 +950,10 @@ def describe_error(error: Mapping[str, Any]) -> str:
     kind = error["type"]
     ctx = error.get("ctx") or {}
     got = error.get("input")
+    if isinstance(got, _BooleanNumber) or (
+        isinstance(got, bool) and kind in ("int_type", "float_type")  # a strict contract's
+    ):
+        return f"must be a number, not a boolean (got {str(got).lower()})"
     scalar = isinstance(got, int | float | str) and not isinstance(got, bool)
     shown = f" (got {got!r})" if scalar else ""
     bounds = {
@@ -611,6 +967,8 @@ def describe_error(error: Mapping[str, Any]) -> str:
         return f"must be {bounds[kind]} {_num(limit)}{shown}"
     if kind == "finite_number":
         return f"must be a finite number{shown}"
+    if kind == "int_parsing_size":
+        return f"is too large for an integer{shown}"
     if kind == "extra_forbidden":
         return "unknown field"
     if kind == "json_invalid":
@@ -621,7 +979,8 @@ def describe_error(error: Mapping[str, Any]) -> str:
         return "required field is missing"
     if kind == "literal_error":
         return f"must be one of {ctx['expected']}{shown}"
-    choices = ", ".join(_SCHEMES if _discriminator(error) == "scheme" else _algorithm_names())
+    tags = _unions(_registered_types()).tags
+    choices = ", ".join(tags.get(_discriminator(error), tags["algorithm"]))
     if kind == "union_tag_invalid":
         return f"unknown {_discriminator(error)} {ctx['tag']!r} (expected one of {choices})"
     if kind == "union_tag_not_found":
@@ -633,8 +992,14 @@ def describe_error(error: Mapping[str, Any]) -> str:
 def _path(loc: tuple[Any, ...]) -> str:
     # pydantic puts union tags into the location ('dp-fedavg', 'params', 'clip'); users wrote the
     # path without them
-    tags = _algorithm_names()
-    return ".".join(str(p) for p in loc if p not in tags and p not in _SCHEMES)
+    unions = _unions(_registered_types())
+    tags = {t for values in unions.tags.values() for t in values}
+    kept = []
+    for i, part in enumerate(loc):
+        if part in tags and (i == 0 or loc[i - 1] in unions.fields):
+            continue  # the tag pydantic adds after a discriminated union's field
+        kept.append(str(part))
+    return ".".join(kept)
 
 
 _PATHED = re.compile(r"^[a-z_]+(\.[a-z_]+)*: ")
@@ -647,8 +1012,11 @@ def _problems(exc: ValidationError) -> list[str]:
         if error["type"] in ("union_tag_invalid", "union_tag_not_found"):
             path = f"{path}.{_discriminator(error)}" if path else _discriminator(error)
         message = describe_error(error)
+        head, _, last = path.rpartition(".")
         if _PATHED.match(message) and (not path or message.startswith((f"{path}.", f"{path}:"))):
             out.append(message)  # a cross-field check that names its own (deeper) path
+        elif path and _PATHED.match(message) and message.startswith(f"{last}."):
+            out.append(f"{head}.{message}" if head else message)  # a field's own sub-field
         else:
             out.append(f"{path}: {message}" if path else message)
     return out

@@ -7,7 +7,8 @@ only changes the job's status in the store; the orchestrator replaces it (or sub
 one that also launches and cancels the job's round loop.
 
 Invariants: a refused document writes nothing (``parse_job`` runs before any transaction, and so
-does the check that every file it names lies under the coordinator's data roots); status
+do the check that every file it names lies under the coordinator's data roots and the plan of
+its start: a job whose noise cannot be calibrated is refused at submission, not at start); status
 changes follow the store's life cycle (``dpfl.server.store.directory.JOB_TRANSITIONS``), so
 starting a completed job is an ``InvalidTransition`` (HTTP 409) and repeating a start or a stop is
 a no-op that returns the job unchanged.
@@ -15,17 +16,31 @@ a no-op that returns the job unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import anyio.to_thread
 
-from dpfl.learning.jobs import JobSpecError, parse_job
+from dpfl.learning.errors import LearningError
+from dpfl.learning.jobs import JobSpec, JobSpecError, parse_job
 from dpfl.server.data_access import DataAccess
 from dpfl.server.documents import load_job_document
-from dpfl.server.store import Job, JobStatus, Store
+from dpfl.server.errors import ConfigurationError
+from dpfl.server.store import AgentStatus, Job, JobStatus, Store
 
-__all__ = ["JobControl", "StoreJobControl", "submit_job"]
+__all__ = [
+    "NOMINAL_POPULATION",
+    "JobControl",
+    "StoreJobControl",
+    "check_runnable",
+    "submit_job",
+    "submit_population",
+]
+
+#: The population a job is planned for at submission when no agent is active yet: the size the
+#: benchmarks and examples run at (10 to 1000 agents), large enough that a sampling rate of 0.01
+#: expects a participant.
+NOMINAL_POPULATION = 100
 
 
 def submit_job(
@@ -49,11 +64,16 @@ def submit_job(
     Returns:
         The stored job, with every default of its specification filled in.
 
+    The job is planned at once as its start would plan it (:func:`check_runnable`), on the
+    population :func:`submit_population` says; it is planned again for its members when it
+    starts.
+
     Raises:
         JobSpecError: the document is not a valid job (too large or too deeply nested, see
             :mod:`dpfl.server.documents`; syntax, unknown algorithm or field, a bad value, a
-            file outside the data roots), one ``path: problem`` entry per mistake; nothing is
-            written.
+            file outside the data roots), one ``path: problem`` entry per mistake, or it cannot
+            run (its data cannot be split for the population, its noise cannot be calibrated);
+            nothing is written.
         NotFound: a member agent does not exist.
         AlreadyExists: ``job_id`` is taken.
     """
@@ -62,7 +82,53 @@ def submit_job(
     refused = access.problems(spec)
     if refused:
         raise JobSpecError(refused)
+    members = list(members)
+    population, why = submit_population(store, members)
+    check_runnable(spec, population=population, why=why, access=access)
     return store.create_job(spec, job_id=job_id, members=members)
+
+
+def submit_population(store: Store, members: Sequence[str]) -> tuple[int, str]:
+    """The population a job is planned for at submission, and what it is.
+
+    Its members when given (each must exist); else the agents active now, every one of which
+    becomes a member when the job starts as things stand; else, when none is active yet,
+    :data:`NOMINAL_POPULATION`.
+
+    Raises:
+        NotFound: a member agent does not exist.
+    """
+    if members:
+        for agent_id in members:
+            store.get_agent(agent_id)
+        return len(set(members)), "its members"
+    active = len(store.list_agents(status=AgentStatus.ACTIVE))
+    if active:
+        return active, "the agents active now"
+    return NOMINAL_POPULATION, "a nominal population: no agent is active yet"
+
+
+def check_runnable(
+    spec: JobSpec, *, population: int, why: str = "", access: DataAccess | None = None
+) -> None:
+    """Plan the job as its start does, on ``population`` agents: load and split its data on the
+    coordinator (under ``access``) and calibrate its noise (``Algorithm.plan``), so that a job
+    that can never run is refused now rather than failing at start (blocking; seconds, up to
+    about a minute for the largest DP-FedSGD jobs).
+
+    Raises:
+        JobSpecError: one line naming the population and why it cannot run (the data cannot be
+            loaded or split for it, the noise cannot be calibrated, the plan refuses a setting).
+    """
+    from dpfl.learning.algorithms.registry import get_algorithm
+    from dpfl.server.orchestrator.data import load_job_data
+
+    try:
+        data = load_job_data(spec, population=population, access=access).data
+        get_algorithm(spec.algorithm).plan(spec, population=population, data=data)
+    except (LearningError, ConfigurationError, ArithmeticError, ValueError) as exc:
+        of = f"{population} agents ({why})" if why else f"{population} agents"
+        raise JobSpecError([f"the job cannot run on {of}: {exc}"]) from exc
 
 
 @runtime_checkable

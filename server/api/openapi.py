@@ -2,7 +2,8 @@
 
 ``POST /api/v1/jobs`` reads its body itself (YAML or JSON, validated by ``parse_job``), so FastAPI
 cannot describe it; the JSON schema of ``dpfl.learning.jobs.JobSpec`` (one variant per
-algorithm) is added to the components as ``JobDocument`` with its sub-schemas.
+algorithm, every number with its range: ``dpfl.learning.jobs.job_json_schema``) is added to the
+components as ``JobDocument`` with its sub-schemas.
 """
 
 from __future__ import annotations
@@ -11,9 +12,8 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from pydantic import TypeAdapter
 
-from dpfl.learning.jobs import job_spec_union
+from dpfl.learning.jobs import job_json_schema
 
 __all__ = ["JOB_DOCUMENT", "build_openapi"]
 
@@ -22,7 +22,7 @@ _REF = "#/components/schemas/{model}"
 
 
 def _job_schemas() -> dict[str, Any]:
-    schema = TypeAdapter(job_spec_union()).json_schema(ref_template=_REF)
+    schema = job_json_schema(ref_template=_REF)
     defs: dict[str, Any] = schema.pop("$defs", {})
     return {**defs, JOB_DOCUMENT: schema}
 
