@@ -125,6 +125,21 @@ def transport_check(url: str, *, ca: Path | None, insecure: bool) -> ssl.SSLCont
         raise BudgetCommandError(f"cannot use the CA file {ca}: {reason}", 2) from None
 
 
+def _port_hint(root: str) -> str | None:
+    """After a failed request: whether ``root`` is the coordinator's gRPC port instead of its
+    REST port (one probe of at most 2 s, :mod:`dpfl.cmdline.ports`)."""
+    import asyncio
+    from urllib.parse import urlsplit
+
+    from dpfl.cmdline.ports import port_hint, probe_port
+
+    parts = urlsplit(root)
+    if parts.hostname is None or parts.port is None:
+        return None
+    probe = asyncio.run(probe_port(parts.hostname, parts.port, tls=parts.scheme == "https"))
+    return port_hint(probe, wanted="rest", address=parts.netloc)
+
+
 def fetch(
     coordinator: str,
     path: str,
@@ -155,7 +170,10 @@ def fetch(
             verify=verify,
         )
     except httpx.HTTPError as exc:
-        raise BudgetCommandError(f"cannot reach the coordinator at {url}: {exc}", 5) from None
+        hint = _port_hint(root)
+        raise BudgetCommandError(
+            f"cannot reach the coordinator at {url}{f': {hint}' if hint else ''} ({exc})", 5
+        ) from None
     try:
         body = response.json()
     except ValueError:

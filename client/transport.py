@@ -6,7 +6,9 @@ The task loop sees only a :class:`CoordinatorLink` (one open task stream) opened
 handlers with the same metadata and serialized copies of the messages, so every check runs as
 over gRPC. :func:`assemble_blob` refuses malformed or mis-hashed downloads. A refused credential
 is final (:class:`CredentialRejectedError`); any other broken stream is retried with
-:class:`Backoff`.
+:class:`Backoff`. When the coordinator cannot be reached, one quick probe tells whether the
+address is the coordinator's REST port instead of its gRPC port, and the error says so
+(:meth:`GrpcTransport.port_hint`).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import grpc.aio
 from google.protobuf.message import Message
 
 from dpfl.client.errors import DownloadError, EnrollmentError, TransportError
+from dpfl.cmdline.ports import port_hint, probe_port, split_address
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.protos.dpfl.v1 import agent_pb2_grpc
 
@@ -67,6 +70,9 @@ DEFAULT_CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_receive_message_length", 64 << 20),
     ("grpc.max_send_message_length", 64 << 20),
 )
+
+#: How long the probe that tells the REST port from the gRPC port may take, after a failure.
+PORT_PROBE_TIMEOUT_S = 2.0
 
 Metadata = tuple[tuple[str, str], ...]
 M = TypeVar("M", bound=Message)
@@ -319,13 +325,25 @@ class GrpcTransport:
             )
         except grpc.aio.AioRpcError as exc:
             if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                hint = await self.port_hint()
                 raise TransportError(
-                    f"cannot reach the coordinator at {self.address} to enrol ({_status(exc)})"
+                    f"cannot reach the coordinator at {self.address} to enrol"
+                    f"{f': {hint}' if hint else ''} ({_status(exc)})"
                 ) from None
             raise EnrollmentError(f"enrolment refused by {self.address}: {_status(exc)}") from None
         if not response.agent_id or not response.credential:
             raise EnrollmentError("the coordinator's enrolment answer lacks an id or credential")
         return response
+
+    async def port_hint(self) -> str | None:
+        """After a failure to reach the coordinator: whether :attr:`address` is the
+        coordinator's REST port instead of its gRPC port, and what to do (one quick probe,
+        :mod:`dpfl.cmdline.ports`); None when it does not look like that mix-up."""
+        target = split_address(self.address)
+        if target is None:
+            return None
+        probe = await probe_port(*target, tls=self.secure, timeout=PORT_PROBE_TIMEOUT_S)
+        return port_hint(probe, wanted="grpc", address=self.address)
 
     def connector(self, *, agent_id: str, credential: str) -> GrpcConnector:
         """Open task streams as ``agent_id``."""
@@ -351,8 +369,10 @@ class GrpcConnector:
                 raise CredentialRejectedError(
                     f"the coordinator refused the credential: {exc}"
                 ) from None
+            hint = await self._transport.port_hint()
             raise TransportError(
-                f"cannot reach the coordinator at {self._transport.address}: {exc}"
+                f"cannot reach the coordinator at {self._transport.address}"
+                f"{f': {hint}' if hint else ''}: {exc}"
             ) from None
         return link
 

@@ -195,6 +195,7 @@ class Coordinator:
             health_checks={"grpc": lambda: grpc_server is not None and self.grpc_port > 0}
             if self.serve_grpc
             else {},
+            grpc_port=self.grpc_port if self.serve_grpc else None,
         )
         sock = socket.socket(
             socket.AF_INET6 if ":" in self.settings.api_host else socket.AF_INET,

@@ -94,6 +94,7 @@ def create_app(
     agents: AgentControl | None = None,
     metrics: Metrics | None = None,
     health_checks: Mapping[str, Callable[[], bool]] | None = None,
+    grpc_port: int | None = None,
 ) -> FastAPI:
     """Build the REST API and dashboard over an open store.
 
@@ -108,6 +109,9 @@ def create_app(
         health_checks: name → callable that is True while that part serves; ``/healthz`` is 503
             naming each failing one. More can be added later to ``app.state.health_checks``
             (the serve command adds the gRPC server's once it listens).
+        grpc_port: the coordinator's gRPC port, named by ``/healthz`` in the
+            ``X-DPFL-gRPC-Port`` header so that an agent pointed at this port by mistake can
+            say which port to use (:mod:`dpfl.cmdline.ports`); None: not named.
 
     Returns:
         The app; serve it with uvicorn (or drive it with ``httpx.ASGITransport`` in tests).
@@ -131,6 +135,7 @@ def create_app(
     app.state.agents = agents if agents is not None else AgentControl(store)
     app.state.metrics = metrics if metrics is not None else Metrics(store=store)
     app.state.health_checks = dict(health_checks or {})
+    app.state.grpc_port = grpc_port
     app.state.dashboard_sessions = DashboardSessions(settings.admin_token.get_secret_value())
     install_error_handlers(app)
     api = APIRouter(prefix=API_PREFIX)

@@ -3,7 +3,9 @@
 ``/healthz`` and ``/readyz`` are public: orchestrators (Kubernetes, compose) probe them without
 credentials, and they reveal only up/down. ``/healthz`` answers 200 once this app serves and every
 check in ``app.state.health_checks`` (name → ``Callable[[], bool]``) passes; the serve command
-registers one for the gRPC server, so 200 means both servers listen.
+registers one for the gRPC server, so 200 means both servers listen. Its ``X-DPFL-gRPC-Port``
+header names the coordinator's gRPC port (public, like the port itself), so that an agent
+pointed at the REST port by mistake can say which port to use (:mod:`dpfl.cmdline.ports`).
 
 ``/metrics`` needs a token: it exposes job ids and the largest ε any client has spent,
 operational facts about the participants' privacy that the dashboard also guards. The metrics
@@ -21,6 +23,7 @@ from collections.abc import Callable, Mapping
 import anyio.to_thread
 from fastapi import APIRouter, Request, Response
 
+from dpfl.cmdline.ports import GRPC_PORT_HEADER
 from dpfl.server.api.deps import MetricsDep, MetricsReaderDep, StoreDep
 from dpfl.server.api.errors import error_response
 from dpfl.server.api.routes import error_responses
@@ -44,14 +47,22 @@ def _run_checks(checks: Mapping[str, Callable[[], bool]]) -> dict[str, bool]:
 
 
 @router.get("/healthz", response_model=HealthPublic, responses=_UNAVAILABLE)
-async def healthz(request: Request) -> Response | HealthPublic:
+async def healthz(request: Request, response: Response) -> Response | HealthPublic:
     """200 while this process serves and every registered health check passes (the checks run
     on the event loop, never queued behind store calls in the thread pool: keep them cheap)."""
     results = _run_checks(request.app.state.health_checks)
     failed = sorted(name for name, ok in results.items() if not ok)
+    answer: Response | HealthPublic
     if failed:
-        return error_response(503, f"not serving: {', '.join(failed)}")
-    return HealthPublic(status="ok", checks=results)
+        answer = error_response(503, f"not serving: {', '.join(failed)}")
+    else:
+        answer = HealthPublic(status="ok", checks=results)
+    grpc_port = getattr(request.app.state, "grpc_port", None)
+    if grpc_port:  # for an agent pointed here by mistake (dpfl.cmdline.ports)
+        response.headers[GRPC_PORT_HEADER] = str(grpc_port)
+        if isinstance(answer, Response):
+            answer.headers[GRPC_PORT_HEADER] = str(grpc_port)
+    return answer
 
 
 @router.get("/readyz", response_model=HealthPublic, responses=_UNAVAILABLE)
