@@ -970,7 +970,7 @@ def describe_error(error: Mapping[str, Any]) -> str:
     if kind == "int_parsing_size":
         return f"is too large for an integer{shown}"
     if kind == "extra_forbidden":
-        return "unknown field"
+        return "unknown field" + _did_you_mean(tuple(error.get("loc") or ()))
     if kind == "json_invalid":
         return f"not valid JSON ({ctx['error']})"
     if kind == "model_type":
@@ -987,6 +987,45 @@ def describe_error(error: Mapping[str, Any]) -> str:
         return f"required field is missing (one of {choices})"
     message = str(error["msg"]).removeprefix("Value error, ")
     return message[:1].lower() + message[1:] + (shown if kind.endswith("_parsing") else "")
+
+
+def _known_fields(loc: tuple[Any, ...]) -> list[str]:
+    """The field names a job document accepts beside the last part of ``loc`` (pydantic's
+    location, union tags included: ``('dp-fedavg', 'data', 'partition', 'shards', 'x')``);
+    empty when ``loc`` does not lead through a job's models."""
+    variants = {t.tag(): t for t in _registered_types()}
+    if len(loc) < 2 or loc[0] not in variants:
+        return []
+    models: list[type[BaseModel]] = [variants[loc[0]]]
+    for part in loc[1:-1]:
+        if isinstance(part, int):  # an item of a list: the same models
+            continue
+        fields = [m.model_fields[str(part)] for m in models if str(part) in m.model_fields]
+        if fields:
+            models = [sub for f in fields for sub in _models_in(f.annotation)]
+        else:  # the tag pydantic puts after a discriminated union's field: its member
+            models = [
+                m
+                for m in models
+                if any(
+                    str(part) in map(str, typing.get_args(f.annotation))
+                    for f in m.model_fields.values()
+                )
+            ]
+        if not models:
+            return []
+    return sorted({name for m in models for name in m.model_fields})
+
+
+def _did_you_mean(loc: tuple[Any, ...]) -> str:
+    """`` (did you mean 'rounds'?)`` for a misspelt field, naming the closest known field at
+    that place of the document; empty when none is close."""
+    if not loc:
+        return ""
+    import difflib
+
+    close = difflib.get_close_matches(str(loc[-1]), _known_fields(loc), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _path(loc: tuple[Any, ...]) -> str:
