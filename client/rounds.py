@@ -337,6 +337,9 @@ class JobWorker:
             model_version=invitation.model_version,
             prefetch=prefetch,
             rng=self.agent.attempt_rng(self.job_id),
+            # the attempt's invitation session (empty from older coordinators): what refers to
+            # an earlier attempt of this round no longer reaches this one
+            session_id=header.session_id,
         )
         self.agent.emit(EventKind.ACCEPTED, self.job_id, header.round, review.algorithm)
 

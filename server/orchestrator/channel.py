@@ -16,6 +16,7 @@ store), so without the bound a participant could queue without limit there.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections import deque
 from collections.abc import Callable, Collection
@@ -31,7 +32,7 @@ from dpfl.server.handlers import (
 )
 from dpfl.server.settings import StreamLimits
 
-__all__ = ["KIND_STAGE", "RoundChannel"]
+__all__ = ["KIND_STAGE", "RoundChannel", "invitation_session_id"]
 
 #: The stage each kind of agent message belongs to.
 KIND_STAGE: dict[str, pb.Stage] = {
@@ -43,6 +44,14 @@ KIND_STAGE: dict[str, pb.Stage] = {
 }
 
 Inbound = tuple[str, pb.AgentMessage | None]
+
+
+def invitation_session_id(job_id: str, round_id: int) -> bytes:
+    """The session id of one attempt's invitation stage: SHA-256 of the job and the attempt's
+    round record. Agents echo it in their answers, so an answer to an earlier attempt of the
+    same round is told apart (and refused as stale) instead of counting for the current one;
+    the secure-aggregation setup replaces it with the protocol's own session id."""
+    return hashlib.sha256(f"dpfl/invitation/{job_id}/{round_id}".encode()).digest()
 
 _log = logging.getLogger("dpfl.coordinator")
 

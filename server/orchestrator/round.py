@@ -55,7 +55,7 @@ from dpfl.secagg.server_states import (
 from dpfl.server.errors import BudgetExceeded
 from dpfl.server.handlers import MalformedMessage, RoundMessageError, error_message, error_reply
 from dpfl.server.ledger_charges import store_charge
-from dpfl.server.orchestrator.channel import RoundChannel
+from dpfl.server.orchestrator.channel import RoundChannel, invitation_session_id
 from dpfl.server.orchestrator.hooks import NO_HOOKS, FaultHooks
 from dpfl.server.orchestrator.sampling import attempt_sample
 from dpfl.server.orchestrator.state import round_record
@@ -219,6 +219,9 @@ class RoundEngine:
         channel = RoundChannel(
             job_id=ctx.job_id, number=number, participants=invited, limits=self.registry.limits
         )
+        channel.open_stage(
+            pb.STAGE_INVITATION, session_id=invitation_session_id(ctx.job_id, rnd.id)
+        )
         run = _RoundRun(
             ctx,
             rnd,
@@ -294,6 +297,12 @@ class _RoundRun:
         self.loop = asyncio.get_running_loop()
 
     # -- helpers -------------------------------------------------------------------------------
+
+    def invitation_seconds(self) -> float:
+        """The invitation deadline of this attempt: the setting's, doubled for each earlier
+        attempt of the round (at most 8×), so that agents too slow for a first invitation (a
+        cold start on a busy machine) get the time on the retry instead of failing the job."""
+        return self.deadlines.invitation * float(2 ** min(3, max(0, self.rnd.attempt - 1)))
 
     def send(self, agent_id: str, message: pb.CoordinatorMessage) -> None:
         if not self.registry.send(agent_id, message):
@@ -383,7 +392,7 @@ class _RoundRun:
             ),
             privacy_events_json=json.dumps([event_to_json(e) for e in events]),
             model_version=task.model_version or 0,
-            deadline_unix=time.time() + self.deadlines.invitation,
+            deadline_unix=time.time() + self.invitation_seconds(),
             expected_participants=len(self.rnd.invited),
         )
         started = time.monotonic()
@@ -405,7 +414,7 @@ class _RoundRun:
                 declines[agent_id] = message.invitation_response.reason[:DECLINE_REASON_CHARS]
 
         await self.channel.collect(
-            deadline=self.deadline(self.deadlines.invitation),
+            deadline=self.deadline(self.invitation_seconds()),
             pending=lambda: set(self.rnd.invited) - set(answers),
             handle=handle,
         )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -77,7 +78,7 @@ class JobRunner:
             raise
         except Exception as exc:
             message = f"{type(exc).__name__}: {exc}"
-            log.exception("job %s failed", self.job_id)
+            log.exception("job %s failed: %s", self.job_id, message)
             await asyncio.to_thread(
                 store.set_job_status, self.job_id, JobStatus.FAILED, error=message
             )
@@ -122,7 +123,18 @@ class JobRunner:
 
     async def _run(self) -> None:
         store = self.store
+        log.info("job %s starting: loading its data and planning its noise", self.job_id)
+        started = time.monotonic()
         ctx, number, attempts, state = await self._context()
+        log.info(
+            "job %s (%s, %s) planned in %.1f s: rounds %d to %d",
+            self.job_id,
+            ctx.spec.name,
+            ctx.spec.algorithm,
+            time.monotonic() - started,
+            number,
+            ctx.spec.rounds,
+        )
         minimum = 2 if ctx.spec.secagg.enabled else 1
         last_reason = ""
         while number <= ctx.spec.rounds:
@@ -136,8 +148,10 @@ class JobRunner:
                 if report.done:
                     break
             elif report.skipped:
+                log.info("job %s round %d skipped: %s", self.job_id, number, report.reason)
                 number, attempts = number + 1, 0
             elif report.exhausted:
+                log.error("job %s failed in round %d: %s", self.job_id, number, report.reason)
                 await asyncio.to_thread(
                     store.set_job_status, self.job_id, JobStatus.FAILED, error=report.reason
                 )
@@ -147,19 +161,34 @@ class JobRunner:
                 last_reason = report.reason
                 log.warning("job %s round %d aborted: %s", self.job_id, number, report.reason)
                 if attempts >= self.services.max_attempts:
+                    error = f"round {number} aborted {attempts} times; last: {last_reason}"
+                    log.error("job %s failed: %s", self.job_id, error)
                     await asyncio.to_thread(
-                        store.set_job_status,
-                        self.job_id,
-                        JobStatus.FAILED,
-                        error=f"round {number} aborted {attempts} times; last: {last_reason}",
+                        store.set_job_status, self.job_id, JobStatus.FAILED, error=error
                     )
                     return
                 await asyncio.sleep(self.services.retry_delay)
         await asyncio.to_thread(store.set_job_status, self.job_id, JobStatus.COMPLETED)
+        log.info(
+            "job %s completed: %d rounds in %.1f s",
+            self.job_id,
+            sum(1 for r in self.reports if r.completed),
+            time.monotonic() - started,
+        )
 
     async def _wait_for_agents(self, minimum: int) -> None:
         """Wait until at least ``minimum`` members of the job are connected."""
         members = set(await asyncio.to_thread(self.store.job_members, self.job_id))
         need = min(minimum, len(members))
+        told = False
         while len(self.services.connected() & members) < need:
+            if not told:
+                log.info(
+                    "job %s waits for %d of its %d members to connect (%d connected)",
+                    self.job_id,
+                    need,
+                    len(members),
+                    len(self.services.connected() & members),
+                )
+                told = True
             await asyncio.sleep(0.1)
