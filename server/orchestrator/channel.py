@@ -53,6 +53,7 @@ def invitation_session_id(job_id: str, round_id: int) -> bytes:
     the secure-aggregation setup replaces it with the protocol's own session id."""
     return hashlib.sha256(f"dpfl/invitation/{job_id}/{round_id}".encode()).digest()
 
+
 _log = logging.getLogger("dpfl.coordinator")
 
 
