@@ -209,26 +209,53 @@ def _note(console: Any, flagged: bool) -> None:
 
 
 def _all_clients(clients: list[dict[str, Any]]) -> None:
+    from rich.cells import cell_len
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title="dpfl budget: every client")
-    for column in ("client", "id", "ε spent", "δ", "budget ε", "remaining ε", "status"):
-        table.add_column(column, justify="right" if "ε" in column or column == "δ" else "left")
+    deltas = {f"{c['delta']:g}" for c in clients}
+    one_delta = len(deltas) == 1  # then δ goes in the title, not in a column
+    headers = ["client", "id", "ε spent", "δ", "budget ε", "remaining ε", "status"]
+    rows = []
     for c in clients:
         budget = c.get("budget")
-        state = "EXCEEDED" if c.get("exceeded") else c.get("status", "")
         approximate = bool(c.get("approximate"))
-        table.add_row(
-            c["name"],
-            c["id"],
-            _eps(c["epsilon"], approximate),
-            f"{c['delta']:g}",
-            _eps(budget["epsilon"]) if budget else "none",
-            _eps(c.get("remaining_epsilon"), approximate),
-            state,
+        rows.append(
+            [
+                str(c["name"]),
+                str(c["id"]),
+                _eps(c["epsilon"], approximate),
+                f"{c['delta']:g}",
+                _eps(budget["epsilon"]) if budget else "none",
+                _eps(c.get("remaining_epsilon"), approximate),
+                "EXCEEDED" if c.get("exceeded") else str(c.get("status", "")),
+            ]
         )
+    if one_delta:
+        del headers[3]
+        for row in rows:
+            del row[3]
+    # Every cell but the name is printed whole, on one line: the id so that it can be copied
+    # into `dpfl budget CLIENT_ID`. The name wraps to make room; a table that still does not
+    # fit is printed wider than the terminal (whose lines then wrap), never cropped.
+    widths = [max([cell_len(h)] + [cell_len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    widths[0] = min(widths[0], 12)  # the name wraps beyond this
+    title = "dpfl budget: every client" + (f" (ε at δ = {deltas.pop()})" if one_delta else "")
+    table = Table(title=title, show_edge=False)
+    for i, header in enumerate(headers):
+        table.add_column(
+            header,
+            justify="right" if "ε" in header or header == "δ" else "left",
+            no_wrap=i != 0,
+            overflow="fold",
+            min_width=widths[i],
+        )
+    for row in rows:
+        table.add_row(*row)
     console = Console()
+    needed = sum(widths) + 3 * (len(headers) - 1) + 2  # the padding and the rules between
+    if console.width < needed:
+        console = Console(width=needed)
     console.print(table)
     _note(console, any(c.get("approximate") for c in clients))
 

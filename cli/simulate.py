@@ -789,6 +789,41 @@ async def run_with_progress(sim: Simulation, console: Any, *, description: str) 
     return result
 
 
+#: At most this many rows in the summary's ε table (``--json`` lists every client).
+EPSILON_ROWS = 20
+
+
+def epsilon_rows(epsilon: Mapping[str, float]) -> list[tuple[str, str]]:
+    """The summary's ε table: clients whose ε prints the same share one row (``100 clients
+    (agent-0 … agent-99)``), largest ε first; past :data:`EPSILON_ROWS` distinct values the
+    smallest are summed up in a last row."""
+    groups: dict[str, list[str]] = {}
+    order: dict[str, float] = {}
+    for client, value in sorted(epsilon.items()):
+        shown = f"{value:.3f}" if math.isfinite(value) else "inf"
+        groups.setdefault(shown, []).append(client)
+        order[shown] = value if math.isfinite(value) else math.inf
+    ranked = sorted(groups, key=lambda shown: -order[shown])
+    rows = []
+    for shown in ranked[:EPSILON_ROWS]:
+        clients = groups[shown]
+        if len(clients) == 1:
+            rows.append((clients[0], shown))
+        else:
+            span = (
+                f"{clients[0]}, {clients[1]}"
+                if len(clients) == 2
+                else (f"{clients[0]} … {clients[-1]}")
+            )
+            rows.append((f"{len(clients)} clients ({span})", shown))
+    rest = ranked[EPSILON_ROWS:]
+    if rest:
+        count = sum(len(groups[shown]) for shown in rest)
+        low, high = rest[-1], rest[0]
+        rows.append((f"{count} more clients (--json lists each)", f"{low} – {high}"))
+    return rows
+
+
 def summary(console: Any, result: SimulationResult) -> None:
     """Accuracy and a per-client ε table."""
     from rich.table import Table
@@ -801,8 +836,8 @@ def summary(console: Any, result: SimulationResult) -> None:
     table = Table(title=title)
     table.add_column("client")
     table.add_column(f"ε at δ={result.delta:g}", justify="right")
-    for client, value in sorted(result.epsilon.items()):
-        table.add_row(client, f"{value:.3f}" if math.isfinite(value) else "inf")
+    for clients, shown in epsilon_rows(result.epsilon):
+        table.add_row(clients, shown)
     console.print(table)
     accuracy = "n/a" if result.accuracy is None else f"{result.accuracy:.4f}"
     z = "n/a" if result.noise_multiplier is None else f"{result.noise_multiplier:.4g}"

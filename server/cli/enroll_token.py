@@ -46,8 +46,10 @@ def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "enroll-token",
         help="issue one-time enrollment tokens for agents",
-        description="Issue one-time tokens; `dpfl-agent run --enrollment-token TOKEN` redeems one "
-        "for a permanent agent id and credential. Written to the database directly.",
+        description="Issue one-time tokens; an agent redeems one for a permanent agent id and "
+        "credential: `dpfl-agent run --enrollment-token-file FILE` (the token on the file's "
+        "first line) or $DPFL_ENROLLMENT_TOKEN, which keep it out of process listings. Written "
+        "to the database directly.",
     )
     parser.add_argument("--config", type=Path, default=None, help="YAML file of settings")
     parser.add_argument("--database-url", default=None, help="SQLAlchemy URL (DPFL_DATABASE_URL)")

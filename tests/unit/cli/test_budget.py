@@ -86,6 +86,22 @@ def test_tables(coordinator: Coordinator, capsys: Capture, monkeypatch: pytest.M
     assert "3 (attempt 2)" in out  # round 3 was redone: its charge is attempt 2's, spelled out
 
 
+@pytest.mark.parametrize("columns", ["80", "40"])
+def test_client_ids_are_printed_whole_on_a_narrow_terminal(
+    coordinator: Coordinator, capsys: Capture, monkeypatch: pytest.MonkeyPatch, columns: str
+) -> None:
+    """Each id can be copied into `dpfl budget CLIENT_ID`: whole, on one line, never cropped."""
+    url, token, store, finished = coordinator
+    monkeypatch.setenv("COLUMNS", columns)
+    code, out, _ = run(capsys, "--coordinator", url, "--token", token)
+    assert code == 0
+    lines = out.splitlines()
+    for client_id in finished.client_ids:
+        assert any(client_id in line for line in lines), (client_id, out)
+        assert f"{store.client_budget(client_id).epsilon:.4f}" in out
+    assert "…" not in out
+
+
 def test_a_client_token_reads_its_own_budget_only(
     coordinator: Coordinator, capsys: Capture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -70,3 +70,27 @@ def test_declines_and_the_stop_reason_are_printed_with_the_flag_to_change() -> N
     line = result.to_dict()
     assert line["invitations"]["declined_by_rule"] == {"max_epsilon_total": 4}
     assert line["stop_reason"]["kind"] == "budget_exhausted"
+
+
+def test_identical_epsilons_share_one_row() -> None:
+    """The demo's 100 clients all spent ε 3.999: one row, not a hundred (issue 36, item 8)."""
+    console = Console(record=True, width=120)
+    epsilon = {f"agent-{i:03d}": 3.9990475 for i in range(100)}
+    summary(console, _result(epsilon=epsilon, algorithm="dp-fedavg"))
+    text = console.export_text()
+    assert "100 clients (agent-000 … agent-099)" in text
+    assert text.count("3.999") == 3  # the row, and the max and min of the line below
+    assert len(text.splitlines()) < 15
+    assert _result(epsilon=epsilon).to_dict()["epsilon"] == epsilon  # --json: every client
+
+
+def test_distinct_epsilons_are_listed_largest_first_up_to_a_limit() -> None:
+    console = Console(record=True, width=120)
+    epsilon = {f"agent-{i:02d}": i / 10 for i in range(30)}
+    summary(console, _result(epsilon=epsilon))
+    lines = console.export_text().splitlines()
+    rows = [line for line in lines if "agent-" in line or "more clients" in line]
+    assert "agent-29" in rows[0]
+    assert len(rows) == 21
+    assert "10 more clients (--json lists each)" in rows[-1]
+    assert "0.000 – 0.900" in rows[-1]
