@@ -29,7 +29,14 @@ def register(subparsers: Subparsers) -> None:
     )
     p.add_argument("job", metavar="JOB", help="job file (YAML)")
     p.add_argument("--agents", type=int, required=True, metavar="N", help="simulated agents")
-    p.add_argument("--canaries", type=int, default=1000, metavar="M", help="canaries (1000)")
+    p.add_argument(
+        "--canaries",
+        type=int,
+        default=None,
+        metavar="M",
+        help="canaries (default: 1000, or one per coordinate of the job's released vector when "
+        "it has fewer)",
+    )
     p.add_argument(
         "--mode",
         choices=("white-box", "black-box"),
@@ -61,7 +68,7 @@ def register(subparsers: Subparsers) -> None:
 
 def run_command(args: argparse.Namespace) -> int:
     from dpfl.accounting import AccountingError
-    from dpfl.learning.audit import run_audit
+    from dpfl.learning.audit import TooManyCanariesError, run_audit
     from dpfl.learning.errors import LearningError
     from dpfl.learning.jobs import load_job
     from dpfl.server.errors import StoreError
@@ -69,7 +76,7 @@ def run_command(args: argparse.Namespace) -> int:
     if not 0.0 < args.confidence < 1.0:
         print(f"error: --confidence must lie in (0, 1), got {args.confidence}", file=sys.stderr)
         return 2
-    if args.canaries < 2:
+    if args.canaries is not None and args.canaries < 2:
         print(f"error: --canaries must be at least 2, got {args.canaries}", file=sys.stderr)
         return 2
     if len(args.seed.encode()) < 16:
@@ -95,6 +102,14 @@ def run_command(args: argparse.Namespace) -> int:
                 guesses=args.guesses,
                 device=args.device,
             )
+    except TooManyCanariesError as exc:
+        print(
+            f"error: {exc.count} canaries need {exc.count} distinct coordinates of the job's "
+            f"released vector, which has {exc.available}: pass --canaries {exc.available} or "
+            "fewer (or leave --canaries out: the default fits the job)",
+            file=sys.stderr,
+        )
+        return 2
     except (LearningError, AccountingError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

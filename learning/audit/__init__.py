@@ -7,14 +7,24 @@ family (:mod:`~dpfl.learning.audit.fedavg`, :mod:`~dpfl.learning.audit.fedsgd`,
 ε is :mod:`dpfl.accounting.audit`; docs/audit.md derives the designs.
 """
 
-from dpfl.learning.audit.canaries import CanaryDesign, CanarySet
-from dpfl.learning.audit.run import MODES, AuditReport, canary_design, run_audit
+from dpfl.learning.audit.canaries import CanaryDesign, CanarySet, TooManyCanariesError
+from dpfl.learning.audit.run import (
+    DEFAULT_CANARIES,
+    MODES,
+    AuditReport,
+    canary_capacity,
+    canary_design,
+    run_audit,
+)
 
 __all__ = [
+    "DEFAULT_CANARIES",
     "MODES",
     "AuditReport",
     "CanaryDesign",
     "CanarySet",
+    "TooManyCanariesError",
+    "canary_capacity",
     "canary_design",
     "run_audit",
 ]

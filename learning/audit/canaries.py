@@ -26,7 +26,14 @@ from dpfl.accounting import (
 from dpfl.learning.algorithms.base import AlgorithmError
 from dpfl.secagg.randomness import RandomStream
 
-__all__ = ["ADD_REMOVE", "REPLACE_ONE", "CanaryDesign", "CanarySet", "charged_amplitude"]
+__all__ = [
+    "ADD_REMOVE",
+    "REPLACE_ONE",
+    "CanaryDesign",
+    "CanarySet",
+    "TooManyCanariesError",
+    "charged_amplitude",
+]
 
 ADD_REMOVE = "add-remove"
 REPLACE_ONE = "replace-one"
@@ -58,6 +65,18 @@ def charged_amplitude(event: DpEvent) -> int:
         f"cannot read a canary amplitude from a {type(inner).__name__}: the audit needs a "
         "Skellam or Gaussian release"
     )
+
+
+class TooManyCanariesError(AlgorithmError):
+    """More canaries than distinct coordinates to put them on; ``available`` is how many fit."""
+
+    def __init__(self, count: int, available: int) -> None:
+        super().__init__(
+            f"{count} canaries need {count} distinct coordinates; {available} are available "
+            f"(audit with at most {available} canaries)"
+        )
+        self.count = count
+        self.available = available
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +127,8 @@ class CanarySet:
         ``allowed`` ones when given: a public choice, e.g. coordinates no real data touches).
 
         Raises:
-            AlgorithmError: more canaries than coordinates, or fewer than two.
+            TooManyCanariesError: more canaries than coordinates.
+            AlgorithmError: fewer than two canaries, or coordinates outside the vector.
         """
         pool = (
             np.arange(dimension, dtype=np.int64)
@@ -120,9 +140,7 @@ class CanarySet:
         if count < 2:
             raise AlgorithmError(f"an audit needs at least 2 canaries, got {count}")
         if count > pool.size:
-            raise AlgorithmError(
-                f"{count} canaries need {count} distinct coordinates; {pool.size} are available"
-            )
+            raise TooManyCanariesError(count, int(pool.size))
         coordinates = pool[np.argsort(stream.uint64(int(pool.size)), kind="stable")[:count]]
         bits = stream.below(2, 2 * count)
         return cls(

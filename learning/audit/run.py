@@ -53,10 +53,12 @@ from dpfl.secagg import (
 from dpfl.secagg.encoding import to_ring
 
 __all__ = [
+    "DEFAULT_CANARIES",
     "MODES",
     "AuditReport",
     "AuditRound",
     "AuditTrace",
+    "canary_capacity",
     "canary_design",
     "run_audit",
 ]
@@ -197,11 +199,23 @@ def _epsilon(events: Sequence[DpEvent], delta: float) -> float:
     return float(compute_epsilon(event, delta=delta).epsilon)
 
 
+#: The canaries of an audit unless told otherwise (fewer when the released vector is shorter).
+DEFAULT_CANARIES = 1000
+
+
+def canary_capacity(dimension: int, coordinates: npt.NDArray[np.int64] | None = None) -> int:
+    """How many canaries fit: one per distinct coordinate of the ``dimension``-long released
+    vector (of ``coordinates`` when they are given)."""
+    if coordinates is None:
+        return int(dimension)
+    return int(np.unique(np.asarray(coordinates, dtype=np.int64)).size)
+
+
 def run_audit(
     job: JobSpec,
     *,
     agents: int,
-    canaries: int,
+    canaries: int | None = None,
     mode: str = WHITE_BOX,
     confidence: float = 0.95,
     seed: bytes = b"dpfl-audit-default-seed",
@@ -217,7 +231,8 @@ def run_audit(
     Args:
         job: the validated job.
         agents: the number of real (simulated) agents.
-        canaries: m.
+        canaries: m; None: :data:`DEFAULT_CANARIES`, or as many as the released vector has
+            coordinates (those of ``coordinates``) when that is fewer (:func:`canary_capacity`).
         mode: ``white-box`` (every round's aggregate) or ``black-box`` (the final model).
         confidence: of the lower bound.
         seed: seed of every CSPRNG stream (canaries, noise, rounding, sampling).
@@ -233,6 +248,8 @@ def run_audit(
             a mechanism far leakier than planned at the price of half the level.
 
     Raises:
+        TooManyCanariesError: more canaries than coordinates (its ``available`` says how many
+            fit).
         AlgorithmError: a bad mode, too few agents, or a job the canary design cannot audit.
     """
     started = time.perf_counter()
@@ -253,6 +270,17 @@ def run_audit(
     # A plan of the population with every possible canary agent: independent of the bits.
     probe_plan = alg.plan(job, population=agents, data=coordinator_data)
     design = canary_design(alg, job, probe_plan)
+    if canaries is None:
+        capacity = canary_capacity(
+            alg.round_task(
+                job,
+                probe_plan,
+                alg.initial_state(job, probe_plan, coordinator_data),
+                round_number=1,
+            ).vector_length,
+            coordinates,
+        )
+        canaries = min(DEFAULT_CANARIES, capacity)
     agent_canaries = design.unit == "agent"
     plan = (
         alg.plan(job, population=agents + canaries, data=coordinator_data)
