@@ -82,7 +82,7 @@ def run_command(args: argparse.Namespace) -> int:
     if len(args.seed.encode()) < 16:
         print("error: --seed needs at least 16 bytes", file=sys.stderr)
         return 2
-    from dpfl.cli.data_location import locate_job_data, using_data_dir
+    from dpfl.simulation.data_location import locate_job_data, using_data_dir
 
     try:
         job = load_job(args.job)

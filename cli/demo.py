@@ -1,6 +1,6 @@
 """``dpfl demo`` (what ``make demo`` runs): DP-FedAvg on digits with 100 agents and SecAgg.
 
-The demo is the job below, run by :class:`dpfl.cli.simulate.Simulation` over **loopback gRPC**:
+The demo is the job below, run by :class:`dpfl.simulation.Simulation` over **loopback gRPC**:
 a coordinator (SQLite ledger in a temporary folder) and 100 real agents, each holding a non-IID
 share of scikit-learn's digits (shards of 3 classes). Every round Poisson-samples about 30 of
 them (q = 0.3), sums their clipped, noised updates with secure aggregation, and charges every
@@ -22,7 +22,10 @@ from dpfl.cmdline import Subparsers, stop_on_signals
 from dpfl.learning.jobs import parse_job
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from dpfl.learning.algorithms.dp_fedavg import DpFedAvgJob
+    from dpfl.simulation import Simulation, SimulationResult
 
 __all__ = ["DEMO_JOB", "demo_job", "register"]
 
@@ -76,15 +79,16 @@ def register(subparsers: Subparsers) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    from dpfl.cli.simulate import run_command
+    from dpfl.cli.sim_report import run_command
 
     return run_command("dpfl demo", _run(args), json_line=args.json)
 
 
-async def _run(args: argparse.Namespace) -> Any:
+async def _run(args: argparse.Namespace) -> SimulationResult:
     from rich.console import Console
 
-    from dpfl.cli.simulate import Simulation, run_with_progress
+    from dpfl.cli.sim_report import run_with_progress
+    from dpfl.simulation import Simulation
 
     console = Console(stderr=args.json)
     job = demo_job()
@@ -103,22 +107,25 @@ async def _run(args: argparse.Namespace) -> Any:
     try:
         result = await run_with_progress(sim, console, description="rounds")
         if args.serve:
-            await sim.stop_agents()
-            from dpfl.server.dashboard_link import dashboard_url, mint_code
-
-            link = dashboard_url(sim.coordinator.api_url, mint_code(sim.admin_token))
-            console.print(
-                "\none-time dashboard link (opens it signed in; works once, for 10 minutes):"
-            )
-            console.print(link, soft_wrap=True, highlight=False, markup=False)
-            console.print(
-                f"REST API and dashboard: [bold]{sim.coordinator.api_url}/[/]\n"
-                f"admin token: [bold]{sim.admin_token}[/]\n"
-                f"e.g. curl -H 'Authorization: Bearer {sim.admin_token}' "
-                f"{sim.coordinator.api_url}/api/v1/clients\nPress Ctrl-C to stop."
-            )
-            stop = stop_on_signals()
-            await stop.wait()
+            await _keep_serving(sim, console)
         return result
     finally:
         await sim.close()
+
+
+async def _keep_serving(sim: Simulation, console: Console) -> None:
+    """Stop the agents, print how to reach the REST API and dashboard, and serve them until
+    SIGINT/SIGTERM (``--serve``)."""
+    from dpfl.server.dashboard_link import dashboard_url, mint_code
+
+    await sim.stop_agents()
+    link = dashboard_url(sim.coordinator.api_url, mint_code(sim.admin_token))
+    console.print("\none-time dashboard link (opens it signed in; works once, for 10 minutes):")
+    console.print(link, soft_wrap=True, highlight=False, markup=False)
+    console.print(
+        f"REST API and dashboard: [bold]{sim.coordinator.api_url}/[/]\n"
+        f"admin token: [bold]{sim.admin_token}[/]\n"
+        f"e.g. curl -H 'Authorization: Bearer {sim.admin_token}' "
+        f"{sim.coordinator.api_url}/api/v1/clients\nPress Ctrl-C to stop."
+    )
+    await stop_on_signals().wait()

@@ -1,6 +1,6 @@
 """A group of simulated agents in a worker process of its own (``dpfl simulate --backend ray``).
 
-:class:`RemoteAgentHost` does not import Ray: ``dpfl.cli.ray_backend`` wraps it with
+:class:`RemoteAgentHost` does not import Ray: ``dpfl.simulation.ray_backend`` wraps it with
 ``ray.remote``, and its methods are coroutines so the actor's event loop keeps the agents' streams
 alive between calls. Each host opens one gRPC channel, enrols its agents, loads their data shards
 itself (the driver never ships data) and runs them in an

@@ -3,7 +3,8 @@
 Why a link tree: setuptools maps each code folder into the ``dpfl`` namespace (``server/`` is
 ``dpfl.server``, see ``[tool.setuptools.package-dir]``), and the editable install resolves that
 with an import hook mypy does not follow. ``build/mypy/dpfl/<name>`` links to each folder (and
-``build/mypy/dpfl/<module>.py`` links to the modules of ``api/``, which is ``dpfl`` itself) make
+``build/mypy/dpfl/<module>.py`` and ``build/mypy/dpfl/<subpackage>`` link to the modules and
+subpackages of ``api/``, which is ``dpfl`` itself) make
 ``dpfl.*`` importable for mypy without copying anything. The tree is rebuilt from pyproject.toml
 on each run, so a new package is checked as soon as it is mapped there.
 
@@ -34,6 +35,13 @@ def package_dirs(root: Path = ROOT) -> dict[str, str]:
     return {str(k): str(v) for k, v in mapping.items()}
 
 
+def top_subpackages(root: Path = ROOT) -> list[Path]:
+    """The subpackages of the folder mapped to ``dpfl`` itself (``api/simulation``: the
+    ``dpfl.simulation`` package)."""
+    top = root / package_dirs(root)["dpfl"]
+    return sorted(p.parent for p in top.glob("*/__init__.py"))
+
+
 def build_tree(tree: Path = TREE, root: Path = ROOT) -> list[str]:
     """Make ``tree/dpfl/<name>`` a relative link to each mapped folder, and ``tree/dpfl/<file>``
     a link to each module of the folder mapped to ``dpfl`` itself; return the packages.
@@ -53,6 +61,8 @@ def build_tree(tree: Path = TREE, root: Path = ROOT) -> list[str]:
         if not name:
             for module in sorted((root / folder).glob("*.py")):
                 wanted[module.name] = (os.path.relpath(module, namespace), False)
+            for sub in top_subpackages(root):
+                wanted[sub.name] = (os.path.relpath(sub, namespace), True)
             continue
         wanted[name] = (os.path.relpath(root / folder, namespace), True)
     for entry in namespace.iterdir():
@@ -86,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                 if m.stem != "__init__"
                 for x in ("-m", f"dpfl.{m.stem}")
             ]
+            args += [x for sub in top_subpackages() for x in ("-p", f"dpfl.{sub.name}")]
         else:
             args += ["-p", package]
     args += sys.argv[1:] if argv is None else argv

@@ -2,7 +2,7 @@
 
 Every test here runs real components: the coordinator (store on SQLite or PostgreSQL, round
 engine, gRPC server on loopback) and real agents (``dpfl.client``) built by
-``dpfl.cli.simulate.Simulation``.
+``dpfl.simulation.Simulation``.
 """
 
 from __future__ import annotations

@@ -41,8 +41,8 @@ from dpfl.accounting import (
     event_from_json,
     rdp_curve,
 )
-from dpfl.cli.simulate import Simulation
 from dpfl.learning.jobs import job_to_dict, load_job, parse_job
+from dpfl.simulation import Simulation
 
 EXAMPLES = ROOT / "examples"
 AGENTS = 10

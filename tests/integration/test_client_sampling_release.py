@@ -16,11 +16,11 @@ from pathlib import Path
 from support.coordination import deadlines, small_job
 
 from dpfl.accounting import PoissonSampledEvent, event_from_json
-from dpfl.cli.simulate import Simulation
 from dpfl.learning.algorithms import common
 from dpfl.learning.algorithms.base import Algorithm, get_algorithm
 from dpfl.learning.algorithms.dp_fedavg import DpFedAvg
 from dpfl.secagg.randomness import SeededRandomSource
+from dpfl.simulation import Simulation
 
 SEED = bytes([3]) * 16
 AGENTS = 4

@@ -15,10 +15,10 @@ from typing import Any
 
 from support.coordination import deadlines, small_job
 
-from dpfl.cli.simulate import Simulation
 from dpfl.client.policy import Policy
 from dpfl.client.progress import EventKind
 from dpfl.server.store import Budget
+from dpfl.simulation import Simulation
 
 
 class _AfterRound:

@@ -15,8 +15,8 @@ from typing import Any
 
 from support.coordination import deadlines, small_job
 
-from dpfl.cli.simulate import Simulation
 from dpfl.server.orchestrator import NO_HOOKS
+from dpfl.simulation import Simulation
 
 
 class _Hooks:

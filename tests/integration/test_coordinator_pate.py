@@ -14,8 +14,8 @@ import pytest
 from support.coordination import deadlines
 
 from dpfl.accounting import SelfComposedEvent, SkellamEvent, event_from_json
-from dpfl.cli.simulate import Simulation
 from dpfl.learning.jobs import parse_job
+from dpfl.simulation import Simulation
 
 JOB = {
     "name": "it-pate",

@@ -16,7 +16,7 @@ import pytest
 from support.coordination import deadlines, small_job
 
 from dpfl.accounting import epsilon_from_rdp, event_from_json, rdp_curve
-from dpfl.cli.simulate import Simulation
+from dpfl.simulation import Simulation
 
 
 def test_dp_fedavg_five_agents_three_rounds_over_grpc(coordinator_db: str, tmp_path: Path) -> None:

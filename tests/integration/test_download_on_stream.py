@@ -16,7 +16,6 @@ import grpc.aio
 import pytest
 from support.wire_agent import enroll, metadata
 
-from dpfl.cli.inproc import InProcessCoordinator
 from dpfl.learning.jobs import parse_job
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.protos.dpfl.v1 import agent_pb2_grpc
@@ -25,6 +24,7 @@ from dpfl.server.errors import InvalidCredential
 from dpfl.server.orchestrator.channel import RoundChannel
 from dpfl.server.settings import Settings
 from dpfl.server.store import AgentStatus
+from dpfl.simulation.inproc import InProcessCoordinator
 
 SPEC = parse_job({"name": "dl", "algorithm": "dp-fedavg", "privacy": {"target_epsilon": 4.0}})
 

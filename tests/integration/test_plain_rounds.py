@@ -37,7 +37,6 @@ from dpfl.accounting import (
     event_from_json,
     event_to_json,
 )
-from dpfl.cli.simulate import Simulation
 from dpfl.client.local_ledger import LocalLedger
 from dpfl.client.policy import Policy
 from dpfl.client.progress import EventKind
@@ -52,6 +51,7 @@ from dpfl.secagg.noise import NoiseKind, NoiseSpec
 from dpfl.secagg.primitives import compute_session_id
 from dpfl.server.coordinator import Coordinator
 from dpfl.server.settings import Settings, StageDeadlines
+from dpfl.simulation import Simulation
 
 
 def plain_job(*, secure: bool = False) -> JobSpec:

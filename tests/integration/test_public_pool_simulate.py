@@ -8,11 +8,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dpfl.cli.simulate import simulate_job
 from dpfl.learning.data import load_dataset
 from dpfl.learning.jobs import parse_job
 from dpfl.server.orchestrator import runner
 from dpfl.server.orchestrator.data import JobData
+from dpfl.simulation import simulate_job
 
 JOB = {
     "name": "it-pate-test-pool",

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from support.coordination import deadlines, small_job
 
-from dpfl.cli.simulate import Simulation
+from dpfl.simulation import Simulation
 
 ray = pytest.importorskip("ray", reason="the ray backend's tests need Ray (part of dpfl[dev])")
 
@@ -70,7 +70,7 @@ async def _run(sim: Simulation) -> tuple[Any, list[list[tuple[int, str, dict[str
 def test_ray_backend_charges_what_the_inprocess_backend_charges(
     ray_cluster: None, tmp_path: Path
 ) -> None:
-    from dpfl.cli.ray_backend import RayOptions
+    from dpfl.simulation.ray_backend import RayOptions
 
     job = small_job(rounds=2)
     local, local_ledger = asyncio.run(
@@ -96,7 +96,7 @@ def test_ray_backend_charges_what_the_inprocess_backend_charges(
 
 
 def test_a_dead_actor_is_a_dropout_of_its_agents(ray_cluster: None) -> None:
-    from dpfl.cli.ray_backend import RayOptions
+    from dpfl.simulation.ray_backend import RayOptions
 
     # ray.kill returns before the actor is gone, and round 2 may finish its masked inputs in
     # that time on a fast machine; round 3 starts after all of round 2 (about a second), far

@@ -2,7 +2,9 @@
 and at run time.
 
 - each folder imports only the dpfl packages of its "may import" column (``MAY_IMPORT``): so
-  ``server`` and ``client`` never import each other, and nothing but ``cli`` imports ``dpfl.cli``;
+  ``server`` and ``client`` never import each other, nothing but ``cli`` imports ``dpfl.cli``,
+  and ``cli`` imports of ``dpfl`` only the library API ``dpfl.simulation`` (``api/simulation``),
+  which imports neither ``dpfl.cli`` nor the rest of ``dpfl``;
 - ``accounting``, ``secagg`` and ``cmdline`` import no torch, gRPC, protobuf, SQL or web framework;
 - ``learning`` imports no transport;
 - ``protos`` imports only grpc/protobuf/numpy and the pure ``secagg`` (to convert its messages).
@@ -40,13 +42,37 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "protos": ("secagg",),
     "server": ("accounting", "secagg", "learning", "protos", "cmdline"),
     "client": ("accounting", "secagg", "learning", "protos", "cmdline"),
-    "cli": ("accounting", "secagg", "learning", "protos", "server", "client", "cmdline"),
-    # ``dpfl`` itself (the researchers' API) sits on top of the ``dpfl`` command's library
-    "api": ("accounting", "secagg", "learning", "protos", "server", "client", "cmdline", "cli"),
+    # the ``dpfl`` command is a thin shell over the library API ``dpfl.simulation``
+    "cli": (
+        "accounting",
+        "secagg",
+        "learning",
+        "protos",
+        "server",
+        "client",
+        "cmdline",
+        "api/simulation",
+    ),
+    # ``dpfl`` itself (the researchers' API) is the base: it never needs the command
+    "api": (
+        "accounting",
+        "secagg",
+        "learning",
+        "protos",
+        "server",
+        "client",
+        "cmdline",
+        "api/simulation",
+    ),
+    # the simulation library, below both ``dpfl`` and ``dpfl.cli``
+    "api/simulation": ("accounting", "secagg", "learning", "protos", "server", "client", "cmdline"),
 }
 
+#: Subpackages of ``api/`` with rules of their own (a row of the package table each).
+SUBPACKAGES = {"dpfl.simulation": "api/simulation"}
+
 #: The folder of each dpfl package; any other ``dpfl.<name>`` is a module of ``api/`` (``dpfl``).
-_FOLDER_OF = {package: folder for folder, package in CODE_PACKAGES.items()}
+_FOLDER_OF = {package: folder for folder, package in CODE_PACKAGES.items()} | SUBPACKAGES
 
 #: Third-party modules a folder must not import.
 FORBIDDEN_LIBRARIES: dict[str, tuple[str, ...]] = {
@@ -94,7 +120,7 @@ def _violations(folder: str) -> list[str]:
 
 
 def test_every_code_folder_has_rules() -> None:
-    assert set(MAY_IMPORT) == set(CODE_PACKAGES)
+    assert set(MAY_IMPORT) == set(CODE_PACKAGES) | set(SUBPACKAGES.values())
 
 
 @pytest.mark.parametrize("folder", sorted(MAY_IMPORT))
@@ -102,16 +128,26 @@ def test_folder_respects_its_import_rules(folder: str) -> None:
     assert _violations(folder) == []
 
 
-def test_only_the_umbrella_command_and_the_api_import_cli() -> None:
-    """``dpfl.cli`` and ``dpfl`` are the top: the coordinator's and the agent's commands must not
-    need them, and the command does not need the researchers' API."""
-    assert [f for f, allowed in MAY_IMPORT.items() if "cli" in allowed] == ["api"]
+def test_the_command_is_a_shell_over_the_library() -> None:
+    """``dpfl.cli`` is the top: nothing imports it, not even the researchers' API; the command
+    stands on the library API ``dpfl.simulation`` and on nothing else of ``dpfl``."""
+    assert [f for f, allowed in MAY_IMPORT.items() if "cli" in allowed] == []
     assert [f for f, allowed in MAY_IMPORT.items() if "api" in allowed] == []
+    assert sorted(f for f, allowed in MAY_IMPORT.items() if "api/simulation" in allowed) == [
+        "api",
+        "cli",
+    ]
     assert _forbidden("server", "dpfl.cli.base")
     assert _forbidden("client", "dpfl.cli")
-    assert _forbidden("cli", "dpfl.simulation")
+    assert _forbidden("api", "dpfl.cli.simulate")
+    assert _forbidden("api/simulation", "dpfl.cli.sim_report")
+    assert _forbidden("api/simulation", "dpfl.privacy")
     assert _forbidden("cli", "dpfl")
-    assert not _forbidden("api", "dpfl.cli.simulate")
+    assert _forbidden("cli", "dpfl.privacy")
+    assert not _forbidden("cli", "dpfl.simulation")
+    assert not _forbidden("cli", "dpfl.simulation.ray_backend")
+    assert not _forbidden("api", "dpfl.simulation.run")
+    assert not _forbidden("api/simulation", "dpfl.simulation.result")
     assert not _forbidden("cli", "dpfl.server.coordinator")
 
 

@@ -28,10 +28,12 @@ def test_link_tree_maps_every_code_package(tmp_path: Path) -> None:
     assert sorted(packages) == sorted(CODE_PACKAGES.values())
     namespace = tmp_path / "dpfl"
     for folder, package in CODE_PACKAGES.items():
-        if package == "dpfl":  # api/ is dpfl itself: one link per module
+        if package == "dpfl":  # api/ is dpfl itself: one link per module and subpackage
             modules = sorted((ROOT / folder).glob("*.py"))
             assert any(m.name == "__init__.py" for m in modules)
-            for module in modules:
+            subpackages = sorted(p.parent for p in (ROOT / folder).glob("*/__init__.py"))
+            assert ROOT / folder / "simulation" in subpackages
+            for module in [*modules, *subpackages]:
                 link = namespace / module.name
                 assert link.is_symlink()
                 assert not os.path.isabs(os.readlink(link))
@@ -54,6 +56,7 @@ def test_link_tree_is_rebuilt_idempotently(tmp_path: Path) -> None:
     assert not (namespace / "gone").exists(), "a package no longer mapped is dropped"
     assert (namespace / "server").resolve() == (ROOT / "server").resolve()
     top = [m.name for m in (ROOT / "api").glob("*.py")]
+    top += [p.parent.name for p in (ROOT / "api").glob("*/__init__.py")]
     assert sorted(p.name for p in namespace.iterdir()) == sorted(
         [*(p.removeprefix("dpfl.") for p in CODE_PACKAGES.values() if p != "dpfl"), *top]
     )

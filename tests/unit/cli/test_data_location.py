@@ -18,11 +18,11 @@ import yaml
 from support.paths import ROOT, SHARED_DATA
 
 import dpfl
-from dpfl.cli.data_location import job_file_datasets, locate_job_data
 from dpfl.cli.main import main
 from dpfl.learning.data.images import locate_data_dir
 from dpfl.learning.errors import DatasetError
 from dpfl.learning.jobs import parse_job
+from dpfl.simulation.data_location import job_file_datasets, locate_job_data
 
 MNIST_JOB: dict[str, Any] = {
     "name": "mnist-data-dir",

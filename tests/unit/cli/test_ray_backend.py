@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from dpfl.cli.main import main
-from dpfl.cli.ray_backend import RayOptions, plan_actors
+from dpfl.simulation.ray_backend import RayOptions, plan_actors
 
 
 def test_the_plan_groups_agents_and_scales_requests() -> None:

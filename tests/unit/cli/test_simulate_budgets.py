@@ -9,10 +9,10 @@ import pytest
 import yaml
 
 from dpfl.cli.main import main
-from dpfl.cli.sim_result import StopReason, decline_rule, stop_reason
-from dpfl.cli.simulate import agent_policy, client_budget, uniform_clients
 from dpfl.client.policy import Policy, PolicyError
 from dpfl.learning.jobs import load_job
+from dpfl.simulation import agent_policy, client_budget, uniform_clients
+from dpfl.simulation.result import StopReason, decline_rule, stop_reason
 
 JOB = Path(__file__).resolve().parents[3] / "examples" / "demo-dpfedavg.yaml"
 
@@ -60,9 +60,10 @@ def test_agent_policy_overrides(tmp_path: Path) -> None:
 def test_uniform_clients_gives_every_agent_the_same() -> None:
     policy = Policy()
     out = uniform_clients(3, budget=(1.0, 1e-5), policy=policy)
-    assert out["budgets"] == {0: (1.0, 1e-5), 1: (1.0, 1e-5), 2: (1.0, 1e-5)}
-    assert out["policies"] == {0: policy, 1: policy, 2: policy}
-    assert uniform_clients(3, budget=None, policy=None) == {"budgets": {}, "policies": {}}
+    assert out.budgets == {0: (1.0, 1e-5), 1: (1.0, 1e-5), 2: (1.0, 1e-5)}
+    assert out.policies == {0: policy, 1: policy, 2: policy}
+    default = uniform_clients(3, budget=None, policy=None)
+    assert (default.budgets, default.policies) == ({}, {})
 
 
 @pytest.mark.parametrize(

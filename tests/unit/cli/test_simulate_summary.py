@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from dpfl.cli.sim_result import Invitations, StopReason
-from dpfl.cli.simulate import SimulationResult, summary
+from dpfl.cli.sim_report import summary
 from dpfl.learning.algorithms.fedsgd_accounting import CLAIM_LABEL
+from dpfl.simulation import SimulationResult
+from dpfl.simulation.result import Invitations, StopReason
 
 
 def _result(**extra: object) -> SimulationResult:

@@ -9,7 +9,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dpfl.cli.simulate import simulate_job
 from dpfl.learning.algorithms.base import AgentData, AlgorithmError, CoordinatorData
 from dpfl.learning.algorithms.dp_fedavg import ALGORITHM as FEDAVG
 from dpfl.learning.domain_adaptation import dann_local_update
@@ -17,6 +16,7 @@ from dpfl.learning.errors import TrainingError
 from dpfl.learning.jobs import JobSpecError, parse_job
 from dpfl.learning.models import build_model
 from dpfl.learning.params import flatten_parameters
+from dpfl.simulation import simulate_job
 
 DANN = {"method": "dann", "weight": 0.5, "hidden": 16}
 

@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 from support.paths import ROOT
 
-from dpfl.cli.simulate import simulate_job
 from dpfl.learning.algorithms.base import AgentData, AlgorithmError, CoordinatorData
 from dpfl.learning.algorithms.dp_helmet import ALGORITHM as HELMET
 from dpfl.learning.algorithms.private_knn_fl import ALGORITHM as KNN
 from dpfl.learning.jobs import load_job, parse_job
+from dpfl.simulation import simulate_job
 
 KMEANS = {"centroids": 16, "patch": 3, "stride": 1, "dim": 16}
 

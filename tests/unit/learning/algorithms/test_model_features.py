@@ -11,7 +11,6 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from dpfl.cli.simulate import simulate_job
 from dpfl.learning.algorithms.base import AgentData, AlgorithmError, CoordinatorData
 from dpfl.learning.algorithms.dp_fed_ls import ALGORITHM as FEDLS
 from dpfl.learning.algorithms.dp_fedavg import ALGORITHM as FEDAVG
@@ -20,6 +19,7 @@ from dpfl.learning.algorithms.frozen_features import MAGIC, FeatureFront, front_
 from dpfl.learning.algorithms.model_update import load_front, load_model
 from dpfl.learning.jobs import parse_job
 from dpfl.learning.params import flatten_parameters
+from dpfl.simulation import simulate_job
 
 KMEANS = {"centroids": 16, "patch": 3, "stride": 1, "dim": 16}
 

@@ -1,6 +1,6 @@
 """``dpfl simulate --backend ray``: a simulation's agents hosted in Ray actors over a cluster.
 
-The coordinator runs in the driver (:class:`dpfl.cli.simulate.Simulation`); :class:`RayAgentPool`
+The coordinator runs in the driver (:class:`dpfl.simulation.Simulation`); :class:`RayAgentPool`
 places the agents, ``agents_per_actor`` at a time, into
 :class:`dpfl.client.remote_host.RemoteAgentHost` actors spread over the nodes, each agent on its
 own gRPC stream. Ray is optional (``pip install 'dpfl[ray]'``) and imported lazily. Resources,

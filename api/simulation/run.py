@@ -1,7 +1,7 @@
 """``dpfl.simulate``: a coordinator and N agents in this process, from Python.
 
-The same :class:`~dpfl.cli.simulate.Simulation` ``dpfl simulate`` runs, with the same client
-budget and agent policy options, returning the same :class:`SimulationResult` (its ``to_json()``
+The same :class:`~.federation.Simulation` ``dpfl simulate`` runs, with the same client budget and
+agent policy options, returning the same :class:`~.result.SimulationResult` (its ``to_json()``
 is the command's ``--json`` line). Called where an event loop already runs (a Jupyter notebook),
 the simulation runs on a worker thread with its own loop, so the call blocks either way.
 """
@@ -12,28 +12,20 @@ import asyncio
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from dpfl.cli.data_location import locate_job_data, using_data_dir
-from dpfl.cli.sim_result import (
-    Invitations,
-    RoundInvitations,
-    SimulationResult,
-    StopReason,
-)
-from dpfl.cli.simulate import Simulation, client_budget, uniform_clients
-from dpfl.cli.simulate import agent_policy as make_policy
 from dpfl.learning.jobs import JobSpec, job_to_dict, load_job, parse_job
+from dpfl.simulation.clients import agent_policy as make_policy
+from dpfl.simulation.clients import client_budget, uniform_clients
+from dpfl.simulation.data_location import locate_job_data, using_data_dir
+from dpfl.simulation.federation import Simulation, Transport
+from dpfl.simulation.plan import SimulationPlan
+from dpfl.simulation.result import SimulationResult
 
-__all__ = [
-    "Invitations",
-    "JobLike",
-    "RoundInvitations",
-    "SimulationResult",
-    "StopReason",
-    "resolve_job",
-    "simulate",
-]
+if TYPE_CHECKING:
+    from dpfl.client.policy import Policy
+
+__all__ = ["JobLike", "resolve_job", "run_plan", "run_simulation", "simulate", "simulate_job"]
 
 #: A job document: a validated spec, its mapping, or the path of its YAML/JSON file.
 JobLike = JobSpec | Mapping[str, Any] | str | Path
@@ -59,15 +51,47 @@ def resolve_job(job: JobLike, *, seed: int | None = None) -> JobSpec:
     return parse_job({**job_to_dict(spec), "seed": seed})
 
 
+async def run_simulation(sim: Simulation) -> SimulationResult:
+    """Run ``sim`` to its end and close it, whatever happens."""
+    try:
+        return await sim.run()
+    finally:
+        await sim.close()
+
+
+def run_plan(plan: SimulationPlan) -> SimulationResult:
+    """Run ``plan`` to its end, blocking, with ``$DPFL_DATA_DIR`` its data folder meanwhile;
+    where an event loop runs in this thread (a notebook), on a worker thread's own loop."""
+    with using_data_dir(plan.data):
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(run_simulation(plan.simulation()))
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpfl-simulate") as pool:
+            return pool.submit(lambda: asyncio.run(run_simulation(plan.simulation()))).result()
+
+
+def simulate_job(job: JobSpec, *, agents: int, transport: Transport = "grpc") -> SimulationResult:
+    """Run a validated job with ``agents`` agents and the default client terms (blocking)."""
+    return run_plan(SimulationPlan(job, agents, transport))
+
+
+def _check(transport: str, agents: int) -> None:
+    if transport not in ("inproc", "grpc"):
+        raise ValueError(f"transport must be 'inproc' or 'grpc', got {transport!r}")
+    if agents < 1:
+        raise ValueError(f"agents must be >= 1, got {agents}")
+
+
 def simulate(
     job: JobLike,
     agents: int,
     *,
-    transport: Literal["inproc", "grpc"] = "inproc",
+    transport: Transport = "inproc",
     seed: int | None = None,
     budget_epsilon: float | None = None,
     budget_delta: float | None = None,
-    agent_policy: Any = None,
+    agent_policy: Policy | Mapping[str, Any] | str | Path | None = None,
     agent_max_epsilon_per_job: float | None = None,
     agent_max_epsilon_total: float | None = None,
     agent_delta: float | None = None,
@@ -103,35 +127,14 @@ def simulate(
         ValueError: bad agents, transport, budget or policy (the message names it).
     """
     spec = resolve_job(job, seed=seed)
-    if transport not in ("inproc", "grpc"):
-        raise ValueError(f"transport must be 'inproc' or 'grpc', got {transport!r}")
-    if agents < 1:
-        raise ValueError(f"agents must be >= 1, got {agents}")
-    clients = uniform_clients(
-        agents,
-        budget=client_budget(spec, budget_epsilon, budget_delta),
-        policy=make_policy(
-            agent_policy,
-            max_epsilon_per_job=agent_max_epsilon_per_job,
-            max_epsilon_total=agent_max_epsilon_total,
-            delta=agent_delta,
-        ),
+    _check(transport, agents)
+    budget = client_budget(spec, budget_epsilon, budget_delta)
+    policy = make_policy(
+        agent_policy,
+        max_epsilon_per_job=agent_max_epsilon_per_job,
+        max_epsilon_total=agent_max_epsilon_total,
+        delta=agent_delta,
     )
-
-    async def main() -> SimulationResult:
-        sim = Simulation(
-            spec, agents=agents, transport=transport, database_url=database_url, **clients
-        )
-        try:
-            return await sim.run()
-        finally:
-            await sim.close()
-
-    with using_data_dir(locate_job_data(spec, data_dir, given_as="data_dir")):
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return asyncio.run(main())
-        # a loop runs in this thread (a notebook): run ours on a worker thread
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpfl-simulate") as pool:
-            return pool.submit(asyncio.run, main()).result()
+    clients = uniform_clients(agents, budget=budget, policy=policy)
+    data = locate_job_data(spec, data_dir, given_as="data_dir")
+    return run_plan(SimulationPlan(spec, agents, transport, database_url, clients, data))

@@ -1,6 +1,7 @@
 """In-process links between a coordinator and agents in one event loop (``--transport inproc``).
 
-Only ``dpfl.cli`` may import both ``dpfl.server`` and ``dpfl.client``; this module is the seam.
+Only the top of the layering (``dpfl``, ``dpfl.cli``) may import both ``dpfl.server`` and
+``dpfl.client``; this module is the seam.
 The agent's :class:`~dpfl.client.transport.InProcessConnector` calls the coordinator's
 transport-free stream and download handlers with the same metadata a gRPC call carries, and
 every message crosses the link as serialized bytes (both directions are copied through

@@ -14,7 +14,12 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from dpfl.learning.jobs import JobSpec
+    from dpfl.server.orchestrator import RoundReport
+    from dpfl.server.store import Round, Store
 
 __all__ = [
     "Invitations",
@@ -22,6 +27,7 @@ __all__ = [
     "SimulationResult",
     "StopKind",
     "StopReason",
+    "collect_result",
     "decline_rule",
     "invitations_from_rounds",
     "stop_reason",
@@ -108,7 +114,9 @@ class StopReason:
         return {"kind": self.kind, "message": self.message}
 
 
-def invitations_from_rounds(rounds: Iterable[Any]) -> tuple[Invitations, list[RoundInvitations]]:
+def invitations_from_rounds(
+    rounds: Iterable[Round],
+) -> tuple[Invitations, list[RoundInvitations]]:
     """Sum the round records (``dpfl.server.store.Round``) of a job.
 
     A round that never sent its invitations (skipped: too few sampled) counts in the per-round
@@ -166,7 +174,7 @@ def stop_reason(
     rounds_planned: int,
     rounds_completed: int,
     rounds_skipped: int,
-    reports: Sequence[Any],
+    reports: Sequence[RoundReport],
 ) -> StopReason | None:
     """Why the job stopped early, or None when every round number was completed or skipped.
 
@@ -240,3 +248,60 @@ class SimulationResult:
         """The ``dpfl simulate --json`` line: :meth:`to_dict` as one line of JSON (an unbounded
         ε is written ``Infinity``, as Python's ``json`` module reads and writes it)."""
         return json.dumps(self.to_dict())
+
+
+def collect_result(
+    store: Store,
+    spec: JobSpec,
+    *,
+    job_id: str,
+    agents: Sequence[str],
+    reports: Sequence[RoundReport],
+    wall_s: float,
+) -> SimulationResult:
+    """The result of job ``job_id`` (run from ``spec`` with ``agents`` as its population), read
+    from the coordinator's store and the runner's round ``reports`` after it ended."""
+    job = store.get_job(job_id)
+    rounds = store.list_rounds(job_id)
+    done = [r for r in rounds if r.status.value == "completed"]
+    last = max(done, key=lambda r: r.number) if done else None
+    delta = spec.privacy.delta
+    # each client's ε for this job in the ledger: the smaller of the job's RDP figure and its
+    # tight figure, both proven bounds unless the job's noise is discrete Gaussian (entries
+    # marked approximate; docs/accounting.md#which-bound-each-ledger-figure-is); 0 for a
+    # client the job never charged. One read of the job's entries for all clients.
+    charged = store.job_epsilons(job_id, delta=delta)
+    plan = rounds[-1].noise.get("plan", {}) if rounds else {}
+    completed = [r for r in reports if r.completed]
+    skipped = {r.round.number for r in reports if r.skipped and r.round is not None} - {
+        d.number for d in done
+    }
+    invitations, per_round = invitations_from_rounds(rounds)
+    return SimulationResult(
+        job=spec.name,
+        job_id=job_id,
+        algorithm=spec.algorithm,
+        status=job.status.value,
+        rounds_completed=len(done),
+        accuracy=last.accuracy if last is not None else None,
+        epsilon={a: float(charged.get(a, 0.0)) for a in agents},
+        delta=delta,
+        noise_multiplier=plan.get("noise_multiplier"),
+        wall_s=wall_s,
+        metrics=dict(completed[-1].metrics) if completed else {},
+        error=job.error,
+        claimed_epsilon=plan.get("details", {}).get("claimed_epsilon"),
+        claim=plan.get("details", {}).get("claim"),
+        rounds_planned=spec.rounds,
+        rounds_skipped=len(skipped),
+        invitations=invitations,
+        per_round=per_round,
+        stop=stop_reason(
+            status=job.status.value,
+            error=job.error,
+            rounds_planned=spec.rounds,
+            rounds_completed=len(done),
+            rounds_skipped=len(skipped),
+            reports=reports,
+        ),
+    )
