@@ -16,22 +16,54 @@ from typing import TYPE_CHECKING
 
 from dpfl.cli.sim_report import run_command, run_with_progress
 from dpfl.cmdline import Subparsers
-from dpfl.learning.jobs import JobSpec, job_to_dict, load_job, parse_job
-from dpfl.simulation import (
-    ClientTerms,
-    SimulationPlan,
-    SimulationResult,
-    agent_policy,
-    client_budget,
-    uniform_clients,
-)
+from dpfl.learning.jobs import JobSpec
+from dpfl.simulation import ClientTerms, SimulationPlan, SimulationResult, resolve_job
+from dpfl.simulation.clients import agent_policy, client_budget, uniform_clients
 from dpfl.simulation.data_location import locate_job_data, using_data_dir
 
 if TYPE_CHECKING:
-    from dpfl.learning.data.images import DataFolder
     from dpfl.simulation.ray_backend import RayOptions
 
-__all__ = ["load_with_seed", "register"]
+__all__ = ["register"]
+
+#: The Ray backend's flags: (flag, type, help); each needs ``--backend ray``.
+_RAY_FLAGS: tuple[tuple[str, type, str], ...] = (
+    (
+        "--address",
+        str,
+        "the Ray cluster to join (ray start --head printed it; 'auto': the local one); "
+        "default: a private single-node cluster",
+    ),
+    ("--agents-per-actor", int, "default: agents / cluster CPUs"),
+    ("--cpus-per-agent", float, "default: the CPUs shared evenly"),
+    ("--gpus-per-agent", float, "default: the cluster's GPUs shared evenly (none without GPUs)"),
+)
+
+#: What each client may spend: (flag, type, metavar, help).
+_BUDGET_FLAGS: tuple[tuple[str, type, str, str], ...] = (
+    (
+        "--budget-epsilon",
+        float,
+        "E",
+        "every client's ε budget at the coordinator (default: the coordinator's default)",
+    ),
+    ("--budget-delta", float, "D", "the δ that budget is measured at (default: the job's δ)"),
+    (
+        "--agent-policy",
+        Path,
+        "FILE",
+        "every agent's local policy (YAML, as dpfl-agent run --policy; default: the default "
+        "policy)",
+    ),
+    (
+        "--agent-max-epsilon-per-job",
+        float,
+        "E",
+        "override the policy's max_epsilon_per_job (the total cap rises with it if lower)",
+    ),
+    ("--agent-max-epsilon-total", float, "E", "override the policy's max_epsilon_total"),
+    ("--agent-delta", float, "D", "override the δ the agents' policy measures ε at"),
+)
 
 
 def register(subparsers: Subparsers) -> None:
@@ -41,15 +73,6 @@ def register(subparsers: Subparsers) -> None:
         description="Start a coordinator and N agents (each with its share of the job's data) "
         "on loopback gRPC or in-process links, run the job, and report accuracy and ε.",
     )
-    _add_run_arguments(parser)
-    _add_ray_arguments(parser)
-    _add_budget_arguments(parser)
-    _add_output_arguments(parser)
-    parser.set_defaults(func=_main)
-
-
-def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
-    """The job, the agents, and how they connect and where they run."""
     parser.add_argument("job", type=Path, help="the job document (YAML or JSON)")
     parser.add_argument("--agents", type=int, required=True, help="number of agents N")
     parser.add_argument("--transport", choices=("grpc", "inproc"), default="grpc")
@@ -60,114 +83,35 @@ def _add_run_arguments(parser: argparse.ArgumentParser) -> None:
         help="where the agents run: this process, or Ray actors over a cluster (gRPC; "
         "needs dpfl[ray])",
     )
-
-
-def _add_ray_arguments(parser: argparse.ArgumentParser) -> None:
-    """Where the Ray backend hosts the agents (each needs ``--backend ray``)."""
     ray = parser.add_argument_group("ray backend")
-    ray.add_argument(
-        "--address",
-        default=None,
-        help="the Ray cluster to join (ray start --head printed it; 'auto': the local one); "
-        "default: a private single-node cluster",
-    )
-    ray.add_argument(
-        "--agents-per-actor", type=int, default=None, help="default: agents / cluster CPUs"
-    )
-    ray.add_argument(
-        "--cpus-per-agent", type=float, default=None, help="default: the CPUs shared evenly"
-    )
-    ray.add_argument(
-        "--gpus-per-agent",
-        type=float,
-        default=None,
-        help="default: the cluster's GPUs shared evenly (none without GPUs)",
-    )
-
-
-def _add_budget_arguments(parser: argparse.ArgumentParser) -> None:
-    """What each client may spend: its coordinator-side budget and its agent's policy."""
+    for flag, kind, text in _RAY_FLAGS:
+        ray.add_argument(flag, type=kind, help=text)
     budgets = parser.add_argument_group(
         "clients' budgets",
         "what each client may spend: the coordinator's per-client budget (it leaves a client out "
         "of a round it cannot pay for) and the agents' own local policy (an agent declines an "
         "invitation it cannot afford); docs/utility.md#honest-simulation",
     )
-    budgets.add_argument(
-        "--budget-epsilon",
-        type=float,
-        default=None,
-        metavar="E",
-        help="every client's ε budget at the coordinator (default: the coordinator's default)",
-    )
-    budgets.add_argument(
-        "--budget-delta",
-        type=float,
-        default=None,
-        metavar="D",
-        help="the δ that budget is measured at (default: the job's δ)",
-    )
-    budgets.add_argument(
-        "--agent-policy",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="every agent's local policy (YAML, as dpfl-agent run --policy; default: the "
-        "default policy)",
-    )
-    budgets.add_argument(
-        "--agent-max-epsilon-per-job",
-        type=float,
-        default=None,
-        metavar="E",
-        help="override the policy's max_epsilon_per_job (the total cap rises with it if lower)",
-    )
-    budgets.add_argument(
-        "--agent-max-epsilon-total",
-        type=float,
-        default=None,
-        metavar="E",
-        help="override the policy's max_epsilon_total",
-    )
-    budgets.add_argument(
-        "--agent-delta",
-        type=float,
-        default=None,
-        metavar="D",
-        help="override the δ the agents' policy measures ε at",
-    )
-
-
-def _add_output_arguments(parser: argparse.ArgumentParser) -> None:
-    """The data folder, the database, the seed and the JSON line."""
+    for flag, kind, metavar, text in _BUDGET_FLAGS:
+        budgets.add_argument(flag, type=kind, metavar=metavar, help=text)
     parser.add_argument(
         "--data-dir",
-        default=None,
         metavar="DIR",
         help="the folder holding mnist/, fashion-mnist/ and usps/, for jobs that read them "
         "(default: $DPFL_DATA_DIR)",
     )
-    parser.add_argument("--database-url", default=None, help="default: a temporary SQLite file")
-    parser.add_argument("--seed", type=int, default=None, help="override the job's seed")
+    parser.add_argument("--database-url", help="default: a temporary SQLite file")
+    parser.add_argument("--seed", type=int, help="override the job's seed")
     parser.add_argument("--json", action="store_true", help="end with one JSON line")
-
-
-class _UsageError(Exception):
-    """A bad argument: printed after the command's name, exit code 2."""
-
-
-def load_with_seed(path: Path, seed: int | None) -> JobSpec:
-    """The job file, with ``seed`` (model and training seed) overridden when given."""
-    job = load_job(path)
-    if seed is None:
-        return job
-    return parse_job({**job_to_dict(job), "seed": seed})
+    parser.set_defaults(func=_main)
 
 
 def _main(args: argparse.Namespace) -> int:
+    from dpfl.learning.errors import LearningError
+
     try:
         plan = _plan(args)
-    except _UsageError as exc:
+    except (LearningError, ValueError) as exc:
         print(f"dpfl simulate: {exc}", file=sys.stderr)
         return 2
     with using_data_dir(plan.data):
@@ -175,17 +119,17 @@ def _main(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> SimulationPlan:
-    """The arguments as a plan, checked in the order they matter (first error wins).
+    """The arguments as a plan, checked in the order they matter (the first error wins).
 
     Raises:
-        _UsageError: a bad job, agent count, data folder, budget, policy or Ray option.
+        LearningError, ValueError: a bad job, agent count, data folder, budget, policy or Ray
+            option (the message names it).
     """
-    job = _job(args.job, args.seed)
+    job = resolve_job(args.job, seed=args.seed)
     if args.agents < 1:
-        raise _UsageError("--agents must be >= 1")
-    data = _data_folder(job, args.data_dir)
+        raise ValueError("--agents must be >= 1")
+    data = locate_job_data(job, args.data_dir, given_as="--data-dir")
     clients = _clients(job, args)
-    ray = _ray_options(args)
     return SimulationPlan(
         job,
         args.agents,
@@ -194,36 +138,15 @@ def _plan(args: argparse.Namespace) -> SimulationPlan:
         clients,
         data,
         backend=args.backend,
-        ray=ray,
+        ray=_ray_options(args),
     )
-
-
-def _job(path: Path, seed: int | None) -> JobSpec:
-    from dpfl.learning.errors import LearningError
-
-    try:
-        return load_with_seed(path, seed)
-    except LearningError as exc:
-        raise _UsageError(str(exc)) from None
-
-
-def _data_folder(job: JobSpec, data_dir: str | None) -> DataFolder | None:
-    from dpfl.learning.errors import LearningError
-
-    try:
-        return locate_job_data(job, data_dir, given_as="--data-dir")
-    except LearningError as exc:
-        raise _UsageError(str(exc)) from None
 
 
 def _clients(job: JobSpec, args: argparse.Namespace) -> ClientTerms:
     """Every client's budget (``--budget-...``) and its agent's policy (``--agent-...``)."""
     from dpfl.client.policy import PolicyError
 
-    try:
-        budget = client_budget(job, args.budget_epsilon, args.budget_delta)
-    except ValueError as exc:
-        raise _UsageError(str(exc)) from None
+    budget = client_budget(job, args.budget_epsilon, args.budget_delta)
     try:
         policy = agent_policy(
             args.agent_policy,
@@ -232,36 +155,27 @@ def _clients(job: JobSpec, args: argparse.Namespace) -> ClientTerms:
             delta=args.agent_delta,
         )
     except PolicyError as exc:
-        raise _UsageError(f"agent policy: {exc}") from None
+        raise ValueError(f"agent policy: {exc}") from None
     return uniform_clients(args.agents, budget=budget, policy=policy)
 
 
 def _ray_options(args: argparse.Namespace) -> RayOptions | None:
     """The Ray backend's options; None for the local backend (which takes none of them)."""
-    flags = {
-        "--address": args.address,
-        "--agents-per-actor": args.agents_per_actor,
-        "--cpus-per-agent": args.cpus_per_agent,
-        "--gpus-per-agent": args.gpus_per_agent,
-    }
-    given = [flag for flag, value in flags.items() if value is not None]
+    given = [f for f, _, _ in _RAY_FLAGS if getattr(args, f[2:].replace("-", "_")) is not None]
     if args.backend != "ray":
         if given:
-            raise _UsageError(f"{', '.join(given)} need --backend ray")
+            raise ValueError(f"{', '.join(given)} need --backend ray")
         return None
     if args.transport != "grpc":
-        raise _UsageError("--backend ray connects over gRPC (not --transport inproc)")
+        raise ValueError("--backend ray connects over gRPC (not --transport inproc)")
     from dpfl.simulation.ray_backend import RayOptions
 
-    try:
-        return RayOptions(
-            address=args.address,
-            agents_per_actor=args.agents_per_actor,
-            cpus_per_agent=args.cpus_per_agent,
-            gpus_per_agent=args.gpus_per_agent,
-        )
-    except ValueError as exc:
-        raise _UsageError(str(exc)) from None
+    return RayOptions(
+        address=args.address,
+        agents_per_actor=args.agents_per_actor,
+        cpus_per_agent=args.cpus_per_agent,
+        gpus_per_agent=args.gpus_per_agent,
+    )
 
 
 async def _run(plan: SimulationPlan) -> SimulationResult:

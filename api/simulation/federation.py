@@ -34,19 +34,12 @@ if TYPE_CHECKING:
     from dpfl.client.transport import Connector, GrpcTransport
     from dpfl.server.coordinator import Coordinator
     from dpfl.server.orchestrator import FaultHooks, Orchestrator, RoundReport
-    from dpfl.server.sessions import SessionRegistry
     from dpfl.server.settings import Settings, StageDeadlines
     from dpfl.server.store import Job
     from dpfl.simulation.inproc import InProcessCoordinator
     from dpfl.simulation.ray_backend import ActorPlan, RayAgentPool, RayOptions
 
-__all__ = [
-    "Backend",
-    "CoordinatorOptions",
-    "RemoteAgent",
-    "Simulation",
-    "Transport",
-]
+__all__ = ["Backend", "CoordinatorOptions", "RemoteAgent", "Simulation", "Transport"]
 
 #: How the agents reach the coordinator: a loopback gRPC channel or in-process links.
 Transport = Literal["grpc", "inproc"]
@@ -192,11 +185,10 @@ class Simulation:
             raise RuntimeError("the simulation's coordinator is not started")
         return orchestrator
 
-    def _registry(self) -> SessionRegistry:
+    async def _all_connected(self, ids: list[str], *, timeout: float, who: str) -> None:
         registry = self.coordinator.registry
-        if registry is None:
-            raise RuntimeError("the simulation's coordinator is not started")
-        return registry
+        if registry is None or not await registry.wait_connected(ids, timeout=timeout):
+            raise RuntimeError(f"not every {who} connected within {timeout:g} s")
 
     def settings(self) -> Settings:
         from dpfl.server.settings import Settings, StageDeadlines
@@ -328,9 +320,8 @@ class Simulation:
             return await self._start_ray_agents()
         for i in range(self.num_agents):
             self.agents.append(await self._start_local_agent(i))
-        ok = await self._registry().wait_connected([a.agent_id for a in self.agents], timeout=30)
-        if not ok:
-            raise RuntimeError("not every simulated agent connected within 30 s")
+        ids = [a.agent_id for a in self.agents]
+        await self._all_connected(ids, timeout=30, who="simulated agent")
         return self.agents
 
     async def _start_ray_agents(self) -> list[SimulatedAgent | RemoteAgent]:
@@ -358,9 +349,7 @@ class Simulation:
             RemoteAgent(agent_id=agent_id, index=i, actor=self.pool.agent_actor[i])
             for i, agent_id in enumerate(ids)
         ]
-        ok = await self._registry().wait_connected(ids, timeout=60)
-        if not ok:
-            raise RuntimeError("not every agent of the Ray actors connected within 60 s")
+        await self._all_connected(ids, timeout=60, who="agent of the Ray actors")
         return self.agents
 
     # -- the job ---------------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
@@ -62,17 +62,8 @@ class RoundInvitations:
     abort_reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "round": self.round,
-            "attempt": self.attempt,
-            "status": self.status,
-            "invited": self.invited,
-            "accepted": self.accepted,
-            "declined": dict(self.declined),
-            "no_answer": self.no_answer,
-            "excluded_over_budget": self.excluded_over_budget,
-            "abort_reason": self.abort_reason,
-        }
+        """Every field, in order (its mappings as dicts)."""
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,15 +83,8 @@ class Invitations:
     example: Mapping[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "sent": self.sent,
-            "accepted": self.accepted,
-            "declined": self.declined,
-            "no_answer": self.no_answer,
-            "excluded_over_budget": self.excluded_over_budget,
-            "declined_by_rule": dict(self.declined_by_rule),
-            "example": dict(self.example),
-        }
+        """Every field, in order (its mappings as dicts)."""
+        return asdict(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +95,8 @@ class StopReason:
     message: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "message": self.message}
+        """Every field, in order (its mappings as dicts)."""
+        return asdict(self)
 
 
 def invitations_from_rounds(
