@@ -77,6 +77,17 @@ class SimulatedAgent:
         self.ledger.close()
 
 
+def _recording(events: collections.deque[AgentEvent], observer: Observer | None) -> Observer:
+    """An observer that keeps each event in ``events`` and passes it on to ``observer``."""
+
+    def observe(event: AgentEvent) -> None:
+        events.append(event)
+        if observer is not None:
+            observer(event)
+
+    return observe
+
+
 def start_simulated_agent(
     *,
     agent_id: str,
@@ -116,12 +127,7 @@ def start_simulated_agent(
     data = data_spec if isinstance(data_spec, AgentData) else parse_data_spec(data_spec).load()
     ledger = LocalLedger.open(state_dir)
     events: collections.deque[AgentEvent] = collections.deque(maxlen=EVENT_HISTORY)
-
-    def observe(event: AgentEvent) -> None:
-        events.append(event)
-        if observer is not None:
-            observer(event)
-
+    observe = _recording(events, observer)
     loop = TaskLoop(
         agent_id=agent_id,
         data=data,

@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from dpfl.learning.jobs import JobSpec
@@ -61,7 +61,7 @@ class RoundInvitations:
     excluded_over_budget: int
     abort_reason: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """Every field, in order (its mappings as dicts)."""
         return asdict(self)
 
@@ -82,7 +82,7 @@ class Invitations:
     declined_by_rule: Mapping[str, int] = field(default_factory=dict)
     example: Mapping[str, str] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """Every field, in order (its mappings as dicts)."""
         return asdict(self)
 
@@ -94,7 +94,7 @@ class StopReason:
     kind: StopKind
     message: str
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """Every field, in order (its mappings as dicts)."""
         return asdict(self)
 
@@ -208,7 +208,7 @@ class SimulationResult:
     per_round: Sequence[RoundInvitations] = ()
     stop: StopReason | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "job": self.job,
             "algorithm": self.algorithm,
