@@ -9,7 +9,7 @@ bound. Examples: docs/utility.md#python-api.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from dpfl.accounting import (
     CalibrationResult,
@@ -27,6 +27,9 @@ from dpfl.accounting import (
     event_to_json,
 )
 from dpfl.simulation import JobLike, resolve_job
+
+if TYPE_CHECKING:
+    from dpfl.learning.algorithms.base import JobPlan
 
 __all__ = [
     "CalibrationResult",
@@ -48,7 +51,7 @@ __all__ = [
 ]
 
 
-def plan(job: JobLike, *, agents: int, target_epsilon: float | None = None) -> Any:
+def plan(job: JobLike, *, agents: int, target_epsilon: float | None = None) -> JobPlan:
     """The job's plan for ``agents`` clients, as the coordinator computes it at job start
     (``dpfl.learning.algorithms.base.JobPlan``: noise multiplier, calibration record, details).
 

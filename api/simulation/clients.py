@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dpfl.learning.jobs import JobSpec
 
@@ -53,7 +53,7 @@ def client_budget(
 
 
 def agent_policy(
-    policy: Policy | Mapping[str, Any] | str | Path | None = None,
+    policy: Policy | Mapping[str, object] | str | Path | None = None,
     *,
     max_epsilon_per_job: float | None = None,
     max_epsilon_total: float | None = None,

@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dpfl.learning.jobs import JobSpec, job_to_dict, load_job, parse_job
 from dpfl.simulation.clients import agent_policy as make_policy
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["JobLike", "resolve_job", "run_plan", "run_simulation", "simulate", "simulate_job"]
 
 #: A job document: a validated spec, its mapping, or the path of its YAML/JSON file.
-JobLike = JobSpec | Mapping[str, Any] | str | Path
+JobLike = JobSpec | Mapping[str, object] | str | Path
 
 
 def resolve_job(job: JobLike, *, seed: int | None = None) -> JobSpec:
@@ -91,7 +91,7 @@ def simulate(
     seed: int | None = None,
     budget_epsilon: float | None = None,
     budget_delta: float | None = None,
-    agent_policy: Policy | Mapping[str, Any] | str | Path | None = None,
+    agent_policy: Policy | Mapping[str, object] | str | Path | None = None,
     agent_max_epsilon_per_job: float | None = None,
     agent_max_epsilon_total: float | None = None,
     agent_delta: float | None = None,
