@@ -45,6 +45,8 @@ EventJson = dict[str, Any]
 ParseNested = Callable[[object, str], "DpEvent"]
 
 _KINDS: dict[str, type[DpEvent]] = {}
+#: Per class: its required field names and its optional ones with their defaults (read once).
+_SCHEMAS: dict[type[DpEvent], tuple[tuple[str, ...], dict[str, object]]] = {}
 
 
 @dataclass
@@ -188,14 +190,16 @@ class DpEvent:
         """The required fields and the optional ones with their defaults (the dataclass fields,
         in order; those with a default are optional, so an added field keeps old documents
         parsing)."""
-        required: list[str] = []
-        optional: dict[str, object] = {}
-        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-            if f.default is not dataclasses.MISSING:
-                optional[f.name] = f.default
-            else:
-                required.append(f.name)
-        return tuple(required), optional
+        if cls not in _SCHEMAS:
+            required: list[str] = []
+            optional: dict[str, object] = {}
+            for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+                if f.default is not dataclasses.MISSING:
+                    optional[f.name] = f.default
+                else:
+                    required.append(f.name)
+            _SCHEMAS[cls] = (tuple(required), optional)
+        return _SCHEMAS[cls]
 
     def json_fields(self, nested: Callable[[DpEvent], EventJson]) -> EventJson:
         """The event's fields as JSON-native values (without ``"kind"``), in declaration order.
@@ -203,9 +207,10 @@ class DpEvent:
         ``nested`` writes a part that is itself an event (composite events).
         """
         del nested
+        required, optional = self.json_schema()
         return {
-            f.name: list(v) if isinstance(v := getattr(self, f.name), tuple) else v
-            for f in dataclasses.fields(self)  # type: ignore[arg-type]
+            name: list(v) if isinstance(v := getattr(self, name), tuple) else v
+            for name in (*required, *optional)
         }
 
     @classmethod
