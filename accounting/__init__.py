@@ -27,6 +27,7 @@ from .errors import (
     TightPathError,
     UnsupportedEventError,
 )
+from .event_protocol import TightParts, event_kinds
 from .events import (
     ComposedEvent,
     DataDependentVotingEvent,
@@ -78,6 +79,7 @@ __all__ = [
     "SampledWithoutReplacementEvent",
     "SelfComposedEvent",
     "SkellamEvent",
+    "TightParts",
     "TightPathError",
     "TightResult",
     "UnsupportedEventError",
@@ -90,6 +92,7 @@ __all__ = [
     "epsilon_from_rdp",
     "epsilon_from_rdp_plain",
     "event_from_json",
+    "event_kinds",
     "event_to_json",
     "fedls_noise_multiplier",
     "gaussian_epsilon",

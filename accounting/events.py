@@ -5,20 +5,40 @@ that an ε can always be recomputed from it
 (docs/architecture.md#rule-2-every-event-can-be-recomputed).
 Events are frozen and validated on construction; the invariants (units of sensitivity, which
 relation goes with which sampling event, the JSON form) are in
-docs/accounting.md#events-and-their-invariants.
+docs/accounting.md#events-and-their-invariants. Each class carries its own math (the protocol of
+:mod:`dpfl.accounting.event_protocol`): its RDP curve, its tight-path parts, its JSON fields and
+its noise multiplier.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from .errors import InvalidEventError
+from .errors import InvalidEventError, UnsupportedEventError
+from .event_protocol import (
+    DpEvent,
+    EventJson,
+    FloatArray,
+    Orders,
+    ParseNested,
+    TightParts,
+    flatten_tight,
+    overflow_as_inf,
+)
+from .rdp import cached_curve
+from .rdp_mechanisms import (
+    data_dependent_voting_rdp,
+    skellam_rdp,
+    voting_rdp,
+    voting_rdp_coefficient,
+)
+from .rdp_sampled import poisson_sampled_rdp, without_replacement_rdp
 
 __all__ = [
     "ComposedEvent",
@@ -42,14 +62,6 @@ __all__ = [
 
 Level = Literal["agent", "instance"]
 _LEVELS: tuple[str, ...] = ("agent", "instance")
-
-
-class DpEvent:
-    """Base class of every privacy event (never instantiated itself)."""
-
-    __slots__ = ()
-    #: The stable name of the event's kind in its JSON form.
-    kind: ClassVar[str] = ""
 
 
 def _real(owner: str, name: str, value: object, *, minimum: float, strict: bool) -> float:
@@ -104,6 +116,18 @@ class NoPrivacyEvent(DpEvent):
 
     kind: ClassVar[str] = "no_privacy"
 
+    def rdp(self, orders: Orders) -> FloatArray:
+        return np.zeros_like(np.asarray(orders, dtype=np.float64))
+
+    def gaussian_coefficient(self) -> float | None:
+        return 0.0
+
+    def add_tight_parts(self, count: int, parts: TightParts) -> None:
+        del count, parts
+
+    def min_noise_multiplier(self) -> float:
+        return math.inf
+
 
 @dataclass(frozen=True, slots=True)
 class GaussianEvent(DpEvent):
@@ -135,6 +159,18 @@ class GaussianEvent(DpEvent):
         """``sigma / sensitivity`` (infinite for a zero-sensitivity query)."""
         return math.inf if self.sensitivity == 0.0 else self.sigma / self.sensitivity
 
+    def rdp(self, orders: Orders) -> FloatArray:
+        return 0.5 * (self.sensitivity / self.sigma) ** 2 * np.asarray(orders, dtype=np.float64)
+
+    def gaussian_coefficient(self) -> float | None:
+        return 0.5 * (self.sensitivity / self.sigma) ** 2
+
+    def add_tight_parts(self, count: int, parts: TightParts) -> None:
+        parts.add_rho(count, self.gaussian_coefficient)
+
+    def min_noise_multiplier(self) -> float:
+        return self.noise_multiplier
+
 
 @dataclass(frozen=True, slots=True)
 class PoissonSampledEvent(DpEvent):
@@ -159,6 +195,45 @@ class PoissonSampledEvent(DpEvent):
             )
         _set(self, "sampling_rate", rate)
         _event("PoissonSampledEvent", "event", self.event)
+
+    def rdp(self, orders: Orders) -> FloatArray:
+        return poisson_sampled_rdp(type(self).__name__, self.sampling_rate, self.event, orders)
+
+    def supports_rdp(self) -> bool:
+        return self.event.unsampleable_part() is None and self.event.supports_rdp()
+
+    def unsampleable_part(self) -> DpEvent | None:
+        return self.event.unsampleable_part()
+
+    def add_tight_parts(self, count: int, parts: TightParts) -> None:
+        inner = self.event
+        rho = overflow_as_inf(inner.gaussian_coefficient)
+        if rho is None:
+            raise UnsupportedEventError(
+                f"no tight path for PoissonSampledEvent of {type(inner).__name__} "
+                "(only compositions of Gaussians)"
+            )
+        if rho > 0.0:
+            if self.sampling_rate >= 1.0 or not math.isfinite(rho):
+                parts.rho += count * rho
+            else:
+                parts.sampled[(self.sampling_rate, 1.0 / math.sqrt(2.0 * rho))] += count
+
+    def min_noise_multiplier(self) -> float:
+        return self.event.min_noise_multiplier()
+
+    def is_data_dependent(self) -> bool:
+        return self.event.is_data_dependent()
+
+    def guaranteed(self) -> DpEvent:
+        return PoissonSampledEvent(self.sampling_rate, self.event.guaranteed())
+
+    def json_fields(self, nested: Callable[[DpEvent], EventJson]) -> EventJson:
+        return {"sampling_rate": self.sampling_rate, "event": nested(self.event)}
+
+    @classmethod
+    def from_json_fields(cls, fields: Mapping[str, Any], path: str, nested: ParseNested) -> DpEvent:
+        return cls(fields["sampling_rate"], nested(fields["event"], f"{path}.event"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,6 +267,40 @@ class SampledWithoutReplacementEvent(DpEvent):
         """``sample_size / population``."""
         return self.sample_size / self.population
 
+    def rdp(self, orders: Orders) -> FloatArray:
+        return without_replacement_rdp(
+            type(self).__name__, self.population, self.sample_size, self.event, orders
+        )
+
+    def supports_rdp(self) -> bool:
+        return self.event.unsampleable_part() is None and self.event.supports_rdp()
+
+    def unsampleable_part(self) -> DpEvent | None:
+        return self.event.unsampleable_part()
+
+    def min_noise_multiplier(self) -> float:
+        return self.event.min_noise_multiplier()
+
+    def is_data_dependent(self) -> bool:
+        return self.event.is_data_dependent()
+
+    def guaranteed(self) -> DpEvent:
+        return SampledWithoutReplacementEvent(
+            self.population, self.sample_size, self.event.guaranteed()
+        )
+
+    def json_fields(self, nested: Callable[[DpEvent], EventJson]) -> EventJson:
+        return {
+            "population": self.population,
+            "sample_size": self.sample_size,
+            "event": nested(self.event),
+        }
+
+    @classmethod
+    def from_json_fields(cls, fields: Mapping[str, Any], path: str, nested: ParseNested) -> DpEvent:
+        event = nested(fields["event"], f"{path}.event")
+        return cls(fields["population"], fields["sample_size"], event)
+
 
 @dataclass(frozen=True, slots=True)
 class SelfComposedEvent(DpEvent):
@@ -204,6 +313,40 @@ class SelfComposedEvent(DpEvent):
     def __post_init__(self) -> None:
         _event("SelfComposedEvent", "event", self.event)
         _set(self, "count", _integer("SelfComposedEvent", "count", self.count, minimum=0))
+
+    def rdp(self, orders: Orders) -> FloatArray:
+        if self.count == 0:
+            return np.zeros_like(np.asarray(orders, dtype=np.float64))
+        return self.count * cached_curve(self.event, orders)
+
+    def supports_rdp(self) -> bool:
+        return self.event.supports_rdp()
+
+    def gaussian_coefficient(self) -> float | None:
+        inner = self.event.gaussian_coefficient()
+        return None if inner is None else self.count * inner
+
+    def unsampleable_part(self) -> DpEvent | None:
+        return self.event.unsampleable_part()
+
+    def add_tight_parts(self, count: int, parts: TightParts) -> None:
+        flatten_tight(self.event, count * self.count, parts)
+
+    def min_noise_multiplier(self) -> float:
+        return math.inf if self.count == 0 else self.event.min_noise_multiplier()
+
+    def is_data_dependent(self) -> bool:
+        return self.event.is_data_dependent()
+
+    def guaranteed(self) -> DpEvent:
+        return SelfComposedEvent(self.event.guaranteed(), self.count)
+
+    def json_fields(self, nested: Callable[[DpEvent], EventJson]) -> EventJson:
+        return {"event": nested(self.event), "count": self.count}
+
+    @classmethod
+    def from_json_fields(cls, fields: Mapping[str, Any], path: str, nested: ParseNested) -> DpEvent:
+        return cls(nested(fields["event"], f"{path}.event"), fields["count"])
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +363,54 @@ class ComposedEvent(DpEvent):
         for i, e in enumerate(events):
             _event("ComposedEvent", f"events[{i}]", e)
         _set(self, "events", events)
+
+    def rdp(self, orders: Orders) -> FloatArray:
+        total = np.zeros_like(np.asarray(orders, dtype=np.float64))
+        for e in self.events:
+            total = total + cached_curve(e, orders)
+        return total
+
+    def supports_rdp(self) -> bool:
+        return all(e.supports_rdp() for e in self.events)
+
+    def gaussian_coefficient(self) -> float | None:
+        total = 0.0
+        for e in self.events:
+            c = e.gaussian_coefficient()
+            if c is None:
+                return None
+            total += c
+        return total
+
+    def unsampleable_part(self) -> DpEvent | None:
+        for e in self.events:
+            found = e.unsampleable_part()
+            if found is not None:
+                return found
+        return None
+
+    def add_tight_parts(self, count: int, parts: TightParts) -> None:
+        for e in self.events:
+            flatten_tight(e, count, parts)
+
+    def min_noise_multiplier(self) -> float:
+        return min((e.min_noise_multiplier() for e in self.events), default=math.inf)
+
+    def is_data_dependent(self) -> bool:
+        return any(e.is_data_dependent() for e in self.events)
+
+    def guaranteed(self) -> DpEvent:
+        return ComposedEvent(tuple(e.guaranteed() for e in self.events))
+
+    def json_fields(self, nested: Callable[[DpEvent], EventJson]) -> EventJson:
+        return {"events": [nested(e) for e in self.events]}
+
+    @classmethod
+    def from_json_fields(cls, fields: Mapping[str, Any], path: str, nested: ParseNested) -> DpEvent:
+        events = fields["events"]
+        if not isinstance(events, list):
+            raise InvalidEventError(f"{path}.events must be a list, got {type(events).__name__}")
+        return cls(tuple(nested(e, f"{path}.events[{i}]") for i, e in enumerate(events)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +429,7 @@ class SkellamEvent(DpEvent):
     l2_sensitivity: float
     dimension: int
     kind: ClassVar[str] = "skellam"
+    symmetric_shift: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         owner = "SkellamEvent"
@@ -253,6 +445,24 @@ class SkellamEvent(DpEvent):
             _real(owner, "l2_sensitivity", self.l2_sensitivity, minimum=0.0, strict=False),
         )
         _set(self, "dimension", _integer(owner, "dimension", self.dimension, minimum=1))
+
+    def rdp(self, orders: Orders) -> FloatArray:
+        return skellam_rdp(self, orders)
+
+    def add_tight_parts(self, count: int, parts: TightParts) -> None:
+        if self.dimension != 1:
+            raise UnsupportedEventError(
+                f"no tight path for a SkellamEvent of dimension {self.dimension} (only one "
+                "coordinate: docs/accounting.md#skellam-votes-the-pld-of-one-coordinate)"
+            )
+        # integer query and noise: a shift within the bound is at most its integer part
+        shift = math.floor(min(self.l1_sensitivity, self.l2_sensitivity))
+        if shift > 0:
+            parts.skellam[(self.mu, shift)] += count
+
+    def min_noise_multiplier(self) -> float:
+        l2 = min(self.l2_sensitivity, self.l1_sensitivity)
+        return math.inf if l2 == 0.0 else math.sqrt(2.0 * self.mu) / l2
 
 
 @dataclass(frozen=True, slots=True)
@@ -271,6 +481,7 @@ class VotingEvent(DpEvent):
     level: Level
     k: int = 1
     kind: ClassVar[str] = "voting"
+    own_relation: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         owner = "VotingEvent"
@@ -278,6 +489,19 @@ class VotingEvent(DpEvent):
         _set(self, "sigma", _real(owner, "sigma", self.sigma, minimum=0.0, strict=True))
         _set(self, "level", _level(owner, self.level))
         _set(self, "k", _integer(owner, "k", self.k, minimum=1))
+
+    def rdp(self, orders: Orders) -> FloatArray:
+        return voting_rdp(self, orders)
+
+    def add_tight_parts(self, count: int, parts: TightParts) -> None:
+        parts.add_rho(count, lambda: voting_rdp_coefficient(self))
+
+    def min_noise_multiplier(self) -> float:
+        """Per query: σ at agent level, σ·√(k/2) at instance level (its charge ``α/(k·σ²)`` is
+        that of a Gaussian with this multiplier)."""
+        if self.queries == 0:
+            return math.inf
+        return self.sigma if self.level == "agent" else self.sigma * math.sqrt(self.k / 2.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,8 +523,8 @@ class DataDependentVotingEvent(DpEvent):
     s: float
     level: Level
     kind: ClassVar[str] = "data_dependent_voting"
-    #: Marks the family whose ε must be labelled data-dependent.
     data_dependent: ClassVar[bool] = True
+    own_relation: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         owner = "DataDependentVotingEvent"
@@ -331,16 +555,30 @@ class DataDependentVotingEvent(DpEvent):
         """
         return max(1, math.floor((1.0 / self.s) * (1.0 + 1e-12)))
 
+    def rdp(self, orders: Orders) -> FloatArray:
+        return data_dependent_voting_rdp(self, orders)
+
+    def add_tight_parts(self, count: int, parts: TightParts) -> None:
+        # The data-independent bound is a worst-case one, hence also a bound here.
+        flatten_tight(self.guaranteed(), count, parts)
+
+    def min_noise_multiplier(self) -> float:
+        return self.guaranteed().min_noise_multiplier()
+
+    def guaranteed(self) -> DpEvent:
+        return VotingEvent(queries=len(self.margins), sigma=self.sigma, level=self.level, k=self.k)
+
+    @classmethod
+    def from_json_fields(cls, fields: Mapping[str, Any], path: str, nested: ParseNested) -> DpEvent:
+        margins = fields["margins"]
+        if not isinstance(margins, list):
+            raise InvalidEventError(f"{path}.margins must be a list, got {type(margins).__name__}")
+        return cls(**{**fields, "margins": tuple(margins)})
+
 
 def is_data_dependent(event: DpEvent) -> bool:
     """Whether any part of ``event`` is accounted with a data-dependent bound."""
-    if isinstance(event, DataDependentVotingEvent):
-        return True
-    if isinstance(event, PoissonSampledEvent | SampledWithoutReplacementEvent | SelfComposedEvent):
-        return is_data_dependent(event.event)
-    if isinstance(event, ComposedEvent):
-        return any(is_data_dependent(e) for e in event.events)
-    return False
+    return isinstance(event, DpEvent) and event.is_data_dependent()
 
 
 def guaranteed_event(event: DpEvent) -> DpEvent:
@@ -348,21 +586,7 @@ def guaranteed_event(event: DpEvent) -> DpEvent:
 
     The RDP curve of the result is the worst-case guarantee the ledger enforces budgets on.
     """
-    if isinstance(event, DataDependentVotingEvent):
-        return VotingEvent(
-            queries=len(event.margins), sigma=event.sigma, level=event.level, k=event.k
-        )
-    if isinstance(event, PoissonSampledEvent):
-        return PoissonSampledEvent(event.sampling_rate, guaranteed_event(event.event))
-    if isinstance(event, SampledWithoutReplacementEvent):
-        return SampledWithoutReplacementEvent(
-            event.population, event.sample_size, guaranteed_event(event.event)
-        )
-    if isinstance(event, SelfComposedEvent):
-        return SelfComposedEvent(guaranteed_event(event.event), event.count)
-    if isinstance(event, ComposedEvent):
-        return ComposedEvent(tuple(guaranteed_event(e) for e in event.events))
-    return event
+    return event.guaranteed() if isinstance(event, DpEvent) else event
 
 
 def _honest(honest_fraction: float, participants: int) -> tuple[float, int]:

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numpy.typing import NDArray
 
-from .events import DataDependentVotingEvent, SkellamEvent, VotingEvent
 from .rdp_subsampling import interpolate_fractional
+
+if TYPE_CHECKING:  # the events call these functions: no import cycle at run time
+    from .events import DataDependentVotingEvent, SkellamEvent, VotingEvent
 
 __all__ = [
     "data_dependent_voting_rdp",

@@ -2,9 +2,10 @@
 
 Compositions of Gaussians on the same data use the closed-form profile (``"analytic_gaussian"``);
 Poisson-subsampled Gaussians and one-coordinate Skellam releases use dp_accounting's pessimistic
-PLD (``"pld"``) on a grid refined until the remaining excess is small. Every other event has no
-tight path and is reported by RDP only. Why each figure is an upper bound:
-docs/accounting.md#the-tight-path and docs/accounting.md#the-pld-grid-follows-ε.
+PLD (``"pld"``) on a grid refined until the remaining excess is small. Each event adds itself to
+these parts (:meth:`DpEvent.add_tight_parts`); one that has no tight path is reported by RDP
+only. Why each figure is an upper bound: docs/accounting.md#the-tight-path and
+docs/accounting.md#the-pld-grid-follows-ε.
 
 A PLD computation that fails raises :class:`~dpfl.accounting.errors.TightPathError` (never an
 ``IndexError`` of the library, never a figure read off a broken distribution);
@@ -15,28 +16,13 @@ from __future__ import annotations
 
 import functools
 import math
-from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from scipy import optimize, special
 
 from .errors import AccountingError, InvalidParameterError, TightPathError, UnsupportedEventError
-from .events import (
-    ComposedEvent,
-    DataDependentVotingEvent,
-    DpEvent,
-    GaussianEvent,
-    NoPrivacyEvent,
-    PoissonSampledEvent,
-    SelfComposedEvent,
-    SkellamEvent,
-    VotingEvent,
-    guaranteed_event,
-)
-from .rdp import gaussian_coefficient
-from .rdp_mechanisms import voting_rdp_coefficient
+from .event_protocol import DpEvent, TightParts, flatten_tight
 
 __all__ = [
     "PLD_RELATIVE_TOLERANCE",
@@ -63,91 +49,22 @@ _MIN_INTERVAL = 1e-7
 _MAX_REFINEMENTS = 8
 
 
-@dataclass
-class _Parts:
-    """An event flattened into its Gaussian coefficient, its subsampled groups and its
-    one-coordinate Skellam releases ``(mu, integer shift)``."""
-
-    rho: float = 0.0
-    sampled: Counter[tuple[float, float]] = field(default_factory=Counter)
-    skellam: Counter[tuple[float, int]] = field(default_factory=Counter)
-
-
-def _parts_of(event: DpEvent) -> _Parts:
-    parts = _Parts()
-    _flatten(event, 1, parts)
+def _parts_of(event: DpEvent) -> TightParts:
+    """``event`` flattened by its own :meth:`DpEvent.add_tight_parts`."""
+    parts = TightParts()
+    flatten_tight(event, 1, parts)
     return parts
 
 
-def _coefficient(compute: Callable[[], float | None]) -> float | None:
-    """A ρ, +inf where it overflows (noise negligible next to the sensitivity: no finite ε is
-    claimed, and +inf is an upper bound)."""
-    try:
-        return compute()
-    except ArithmeticError:
-        return math.inf
-
-
-def _unbounded(parts: _Parts) -> bool:
+def _unbounded(parts: TightParts) -> bool:
     """Some composed Gaussian has a vanishing noise: no finite ε is claimed (+inf is a bound)."""
     return not math.isfinite(parts.rho) or any(z <= 0.0 for _, z in parts.sampled)
 
 
-def _flatten(event: DpEvent, count: int, parts: _Parts) -> None:
-    if count == 0:
-        return
-    if isinstance(event, NoPrivacyEvent):
-        return
-    if isinstance(event, GaussianEvent):
-        parts.rho += count * (_coefficient(lambda: gaussian_coefficient(event)) or 0.0)
-        return
-    if isinstance(event, VotingEvent):
-        parts.rho += count * (_coefficient(lambda: voting_rdp_coefficient(event)) or 0.0)
-        return
-    if isinstance(event, SkellamEvent):
-        if event.dimension != 1:
-            raise UnsupportedEventError(
-                f"no tight path for a SkellamEvent of dimension {event.dimension} (only one "
-                "coordinate: docs/accounting.md#skellam-votes-the-pld-of-one-coordinate)"
-            )
-        # integer query and noise: a shift within the bound is at most its integer part
-        shift = math.floor(min(event.l1_sensitivity, event.l2_sensitivity))
-        if shift > 0:
-            parts.skellam[(event.mu, shift)] += count
-        return
-    if isinstance(event, DataDependentVotingEvent):
-        # The data-independent bound is a worst-case one, hence also a bound here.
-        _flatten(guaranteed_event(event), count, parts)
-        return
-    if isinstance(event, SelfComposedEvent):
-        _flatten(event.event, count * event.count, parts)
-        return
-    if isinstance(event, ComposedEvent):
-        for e in event.events:
-            _flatten(e, count, parts)
-        return
-    if isinstance(event, PoissonSampledEvent):
-        inner = event.event
-        rho = _coefficient(lambda: gaussian_coefficient(inner))
-        if rho is None:
-            raise UnsupportedEventError(
-                f"no tight path for PoissonSampledEvent of {type(event.event).__name__} "
-                "(only compositions of Gaussians)"
-            )
-        if rho > 0.0:
-            if event.sampling_rate >= 1.0 or not math.isfinite(rho):
-                parts.rho += count * rho
-            else:
-                parts.sampled[(event.sampling_rate, 1.0 / math.sqrt(2.0 * rho))] += count
-        return
-    raise UnsupportedEventError(f"no tight path for {type(event).__name__}")
-
-
 def tight_method(event: DpEvent) -> str | None:
     """``"analytic_gaussian"`` or ``"pld"``: the method :func:`tight_epsilon` would use, or None."""
-    parts = _Parts()
     try:
-        _flatten(event, 1, parts)
+        parts = _parts_of(event)
     except UnsupportedEventError:
         return None
     return "pld" if parts.sampled or parts.skellam else "analytic_gaussian"
@@ -354,7 +271,7 @@ def _library_failure(exc: Exception, interval: float) -> TightPathError:
     )
 
 
-def _pld_epsilon(parts: _Parts, delta: float, interval: float) -> float:
+def _pld_epsilon(parts: TightParts, delta: float, interval: float) -> float:
     """ε at ``delta`` of the pessimistic PLD of ``parts`` on a grid of step ``interval``.
 
     Raises:
@@ -371,7 +288,7 @@ def _pld_epsilon(parts: _Parts, delta: float, interval: float) -> float:
     return max(0.0, eps)
 
 
-def _compose_pld_epsilon(parts: _Parts, delta: float, interval: float) -> float:
+def _compose_pld_epsilon(parts: TightParts, delta: float, interval: float) -> float:
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
     composed = None

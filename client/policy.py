@@ -16,7 +16,6 @@ close to a Gaussian); ``allow_approximate: true`` accepts them knowingly.
 from __future__ import annotations
 
 import fnmatch
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,19 +24,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from dpfl.accounting import (
-    ComposedEvent,
-    DataDependentVotingEvent,
-    DpEvent,
-    GaussianEvent,
-    NoPrivacyEvent,
-    PoissonSampledEvent,
-    SampledWithoutReplacementEvent,
-    SelfComposedEvent,
-    SkellamEvent,
-    VotingEvent,
-    guaranteed_event,
-)
+from dpfl.accounting import DpEvent, UnsupportedEventError
 from dpfl.client.errors import AgentError
 from dpfl.client.local_ledger import LocalLedger, LocalLedgerError
 from dpfl.learning.algorithms.registry import algorithm_names
@@ -71,33 +58,19 @@ class Decision:
 def noise_multiplier(event: DpEvent) -> float:
     """The smallest noise multiplier (noise std over L2 sensitivity) of any release in ``event``.
 
-    Sampling and composition do not change the noise of one release. A voting event counts per
-    query: σ at agent level, σ·√(k/2) at instance level (its charge ``α/(k·σ²)`` is that of a
-    Gaussian with this multiplier). Infinite for events without any noisy release.
+    Each event kind computes its own (:meth:`DpEvent.min_noise_multiplier`): sampling and
+    composition do not change the noise of one release; a voting event counts per query; events
+    without any noisy release give infinity.
 
     Raises:
-        PolicyError: an event kind this function does not know.
+        PolicyError: an event kind that states no noise multiplier.
     """
-    if isinstance(event, NoPrivacyEvent):
-        return math.inf
-    if isinstance(event, GaussianEvent):
-        return event.noise_multiplier
-    if isinstance(event, SkellamEvent):
-        l2 = min(event.l2_sensitivity, event.l1_sensitivity)
-        return math.inf if l2 == 0.0 else math.sqrt(2.0 * event.mu) / l2
-    if isinstance(event, VotingEvent):
-        if event.queries == 0:
-            return math.inf
-        return event.sigma if event.level == "agent" else event.sigma * math.sqrt(event.k / 2.0)
-    if isinstance(event, DataDependentVotingEvent):
-        return noise_multiplier(guaranteed_event(event))
-    if isinstance(event, PoissonSampledEvent | SampledWithoutReplacementEvent):
-        return noise_multiplier(event.event)
-    if isinstance(event, SelfComposedEvent):
-        return math.inf if event.count == 0 else noise_multiplier(event.event)
-    if isinstance(event, ComposedEvent):
-        return min((noise_multiplier(e) for e in event.events), default=math.inf)
-    raise PolicyError(f"no noise multiplier for {type(event).__name__}")
+    if not isinstance(event, DpEvent):
+        raise PolicyError(f"not a dpfl privacy event: {type(event).__name__}")
+    try:
+        return event.min_noise_multiplier()
+    except UnsupportedEventError as exc:
+        raise PolicyError(str(exc)) from None
 
 
 #: Why a round with approximate ε is declined, and what the operator can do about it.
