@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dpfl.accounting import AccountingError, DpEvent, event_from_json
 from dpfl.client.errors import AgentError
 from dpfl.client.gate import InvitationReview
-from dpfl.client.plain import ModeMismatchError, PlainParameters, check_mode, is_plain_setup
+from dpfl.client.summation import ModeMismatchError, PlainParameters, check_mode, is_plain_setup
 from dpfl.learning.algorithms.base import Algorithm
 from dpfl.learning.errors import LearningError
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb

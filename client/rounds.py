@@ -18,7 +18,7 @@ import hashlib
 import secrets
 import struct
 import time
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -35,28 +35,21 @@ from dpfl.client.checks import (
 )
 from dpfl.client.gate import ChargeRefusedError, Decision, Gate, InvitationReview
 from dpfl.client.local_work import Fetched, contribution, fetch_blobs
-from dpfl.client.plain import (
-    PlainParameters,
-    PlainRound,
-    check_request,
-    unmasked_input,
-)
 from dpfl.client.progress import EventKind
+from dpfl.client.summation import Summation, start_summation
 from dpfl.client.transport import CoordinatorLink
 from dpfl.learning.algorithms.base import AgentData, Algorithm
 from dpfl.protos import secagg_wire
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.protos.enums import enum_name
-from dpfl.secagg import RoundParameters
-from dpfl.secagg import client as secagg_client
 from dpfl.secagg import messages as sm
-from dpfl.secagg.client_states import (
-    ClientAborted,
-    ClientFinished,
-    ClientSharesSent,
-    ClientState,
+from dpfl.secagg.errors import (
+    DuplicateMessage,
+    ParameterError,
+    ProtocolAborted,
+    StaleMessage,
+    WrongStage,
 )
-from dpfl.secagg.errors import DuplicateMessage, SecAggError, StaleMessage, WrongStage
 from dpfl.secagg.randomness import RandomSource, SystemRandomSource
 
 __all__ = ["AgentSide", "JobWorker", "Outbox", "RoundAttempt"]
@@ -119,6 +112,13 @@ class _Refusal(Exception):  # noqa: N818 (control flow, never escapes this modul
         self.leave = leave
 
 
+def _computation_failed(error: BaseException) -> _Refusal:
+    """The answer to a failed training or encoding: the task's fault, or the agent's."""
+    code = pb.ERROR_INVALID_ARGUMENT if isinstance(error, TASK_ERRORS) else pb.ERROR_INTERNAL
+    text = f"local computation failed: {type(error).__name__}: {error}"
+    return _Refusal(code, text, leave=True)
+
+
 @dataclass(frozen=True, slots=True)
 class _ComputeFailed:
     attempt: RoundAttempt
@@ -156,9 +156,7 @@ class RoundAttempt:
     invitation: bytes  # serialized: an exact repeat is a duplicate, anything else a new attempt
     model_version: int
     prefetch: asyncio.Task[Fetched]
-    secagg: ClientState | None = None  # a masked round
-    plain: PlainRound | None = None  # a round without secure aggregation
-    params: RoundParameters | PlainParameters | None = None  # set by the setup
+    summation: Summation | None = None  # chosen by the setup: masked or plain
     session_id: bytes = b""
     compute: asyncio.Task[npt.NDArray[np.uint64]] | None = None
     charged: bool = False
@@ -172,12 +170,8 @@ class RoundAttempt:
 
     @property
     def stage(self) -> sm.Stage:
-        """The last stage this agent answered (``ADVERTISE_KEYS`` before the setup)."""
-        if self.plain is not None:
-            return self.plain.stage
-        if self.secagg is not None:
-            return self.secagg.stage
-        return sm.Stage.ADVERTISE_KEYS
+        """The summation's stage (``ADVERTISE_KEYS`` before the setup)."""
+        return sm.Stage.ADVERTISE_KEYS if self.summation is None else self.summation.stage
 
     def header(self, stage: sm.Stage) -> pb.RoundHeader:
         return pb.RoundHeader(
@@ -352,8 +346,8 @@ class JobWorker:
     # -- local computation --------------------------------------------------------------------
 
     async def _compute(self, attempt: RoundAttempt) -> npt.NDArray[np.uint64]:
-        params = attempt.params
-        assert params is not None  # set before the task starts
+        assert attempt.summation is not None  # set before the task starts
+        params = attempt.summation.params
         assert params.encoding is not None
         fetched = await attempt.prefetch
         self.agent.emit(EventKind.TRAINING, self.job_id, attempt.number, f"on {self.agent.device}")
@@ -390,11 +384,9 @@ class JobWorker:
         attempt = failure.attempt
         if self.current is not attempt or attempt.charged:
             return
-        error = failure.error
-        code = pb.ERROR_INVALID_ARGUMENT if isinstance(error, TASK_ERRORS) else pb.ERROR_INTERNAL
-        text = f"local computation failed: {type(error).__name__}: {error}"
-        await self.outbox.error(attempt.header(attempt.stage), code, text)
-        self._leave(text)
+        refusal = _computation_failed(failure.error)
+        await self.outbox.error(attempt.header(attempt.stage), refusal.code, str(refusal))
+        self._leave(str(refusal))
 
     # -- secure aggregation ------------------------------------------------------------------
 
@@ -421,73 +413,42 @@ class JobWorker:
         return current
 
     async def _secagg(self, message: pb.CoordinatorMessage) -> None:
+        """One request of the summation: the setup chooses it, then it answers every stage."""
         kind = message.WhichOneof("body")
         attempt = self._attempt_for(getattr(message, str(kind)).header)
         try:
             request = secagg_wire.from_coordinator_message(message)
         except secagg_wire.WireError as exc:
             raise _Refusal(pb.ERROR_INVALID_ARGUMENT, str(exc)) from None
-        if attempt.params is None:
+        summation = attempt.summation
+        if summation is None:
             if not isinstance(request, sm.AdvertiseKeysRequest):
                 raise _Refusal(
                     pb.ERROR_WRONG_STAGE,
                     f"{kind} before the secure-aggregation setup (ADVERTISE_KEYS)",
                 )
             await self._setup(attempt, request)
-        elif attempt.plain is not None:
-            try:
-                check_request(attempt.plain, request)
-            except (StaleMessage, DuplicateMessage, WrongStage) as exc:
-                raise _Refusal(secagg_wire.error_code_to_pb(exc.code), str(exc)) from None
-            except SecAggError as exc:
-                raise _Refusal(
-                    pb.ERROR_PROTOCOL_ABORT, f"plain round aborted: {exc}", leave=True
-                ) from None
-            if not isinstance(request, sm.MaskedInputRequest):  # check_request allows no other
-                raise _Refusal(pb.ERROR_WRONG_STAGE, "a plain round has only the masked input")
-            await self._masked_input(attempt, request)
-        elif isinstance(request, sm.MaskedInputRequest) and isinstance(
-            attempt.secagg, ClientSharesSent
-        ):
-            await self._masked_input(attempt, request)
-        else:
-            if attempt.secagg is None:
-                raise _Refusal(pb.ERROR_WRONG_STAGE, f"{kind} before the secure-aggregation setup")
-            state, reply = self._step(attempt.secagg, request)
-            attempt.secagg = state
-            if reply is not None:
-                await self._send_reply(attempt, reply)
-            if isinstance(state, ClientFinished):
-                self.agent.emit(EventKind.UNMASKED, self.job_id, attempt.number, "shares sent")
+            return
+        with _protocol_refusals():
+            input_request = summation.input_request(request)
+        if input_request is not None:
+            await self._send_input(attempt, summation, input_request)
+            return
+        with _protocol_refusals():
+            attempt.summation, reply = summation.answer(request)
+        await self.outbox.send_all(self._wire(attempt.summation, reply))
+        if isinstance(reply, sm.UnmaskResponse):
+            self.agent.emit(EventKind.UNMASKED, self.job_id, attempt.number, "shares sent")
 
-    def _step(
-        self, state: ClientState, request: sm.ServerMessage
-    ) -> tuple[ClientState, sm.ClientMessage]:
-        try:
-            new, reply = secagg_client.step(state, request)
-        except (StaleMessage, DuplicateMessage, WrongStage) as exc:
-            raise _Refusal(secagg_wire.error_code_to_pb(exc.code), str(exc)) from None
-        if isinstance(new, ClientAborted) or reply is None:
-            reason = new.reason if isinstance(new, ClientAborted) else "no reply"
-            raise _Refusal(
-                pb.ERROR_PROTOCOL_ABORT, f"secure aggregation aborted: {reason}", leave=True
-            )
-        return new, reply
-
-    def _wire(self, attempt: RoundAttempt, reply: sm.ClientMessage) -> list[pb.AgentMessage]:
-        params = attempt.params
-        assert params is not None
+    def _wire(self, summation: Summation, reply: sm.ClientMessage) -> list[pb.AgentMessage]:
         return list(
             secagg_wire.to_agent_messages(
-                reply, ring_bits=params.ring_bits, max_bytes=self.agent.piece_bytes
+                reply, ring_bits=summation.params.ring_bits, max_bytes=self.agent.piece_bytes
             )
         )
 
-    async def _send_reply(self, attempt: RoundAttempt, reply: sm.ClientMessage) -> bool:
-        return await self.outbox.send_all(self._wire(attempt, reply))
-
     async def _setup(self, attempt: RoundAttempt, request: sm.AdvertiseKeysRequest) -> None:
-        """Validate the setup (masked or plain), check the claim, acknowledge, start training."""
+        """Validate the setup, check the claim, choose the summation, acknowledge, train."""
         try:
             params = check_setup(
                 request,
@@ -497,23 +458,11 @@ class JobWorker:
             )
         except SetupRefused as exc:
             raise _Refusal(exc.code, str(exc), leave=True) from None
-        reply: sm.ClientMessage
-        if isinstance(params, PlainParameters):
-            attempt.plain = PlainRound(
-                job_id=self.job_id,
-                round=attempt.number,
-                session_id=request.header.session_id,
-                params=params,
+        with _protocol_refusals():
+            summation, reply = start_summation(
+                params, request, job_id=self.job_id, round=attempt.number, rng=attempt.rng
             )
-            reply = attempt.plain.acknowledgement()
-            mode = "no secure aggregation: the coordinator sees this agent's noised vector"
-        else:
-            state = secagg_client.new_client(
-                job_id=self.job_id, round=attempt.number, rng=attempt.rng
-            )
-            attempt.secagg, reply = self._step(state, request)
-            mode = f"k={params.degree}, t={params.threshold}"
-        attempt.params = params
+        attempt.summation = summation
         attempt.session_id = request.header.session_id
         compute = asyncio.get_running_loop().create_task(
             self._compute(attempt), name=f"dpfl-compute-{self.job_id}"
@@ -524,51 +473,37 @@ class JobWorker:
             EventKind.SETUP,
             self.job_id,
             attempt.number,
-            f"{params.num_clients} agents, {mode}, ring 2^{params.ring_bits}, "
+            f"{params.num_clients} agents, {summation.mode}, ring 2^{params.ring_bits}, "
             f"m={params.vector_length}",
-            secure_aggregation=attempt.plain is None,
+            secure_aggregation=summation.secure,
         )
-        await self._send_reply(attempt, reply)
+        await self.outbox.send_all(self._wire(summation, reply))
 
-    async def _masked_input(self, attempt: RoundAttempt, request: sm.MaskedInputRequest) -> None:
-        """Wait for the encoded vector, mask it (unless the round is plain), charge the local
-        ledger, and only then send it."""
+    async def _send_input(
+        self, attempt: RoundAttempt, summation: Summation, request: sm.MaskedInputRequest
+    ) -> None:
+        """Wait for the encoded vector, turn it into the summation's reply (masked unless the
+        round is plain), charge the local ledger, and only then send it."""
         assert attempt.compute is not None
         try:
             vector = await attempt.compute
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            code = pb.ERROR_INVALID_ARGUMENT if isinstance(exc, TASK_ERRORS) else pb.ERROR_INTERNAL
-            raise _Refusal(
-                code, f"local computation failed: {type(exc).__name__}: {exc}", leave=True
-            ) from None
-        reply: sm.ClientMessage
-        if attempt.plain is not None:
+            raise _computation_failed(exc) from None
+        with _protocol_refusals():
             try:
-                plain_state, reply = unmasked_input(attempt.plain, vector)
-            except SecAggError as exc:
-                raise _Refusal(
-                    pb.ERROR_INVALID_ARGUMENT, f"input refused: {exc}", leave=True
-                ) from None
-        else:
-            assert attempt.secagg is not None
-            try:
-                with_input = secagg_client.with_input(attempt.secagg, vector)
-            except SecAggError as exc:
-                raise _Refusal(
-                    pb.ERROR_INVALID_ARGUMENT, f"input refused: {exc}", leave=True
-                ) from None
-            state, reply = self._step(with_input, request)
-        messages = self._wire(attempt, reply)
+                sent, reply = summation.contribute(vector, request)
+            except ParameterError as exc:
+                refused = f"input refused: {exc}"
+                raise _Refusal(pb.ERROR_INVALID_ARGUMENT, refused, leave=True) from None
+        messages = self._wire(sent, reply)
         await self._charge(attempt, _digest(messages))
-        if attempt.plain is not None:
-            attempt.plain = plain_state
-        else:
-            attempt.secagg = state
+        attempt.summation = sent
         if await self.outbox.send_all(messages):
-            detail = "" if attempt.plain is None else "unmasked (no secure aggregation)"
-            self.agent.emit(EventKind.MASKED_INPUT_SENT, self.job_id, attempt.number, detail)
+            self.agent.emit(
+                EventKind.MASKED_INPUT_SENT, self.job_id, attempt.number, sent.input_note
+            )
 
     async def _charge(self, attempt: RoundAttempt, sent_sha256: bytes) -> None:
         """Record the round's charge in the local ledger (ledger first: once the input is out,
@@ -652,6 +587,18 @@ class JobWorker:
             pb.ERROR_PROTOCOL_ABORT,
             f"this agent left round {attempt.number}: {reason}",
         )
+
+
+@contextlib.contextmanager
+def _protocol_refusals() -> Iterator[None]:
+    """A summation's refusals as answers: a request that is not for its state is refused and
+    changes nothing; one whose content breaks the protocol ends the attempt."""
+    try:
+        yield
+    except (StaleMessage, DuplicateMessage, WrongStage) as exc:
+        raise _Refusal(secagg_wire.error_code_to_pb(exc.code), str(exc)) from None
+    except ProtocolAborted as exc:
+        raise _Refusal(pb.ERROR_PROTOCOL_ABORT, str(exc), leave=True) from None
 
 
 def _stage(stage: int) -> str:

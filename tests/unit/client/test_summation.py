@@ -1,5 +1,6 @@
-"""The pure parts of a plain round on the agent (``dpfl.client.plain``): the mode check, the
-setup's validation, the request checks and the unmasked answer."""
+"""The agent's two summations (``dpfl.client.summation``): a plain round's mode check, setup
+validation, request checks and unmasked answer; a masked round driven through the real secagg
+server; and the deviations each strategy refuses."""
 
 from __future__ import annotations
 
@@ -10,28 +11,32 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dpfl.client.plain import (
+from dpfl.client.summation import (
     ModeMismatchError,
     PlainParameters,
-    PlainRound,
+    PlainSummation,
+    SecureSummation,
+    Summation,
     check_mode,
-    check_request,
     is_plain_setup,
-    unmasked_input,
+    start_summation,
 )
 from dpfl.learning.algorithms.base import AlgorithmError, TaskParams, parse_contract
-from dpfl.secagg import EncodingConfig
+from dpfl.secagg import EncodingConfig, RoundParameters
 from dpfl.secagg import messages as sm
+from dpfl.secagg import server as server_sm
 from dpfl.secagg.errors import (
     DuplicateMessage,
     EncodingOverflow,
     ParameterError,
-    ProtocolViolation,
+    ProtocolAborted,
     StaleMessage,
     WrongStage,
 )
 from dpfl.secagg.noise import NoiseKind, NoiseSpec
 from dpfl.secagg.primitives import compute_session_id
+from dpfl.secagg.randomness import SeededRandomSource
+from dpfl.secagg.server_states import ServerCompleted, ServerReadyToUnmask, ServerState
 
 JOB, ROUND, M = "job-p", 3, 8
 ENCODING = EncodingConfig.for_summands(
@@ -61,9 +66,18 @@ def request(**changes: Any) -> sm.AdvertiseKeysRequest:
     )
 
 
-def acknowledged() -> PlainRound:
+def acknowledged() -> PlainSummation:
     params = PlainParameters.from_request(request(), job_id=JOB, round=ROUND)
-    return PlainRound(job_id=JOB, round=ROUND, session_id=SESSION, params=params)
+    summation, ack = start_summation(
+        params,
+        request(),
+        job_id=JOB,
+        round=ROUND,
+        rng=SeededRandomSource(b"a plain round draws nothing"),
+    )
+    assert isinstance(summation, PlainSummation)
+    assert isinstance(ack, sm.AdvertiseKeysResponse)
+    return summation
 
 
 def test_the_plain_marker_is_degree_and_threshold_zero() -> None:
@@ -118,8 +132,9 @@ def test_a_valid_setup_and_its_acknowledgement() -> None:
     assert (params.num_clients, params.client_index, params.min_survivors) == (4, 1, 1)
     assert (params.degree, params.threshold) == (0, 0)
     assert params.encoding == ENCODING
-    state = PlainRound(job_id=JOB, round=ROUND, session_id=SESSION, params=params)
+    state = PlainSummation(job_id=JOB, round=ROUND, session_id=SESSION, params=params)
     ack = state.acknowledgement()
+    assert not state.secure
     assert ack.header == sm.RoundHeader(JOB, ROUND, sm.Stage.ADVERTISE_KEYS, SESSION)
     assert (ack.encryption_public_key, ack.masking_public_key, ack.signature) == (b"", b"", b"")
     assert state.stage is sm.Stage.ADVERTISE_KEYS
@@ -171,17 +186,26 @@ def masked_input_request(**changes: Any) -> sm.MaskedInputRequest:
 
 def test_requests_after_the_acknowledgement() -> None:
     state = acknowledged()
-    check_request(state, masked_input_request())
+    assert state.input_request(masked_input_request()) == masked_input_request()
     with pytest.raises(StaleMessage):
-        check_request(state, masked_input_request(header={"round": ROUND + 1}))
+        state.input_request(masked_input_request(header={"round": ROUND + 1}))
     with pytest.raises(StaleMessage):
-        check_request(state, masked_input_request(header={"job_id": "other"}))
+        state.input_request(masked_input_request(header={"job_id": "other"}))
     with pytest.raises(StaleMessage, match="session"):
-        check_request(state, masked_input_request(header={"session_id": b"\x01" * 32}))
+        state.input_request(masked_input_request(header={"session_id": b"\x01" * 32}))
     with pytest.raises(WrongStage):
-        check_request(state, masked_input_request(header={"stage": sm.Stage.UNMASK}))
+        state.input_request(masked_input_request(header={"stage": sm.Stage.UNMASK}))
     with pytest.raises(DuplicateMessage, match="acknowledged"):
-        check_request(state, request())
+        state.input_request(request())
+    share = sm.EncryptedShare(sender=0, receiver=1, ciphertext=b"x")
+    with pytest.raises(ProtocolAborted, match=r"plain round aborted: .* carries 1 shares"):
+        state.input_request(masked_input_request(shares=(share,)))
+
+
+def test_a_plain_round_refuses_the_stages_of_a_masked_one() -> None:
+    """A share-keys or unmask request (a coordinator driving a masked round against a plain
+    agent, or replaying one) is refused whichever way it reaches the summation."""
+    state = acknowledged()
     share_keys = sm.ShareKeysRequest(
         header=sm.RoundHeader(JOB, ROUND, sm.Stage.SHARE_KEYS, SESSION), peers=()
     )
@@ -190,29 +214,117 @@ def test_requests_after_the_acknowledgement() -> None:
     )
     for message in (share_keys, unmask):
         with pytest.raises(WrongStage, match="without secure aggregation"):
-            check_request(state, message)
-    share = sm.EncryptedShare(sender=0, receiver=1, ciphertext=b"x")
-    with pytest.raises(ProtocolViolation, match="shares"):
-        check_request(state, masked_input_request(shares=(share,)))
+            state.input_request(message)
+        with pytest.raises(WrongStage, match="without secure aggregation"):
+            state.answer(message)
+    with pytest.raises(WrongStage, match="only the masked input"):
+        state.answer(masked_input_request())
+    assert state.stage is sm.Stage.ADVERTISE_KEYS
 
 
 def test_the_answer_is_the_vector_itself_once() -> None:
     state = acknowledged()
     vector = np.arange(M, dtype=np.uint64) * 100
-    sent, reply = unmasked_input(state, vector)
+    sent, reply = state.contribute(vector, masked_input_request())
     assert sent.sent
     assert sent.stage is sm.Stage.MASKED_INPUT
+    assert isinstance(reply, sm.MaskedInputResponse)
     assert reply.header == sm.RoundHeader(JOB, ROUND, sm.Stage.MASKED_INPUT, SESSION)
     np.testing.assert_array_equal(reply.masked_input, vector)
     with pytest.raises(DuplicateMessage):
-        unmasked_input(sent, vector)
+        sent.contribute(vector, masked_input_request())
     with pytest.raises(DuplicateMessage):
-        check_request(sent, masked_input_request())
+        sent.input_request(masked_input_request())
     with pytest.raises(ParameterError, match="expected 8 values"):
-        unmasked_input(state, vector[:-1])
+        state.contribute(vector[:-1], masked_input_request())
     too_big = vector.copy()
     too_big[0] = np.uint64(1) << np.uint64(ENCODING.ring_bits)
     with pytest.raises(ParameterError, match="bits"):
-        unmasked_input(state, too_big)
+        state.contribute(too_big, masked_input_request())
     with pytest.raises(ParameterError, match="integers"):
-        unmasked_input(state, vector.astype(np.float64))
+        state.contribute(vector.astype(np.float64), masked_input_request())
+
+
+# -- a masked round -------------------------------------------------------------------------
+
+
+SECURE = RoundParameters(
+    num_clients=3, degree=2, threshold=2, ring_bits=16, vector_length=4, min_survivors=2
+)
+
+
+def secure_round() -> tuple[ServerState, dict[int, Summation], dict[int, sm.ServerMessage]]:
+    """The real secagg server's setup, acknowledged by three agents' summations."""
+    rng = SeededRandomSource(b"summation-tests!")
+    server, out = server_sm.start_round(job_id=JOB, round=ROUND, params=SECURE, rng=rng)
+    agents: dict[int, Summation] = {}
+    for o in out:
+        assert isinstance(o.message, sm.AdvertiseKeysRequest)
+        params = RoundParameters.from_setup(o.message.setup)
+        agent, reply = start_summation(
+            params, o.message, job_id=JOB, round=ROUND, rng=rng.child(f"agent-{o.recipient}")
+        )
+        assert isinstance(agent, SecureSummation)
+        assert agent.secure
+        assert isinstance(reply, sm.AdvertiseKeysResponse)
+        assert reply.encryption_public_key
+        agents[o.recipient] = agent
+        server = server_sm.receive(server, o.recipient, reply)
+    server, out = server_sm.close_stage(server)
+    return server, agents, {o.recipient: o.message for o in out}
+
+
+def test_a_masked_round_sums_the_agents_vectors() -> None:
+    server, agents, requests = secure_round()
+    vectors = {i: np.arange(4, dtype=np.uint64) * np.uint64(i + 1) for i in agents}
+    for _ in range(3):  # share keys, masked input, unmask
+        for i, message in sorted(requests.items()):
+            agent = agents[i]
+            wanted = agent.input_request(message)
+            if wanted is not None:
+                agent, reply = agent.contribute(vectors[i], wanted)
+                assert isinstance(reply, sm.MaskedInputResponse)
+                assert not np.array_equal(reply.masked_input, vectors[i])  # masked
+            else:
+                agent, reply = agent.answer(message)
+            agents[i] = agent
+            server = server_sm.receive(server, i, reply)
+        server, out = server_sm.close_stage(server)
+        if isinstance(server, ServerReadyToUnmask):
+            server, out = server_sm.begin_unmask(server)
+        requests = {o.recipient: o.message for o in out}
+    assert isinstance(server, ServerCompleted)
+    np.testing.assert_array_equal(server.aggregate, sum(vectors.values()))
+
+
+def test_a_masked_round_refuses_a_plain_setup_and_stages_out_of_order() -> None:
+    """After its setup, a masked round refuses a plain setup (the same session: a duplicate;
+    another: stale), a masked-input request before the keys are shared, and aborts on a
+    share-keys request whose content breaks the protocol."""
+    _, agents, requests = secure_round()
+    agent = agents[0]
+    share_keys = requests[0]
+    assert isinstance(share_keys, sm.ShareKeysRequest)
+    header = share_keys.header
+    plain_setup = sm.AdvertiseKeysRequest(
+        header=dataclasses.replace(header, stage=sm.Stage.ADVERTISE_KEYS),
+        setup=request().setup,
+    )
+    assert agent.input_request(plain_setup) is None
+    with pytest.raises(DuplicateMessage):
+        agent.answer(plain_setup)
+    with pytest.raises(StaleMessage, match="session"):
+        agent.answer(request())
+    early = sm.MaskedInputRequest(
+        header=dataclasses.replace(header, stage=sm.Stage.MASKED_INPUT), shares=()
+    )
+    assert agent.input_request(early) is None
+    with pytest.raises(WrongStage):
+        agent.answer(early)
+    forged = dataclasses.replace(share_keys, peers=share_keys.peers[:1])
+    with pytest.raises(ProtocolAborted, match="secure aggregation aborted"):
+        agent.answer(forged)
+    assert agent.stage is sm.Stage.SHARE_KEYS
+    next_agent, reply = agent.answer(share_keys)
+    assert isinstance(reply, sm.ShareKeysResponse)
+    assert next_agent.stage is sm.Stage.MASKED_INPUT

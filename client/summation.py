@@ -1,0 +1,298 @@
+"""How one attempt's vector is summed: the strategy the agent chooses once, at the setup.
+
+:mod:`dpfl.client.rounds` drives every attempt the same way (setup, acknowledgement, training,
+local charge, input, further stages); what differs between a masked round and one without secure
+aggregation (docs/architecture.md#without-secure-aggregation-secaggenabled-false) is a
+:data:`Summation`: ``input_request`` (the request when it asks for the agent's input, None when
+``answer`` answers it), ``contribute`` (the reply that carries the encoded vector: masked by
+:mod:`dpfl.secagg`'s client state machine, or the vector itself) and ``answer`` (the reply to any
+other request). Each is an immutable value and returns the next one with its reply, so the worker
+keeps it only once its local ledger has recorded the charge. ``StaleMessage``,
+``DuplicateMessage`` and ``WrongStage`` refuse one request and change nothing;
+``ProtocolAborted`` ends the attempt; ``ParameterError`` refuses a vector that is not m integers
+of the ring.
+
+A plain setup (``degree = threshold = 0``) is validated as strictly as a masked one
+(:class:`PlainParameters`); :func:`check_mode` allows no downgrade and no silent upgrade: a plain
+setup only for a task whose ``secure_aggregation`` is exactly false, and a masked one only
+otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import numpy.typing as npt
+
+from dpfl.client.errors import AgentError
+from dpfl.learning.algorithms.base import TaskParams
+from dpfl.secagg import EncodingConfig, RoundParameters
+from dpfl.secagg import client as secagg_client
+from dpfl.secagg import messages as sm
+from dpfl.secagg.client_states import ClientAborted, ClientSharesSent, ClientState
+from dpfl.secagg.errors import (
+    DuplicateMessage,
+    ParameterError,
+    ProtocolAborted,
+    StaleMessage,
+    WrongStage,
+)
+from dpfl.secagg.prg import MAX_RING_BITS
+from dpfl.secagg.primitives import compute_session_id
+from dpfl.secagg.randomness import RandomSource
+from dpfl.secagg.ring import as_ring_vector
+
+__all__ = [
+    "ModeMismatchError",
+    "PlainParameters",
+    "PlainSummation",
+    "SecureSummation",
+    "Summation",
+    "check_mode",
+    "is_plain_setup",
+    "start_summation",
+]
+
+_SESSION_ID_BYTES = 32
+_MAX_VECTOR_LENGTH = 2**40
+
+
+class ModeMismatchError(AgentError):
+    """The setup's mode (masked or plain) is not the one the accepted task announced."""
+
+
+def is_plain_setup(setup: sm.SecAggSetup) -> bool:
+    """Whether a setup is the marker of a plain round (``degree = threshold = 0``)."""
+    return setup.degree == 0 and setup.threshold == 0
+
+
+def check_mode(task: TaskParams, *, plain: bool) -> None:
+    """Refuse a setup whose mode contradicts the task's ``secure_aggregation`` flag.
+
+    Raises:
+        ModeMismatchError: a plain setup for a task that did not say ``secure_aggregation:
+            false``, or a masked setup for one that did.
+    """
+    flag = task.secure_aggregation
+    if plain and flag:
+        raise ModeMismatchError(
+            "a setup without secure aggregation (degree = threshold = 0), but the accepted "
+            "task says secure_aggregation = True: this agent accepted a masked round and never "
+            "sends its vector in the clear"
+        )
+    if not plain and not flag:
+        raise ModeMismatchError(
+            "a setup with secure aggregation (masked), but the accepted task says "
+            "secure_aggregation = false: the claimed privacy and the local policy were checked "
+            "for a round without it"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PlainParameters:
+    """A validated plain-round setup (the fields the round's computation needs).
+
+    ``degree`` and ``threshold`` are 0 by definition; they are kept so that the task loop reads
+    any round's parameters the same way.
+    """
+
+    num_clients: int
+    client_index: int
+    ring_bits: int
+    vector_length: int
+    min_survivors: int
+    encoding: EncodingConfig
+    degree: int = 0
+    threshold: int = 0
+
+    @classmethod
+    def from_request(
+        cls, request: sm.AdvertiseKeysRequest, *, job_id: str, round: int
+    ) -> PlainParameters:
+        """Validate a plain setup for round ``round`` of ``job_id``.
+
+        Raises:
+            ParameterError: naming the field that is malformed (see the module docstring).
+        """
+        setup = request.setup
+        if not is_plain_setup(setup):
+            raise ParameterError("not a plain setup: degree and threshold must both be 0")
+        session = request.header.session_id
+        if not isinstance(session, bytes) or len(session) != _SESSION_ID_BYTES:
+            raise ParameterError(f"session id must have {_SESSION_ID_BYTES} bytes")
+        if compute_session_id(job_id=job_id, round=round, nonce=setup.session_nonce) != session:
+            raise ParameterError("session id does not match SHA-256(job ‖ round ‖ server nonce)")
+        n = _int(setup.num_clients, "num_clients", 1, 2**32 - 1)
+        index = _int(setup.client_index, "client_index", 0, n - 1)
+        if setup.min_survivors != 1:
+            raise ParameterError(
+                f"min_survivors of a plain round is 1 (each vector stands alone), got "
+                f"{setup.min_survivors!r}"
+            )
+        ring_bits = _int(setup.ring_bits, "ring_bits", 1, MAX_RING_BITS)
+        length = _int(setup.vector_length, "vector_length", 1, _MAX_VECTOR_LENGTH)
+        if not setup.encoding_json:
+            raise ParameterError("no encoding_json (the agent sends an encoded real vector)")
+        encoding = EncodingConfig.from_json(setup.encoding_json)
+        if encoding.ring_bits != ring_bits:
+            raise ParameterError(
+                f"encoding ring ({encoding.ring_bits} bits) differs from the round's "
+                f"({ring_bits} bits)"
+            )
+        encoding.check_no_wrap(n)
+        return cls(
+            num_clients=n,
+            client_index=index,
+            ring_bits=ring_bits,
+            vector_length=length,
+            min_survivors=1,
+            encoding=encoding,
+        )
+
+
+def start_summation(
+    params: RoundParameters | PlainParameters,
+    request: sm.AdvertiseKeysRequest,
+    *,
+    job_id: str,
+    round: int,
+    rng: RandomSource,
+) -> tuple[Summation, sm.ClientMessage]:
+    """The summation a validated setup asks for, and its acknowledgement of ``request``."""
+    if isinstance(params, PlainParameters):
+        plain = PlainSummation(job_id, round, request.header.session_id, params)
+        return plain, plain.acknowledgement()
+    start = SecureSummation(secagg_client.new_client(job_id=job_id, round=round, rng=rng), params)
+    return start.answer(request)
+
+
+@dataclass(frozen=True, slots=True)
+class SecureSummation:
+    """A masked round: :mod:`dpfl.secagg`'s client state machine, one state per stage."""
+
+    state: ClientState
+    params: RoundParameters
+
+    secure = True
+    input_note = ""
+
+    @property
+    def stage(self) -> sm.Stage:
+        return self.state.stage
+
+    @property
+    def mode(self) -> str:
+        return f"k={self.params.degree}, t={self.params.threshold}"
+
+    def input_request(self, request: sm.ServerMessage) -> sm.MaskedInputRequest | None:
+        if isinstance(request, sm.MaskedInputRequest) and isinstance(self.state, ClientSharesSent):
+            return request
+        return None
+
+    def contribute(
+        self, vector: npt.NDArray[np.uint64], request: sm.MaskedInputRequest
+    ) -> tuple[SecureSummation, sm.ClientMessage]:
+        """The masked input: ``vector`` attached to the state, then the request answered."""
+        loaded = replace(self, state=secagg_client.with_input(self.state, vector))
+        return loaded.answer(request)
+
+    def answer(self, request: sm.ServerMessage) -> tuple[SecureSummation, sm.ClientMessage]:
+        state, reply = secagg_client.step(self.state, request)
+        if isinstance(state, ClientAborted) or reply is None:
+            reason = state.reason if isinstance(state, ClientAborted) else "no reply"
+            raise ProtocolAborted(f"secure aggregation aborted: {reason}")
+        return replace(self, state=state), reply
+
+
+@dataclass(frozen=True, slots=True)
+class PlainSummation:
+    """A round without secure aggregation: one acknowledgement, then the vector itself, once.
+
+    ``stage`` is ``ADVERTISE_KEYS`` until the vector is out (``sent``), then ``MASKED_INPUT``.
+    """
+
+    job_id: str
+    round: int
+    session_id: bytes
+    params: PlainParameters
+    sent: bool = False
+
+    secure = False
+    mode = "no secure aggregation: the coordinator sees this agent's noised vector"
+    input_note = "unmasked (no secure aggregation)"
+
+    @property
+    def stage(self) -> sm.Stage:
+        return sm.Stage.MASKED_INPUT if self.sent else sm.Stage.ADVERTISE_KEYS
+
+    def header(self, stage: sm.Stage) -> sm.RoundHeader:
+        return sm.RoundHeader(self.job_id, self.round, stage, self.session_id)
+
+    def acknowledgement(self) -> sm.AdvertiseKeysResponse:
+        """The answer to the setup: an ``AdvertiseKeysResponse`` with empty keys."""
+        return sm.AdvertiseKeysResponse(
+            header=self.header(sm.Stage.ADVERTISE_KEYS),
+            encryption_public_key=b"",
+            masking_public_key=b"",
+        )
+
+    def input_request(self, request: sm.ServerMessage) -> sm.MaskedInputRequest:
+        """The masked-input request, the only one a plain round has after its setup.
+
+        Raises:
+            StaleMessage: another job, round or session.
+            DuplicateMessage: the setup or the masked-input request again.
+            WrongStage: a share-keys or unmask request, or a header of another stage.
+            ProtocolAborted: a masked-input request that carries shares.
+        """
+        header = request.header
+        if header.job_id != self.job_id or header.round != self.round:
+            raise StaleMessage(
+                f"message of job {header.job_id!r} round {header.round}, expected "
+                f"{self.job_id!r} round {self.round}"
+            )
+        if header.session_id != self.session_id:
+            raise StaleMessage("message of another session")
+        if isinstance(request, sm.AdvertiseKeysRequest):
+            raise DuplicateMessage("the plain-round setup was already acknowledged")
+        if not isinstance(request, sm.MaskedInputRequest):
+            raise WrongStage(
+                f"{type(request).__name__} in a round without secure aggregation (it has no "
+                "share-keys or unmask stage)"
+            )
+        if header.stage != sm.Stage.MASKED_INPUT:
+            raise WrongStage(f"MaskedInputRequest carries stage {header.stage!r}")
+        if self.sent:
+            raise DuplicateMessage("the vector of this plain round was already sent")
+        if request.shares:
+            raise ProtocolAborted(
+                f"plain round aborted: the masked-input request of a plain round carries "
+                f"{len(request.shares)} shares"
+            )
+        return request
+
+    def contribute(
+        self, vector: npt.NDArray[np.uint64], request: sm.MaskedInputRequest
+    ) -> tuple[PlainSummation, sm.ClientMessage]:
+        """The masked-input response: ``vector`` itself, unmasked, once."""
+        self.input_request(request)
+        params = self.params
+        ring = as_ring_vector(vector, ring_bits=params.ring_bits, length=params.vector_length)
+        reply = sm.MaskedInputResponse(self.header(sm.Stage.MASKED_INPUT), masked_input=ring)
+        return replace(self, sent=True), reply
+
+    def answer(self, request: sm.ServerMessage) -> tuple[PlainSummation, sm.ClientMessage]:
+        """No answer: after its setup a plain round has only the masked-input request."""
+        self.input_request(request)
+        raise WrongStage("a plain round has only the masked input")
+
+
+#: One attempt's summation, from the acknowledged setup on.
+Summation = SecureSummation | PlainSummation
+
+
+def _int(value: object, name: str, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ParameterError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+    return value
