@@ -103,35 +103,22 @@ def check_setup(
     """The round's validated parameters (masked or plain), or a refusal; see the module
     docstring. Runs before anything is trained or sent.
 
-    A plain setup for ONE agent (``num_clients = 1``) of a task that says secure aggregation is
-    the coordinator releasing a one-client sample (docs/accounting.md, "Client sampling: every
-    sample is released"): secure aggregation needs two, and the coordinator would learn the lone
-    vector anyway. It is taken only when ``alone_unmasked`` (the local policy does not require
-    masking), and ``Algorithm.agent_check`` then runs with ``min_survivors = 1``: the agent's own
-    noise, over ``t·1 ≤ 1`` honest agents, must carry the whole claimed noise, so its vector
-    alone is the mechanism its local ledger records.
+    A plain setup for ONE agent of a task with secure aggregation (:func:`check_mode`) makes
+    ``Algorithm.agent_check`` run with ``min_survivors = 1``: the agent's own noise, over
+    ``t·1 ≤ 1`` honest agents, must carry the whole claimed noise, so its vector alone is the
+    mechanism its local ledger records.
 
     Raises:
         SetupRefused: ``POLICY_DECLINED`` for a mode that is not the task's or noise that does
             not back the claim, ``INVALID_ARGUMENT`` for a malformed setup or task.
     """
-    plain = is_plain_setup(request.setup)
-    alone = plain and request.setup.num_clients == 1 and review.task.secure_aggregation
-    if alone:
-        if not alone_unmasked:
-            raise SetupRefused(
-                pb.ERROR_POLICY_DECLINED,
-                "setup refused: a one-agent round is summed without masking and the local "
-                "policy requires secure aggregation",
-            )
-    else:
-        try:
-            check_mode(review.task, plain=plain)
-        except ModeMismatchError as exc:
-            raise SetupRefused(pb.ERROR_POLICY_DECLINED, f"setup refused: {exc}") from None
+    try:
+        check_mode(review.task, request.setup, alone_unmasked=alone_unmasked)
+    except ModeMismatchError as exc:
+        raise SetupRefused(pb.ERROR_POLICY_DECLINED, f"setup refused: {exc}") from None
     params: RoundParameters | PlainParameters
     try:
-        if plain:
+        if is_plain_setup(request.setup):
             params = PlainParameters.from_request(request, job_id=review.job_id, round=review.round)
         else:
             params = RoundParameters.from_setup(request.setup)

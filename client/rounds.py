@@ -169,11 +169,9 @@ class RoundAttempt:
         return self.review.round
 
     @property
-    def stage(self) -> sm.Stage:
-        """The summation's stage (``ADVERTISE_KEYS`` before the setup)."""
-        return sm.Stage.ADVERTISE_KEYS if self.summation is None else self.summation.stage
-
-    def header(self, stage: sm.Stage) -> pb.RoundHeader:
+    def header(self) -> pb.RoundHeader:
+        """The header of the summation's stage (``ADVERTISE_KEYS`` before the setup)."""
+        stage = sm.Stage.ADVERTISE_KEYS if self.summation is None else self.summation.stage
         return pb.RoundHeader(
             job_id=self.review.job_id,
             round=self.number,
@@ -284,12 +282,7 @@ class JobWorker:
                 pb.ERROR_WRONG_STAGE, f"an invitation carries stage {_stage(header.stage)}"
             )
         raw = invitation.SerializeToString(deterministic=True)
-        last = self.agent.last_round.get(self.job_id)
-        if last is not None and header.round < last:
-            raise _Refusal(
-                pb.ERROR_STALE_ROUND,
-                f"round {header.round} of job {self.job_id!r} is older than round {last}",
-            )
+        self._last_round(header.round)
         if raw == self._last_invitation:
             raise _Refusal(pb.ERROR_DUPLICATE, f"round {header.round} was already answered")
         if self.current is not None:
@@ -385,21 +378,24 @@ class JobWorker:
         if self.current is not attempt or attempt.charged:
             return
         refusal = _computation_failed(failure.error)
-        await self.outbox.error(attempt.header(attempt.stage), refusal.code, str(refusal))
+        await self.outbox.error(attempt.header, refusal.code, str(refusal))
         self._leave(str(refusal))
 
     # -- secure aggregation ------------------------------------------------------------------
 
-    def _attempt_for(self, header: pb.RoundHeader) -> RoundAttempt:
+    def _last_round(self, round: int) -> int | None:
+        """The latest round of this job the agent was invited to; an older ``round`` is stale."""
         last = self.agent.last_round.get(self.job_id)
+        if last is not None and round < last:
+            stale = f"round {round} of job {self.job_id!r} is older than round {last}"
+            raise _Refusal(pb.ERROR_STALE_ROUND, stale)
+        return last
+
+    def _attempt_for(self, header: pb.RoundHeader) -> RoundAttempt:
+        last = self._last_round(header.round)
         current = self.current
         if last is None:
             raise _Refusal(pb.ERROR_UNKNOWN_JOB, f"job {self.job_id!r} never invited this agent")
-        if header.round < last:
-            raise _Refusal(
-                pb.ERROR_STALE_ROUND,
-                f"round {header.round} of job {self.job_id!r} is older than round {last}",
-            )
         if header.round > last:
             raise _Refusal(
                 pb.ERROR_WRONG_STAGE,
@@ -583,7 +579,7 @@ class JobWorker:
         reason = f"the coordinator reported {text}"
         self._leave(reason)
         await self.outbox.error(
-            attempt.header(attempt.stage),
+            attempt.header,
             pb.ERROR_PROTOCOL_ABORT,
             f"this agent left round {attempt.number}: {reason}",
         )

@@ -1,21 +1,16 @@
 """How one attempt's vector is summed: the strategy the agent chooses once, at the setup.
 
-:mod:`dpfl.client.rounds` drives every attempt the same way (setup, acknowledgement, training,
-local charge, input, further stages); what differs between a masked round and one without secure
-aggregation (docs/architecture.md#without-secure-aggregation-secaggenabled-false) is a
-:data:`Summation`: ``input_request`` (the request when it asks for the agent's input, None when
-``answer`` answers it), ``contribute`` (the reply that carries the encoded vector: masked by
-:mod:`dpfl.secagg`'s client state machine, or the vector itself) and ``answer`` (the reply to any
-other request). Each is an immutable value and returns the next one with its reply, so the worker
-keeps it only once its local ledger has recorded the charge. ``StaleMessage``,
-``DuplicateMessage`` and ``WrongStage`` refuse one request and change nothing;
-``ProtocolAborted`` ends the attempt; ``ParameterError`` refuses a vector that is not m integers
-of the ring.
+:mod:`dpfl.client.rounds` drives every attempt the same way; what differs between a masked round
+and a plain one (docs/architecture.md#without-secure-aggregation-secaggenabled-false) is a
+:data:`Summation`: ``input_request`` (the request if it asks for the agent's input),
+``contribute`` (the reply that carries the encoded vector: masked by :mod:`dpfl.secagg`'s client
+state machine, or the vector itself) and ``answer`` (the reply to any other request). Each is an
+immutable value and returns the next one, which the worker keeps only once its local ledger has
+recorded the charge. ``StaleMessage``, ``DuplicateMessage`` and ``WrongStage`` refuse a request
+and change nothing, ``ProtocolAborted`` ends the attempt, ``ParameterError`` refuses a vector.
 
 A plain setup (``degree = threshold = 0``) is validated as strictly as a masked one
-(:class:`PlainParameters`); :func:`check_mode` allows no downgrade and no silent upgrade: a plain
-setup only for a task whose ``secure_aggregation`` is exactly false, and a masked one only
-otherwise.
+(:class:`PlainParameters`), and :func:`check_mode` allows no downgrade and no silent upgrade.
 """
 
 from __future__ import annotations
@@ -67,21 +62,32 @@ def is_plain_setup(setup: sm.SecAggSetup) -> bool:
     return setup.degree == 0 and setup.threshold == 0
 
 
-def check_mode(task: TaskParams, *, plain: bool) -> None:
+def check_mode(task: TaskParams, setup: sm.SecAggSetup, *, alone_unmasked: bool = True) -> None:
     """Refuse a setup whose mode contradicts the task's ``secure_aggregation`` flag.
 
+    A plain setup for ONE agent of a task with secure aggregation is the coordinator releasing a
+    one-client sample (docs/accounting.md, "Client sampling: every sample is released"): secure
+    aggregation needs two, and the coordinator would learn the lone vector anyway. It is taken
+    only when ``alone_unmasked`` (the local policy does not require masking).
+
     Raises:
-        ModeMismatchError: a plain setup for a task that did not say ``secure_aggregation:
-            false``, or a masked setup for one that did.
+        ModeMismatchError: any other plain setup for a task that did not say
+            ``secure_aggregation: false``, or a masked setup for one that did.
     """
-    flag = task.secure_aggregation
-    if plain and flag:
+    plain, flag = is_plain_setup(setup), task.secure_aggregation
+    if plain and flag and setup.num_clients == 1:
+        if not alone_unmasked:
+            raise ModeMismatchError(
+                "a one-agent round is summed without masking and the local policy requires "
+                "secure aggregation"
+            )
+    elif plain and flag:
         raise ModeMismatchError(
             "a setup without secure aggregation (degree = threshold = 0), but the accepted "
             "task says secure_aggregation = True: this agent accepted a masked round and never "
             "sends its vector in the clear"
         )
-    if not plain and not flag:
+    elif not plain and not flag:
         raise ModeMismatchError(
             "a setup with secure aggregation (masked), but the accepted task says "
             "secure_aggregation = false: the claimed privacy and the local policy were checked "
@@ -91,11 +97,7 @@ def check_mode(task: TaskParams, *, plain: bool) -> None:
 
 @dataclass(frozen=True, slots=True)
 class PlainParameters:
-    """A validated plain-round setup (the fields the round's computation needs).
-
-    ``degree`` and ``threshold`` are 0 by definition; they are kept so that the task loop reads
-    any round's parameters the same way.
-    """
+    """A validated plain-round setup (the fields the round's computation needs)."""
 
     num_clients: int
     client_index: int
@@ -103,8 +105,6 @@ class PlainParameters:
     vector_length: int
     min_survivors: int
     encoding: EncodingConfig
-    degree: int = 0
-    threshold: int = 0
 
     @classmethod
     def from_request(
@@ -231,21 +231,12 @@ class PlainSummation:
 
     def acknowledgement(self) -> sm.AdvertiseKeysResponse:
         """The answer to the setup: an ``AdvertiseKeysResponse`` with empty keys."""
-        return sm.AdvertiseKeysResponse(
-            header=self.header(sm.Stage.ADVERTISE_KEYS),
-            encryption_public_key=b"",
-            masking_public_key=b"",
-        )
+        return sm.AdvertiseKeysResponse(self.header(sm.Stage.ADVERTISE_KEYS), b"", b"")
 
     def input_request(self, request: sm.ServerMessage) -> sm.MaskedInputRequest:
-        """The masked-input request, the only one a plain round has after its setup.
-
-        Raises:
-            StaleMessage: another job, round or session.
-            DuplicateMessage: the setup or the masked-input request again.
-            WrongStage: a share-keys or unmask request, or a header of another stage.
-            ProtocolAborted: a masked-input request that carries shares.
-        """
+        """The masked-input request, the only one a plain round has after its setup: another
+        job, round or session is stale, the setup or a second request a duplicate, a share-keys
+        or unmask request the wrong stage, and shares in the request abort the round."""
         header = request.header
         if header.job_id != self.job_id or header.round != self.round:
             raise StaleMessage(

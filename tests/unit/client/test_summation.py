@@ -111,11 +111,17 @@ TASK: dict[str, Any] = {
 )
 def test_the_setup_mode_must_be_the_tasks(flag: bool, plain: bool, refused: bool) -> None:
     task = parse_contract(TaskParams, {**TASK, "secure_aggregation": flag}, where="params")
+    setup = (request() if plain else request(degree=2, threshold=2)).setup
     if refused:
         with pytest.raises(ModeMismatchError, match="secure"):
-            check_mode(task, plain=plain)
+            check_mode(task, setup)
     else:
-        check_mode(task, plain=plain)
+        check_mode(task, setup)
+    alone = request(num_clients=1, client_index=0).setup
+    if plain and flag:  # one agent alone: the local policy decides
+        check_mode(task, alone)
+        with pytest.raises(ModeMismatchError, match="one-agent round"):
+            check_mode(task, alone, alone_unmasked=False)
 
 
 @pytest.mark.parametrize("flag", [None, "false", 0, 1])
@@ -130,7 +136,6 @@ def test_only_a_boolean_flag_makes_a_task(flag: object) -> None:
 def test_a_valid_setup_and_its_acknowledgement() -> None:
     params = PlainParameters.from_request(request(), job_id=JOB, round=ROUND)
     assert (params.num_clients, params.client_index, params.min_survivors) == (4, 1, 1)
-    assert (params.degree, params.threshold) == (0, 0)
     assert params.encoding == ENCODING
     state = PlainSummation(job_id=JOB, round=ROUND, session_id=SESSION, params=params)
     ack = state.acknowledgement()
