@@ -98,28 +98,22 @@ async def run_round(
             release, f"{len(invited)} clients sampled, a round needs {minimum}: skipped"
         )
     task = alg.round_task(spec, plan, state, round_number=number)
-    if release is Release.NOISE_ALONE:
-        accepted: tuple[str, ...] = ()
-        setup = SumSetup(
-            Summation.NOISE_ALONE,
-            (),
-            task.vector_length,
-            alg.noise_alone_encoding(spec, plan, task),
-        )
-    else:
+    answer = Acceptance(())  # the empty sample: nobody to invite
+    if release is Release.ROUND:
         events = alg.invitation_events(spec, plan, round_number=number, population=population)
         answer = await cohort.invite(Invitation(number, task, tuple(invited), tuple(events)))
-        accepted = answer.accepted
         minimum = minimum_accepted(alg, spec, plan)
-        if len(accepted) < minimum:
+        if len(answer.accepted) < minimum:
             raise RoundAborted(
-                f"{len(accepted)} of {len(invited)} invited clients accepted, "
+                f"{len(answer.accepted)} of {len(invited)} invited clients accepted, "
                 f"a round needs {minimum}"
             )
-        setup = choose_setup(job, task, accepted)
+    carriers = [a for a in answer.accepted if a not in answer.noiseless]
+    setup = choose_setup(job, task, carriers)
     await cohort.set_up(setup)
-    summed = await _sum(job, number, population, setup, cohort, ledger, noise)
+    summed = await _sum(job, number, population, setup, answer, cohort, ledger, noise)
     started = time.monotonic()
+    aggregate = decode(summed.total, config=setup.encoding)
     outcome = await asyncio.to_thread(
         alg.finish_round,
         spec,
@@ -127,33 +121,35 @@ async def run_round(
         state,
         job.data,
         round_number=number,
-        aggregate=decode(summed.total, config=setup.encoding),
+        aggregate=aggregate,
         survivors=len(summed.summed),
     )
+    seconds = time.monotonic() - started
     return RoundEnd(
-        release,
-        accepted=accepted,
-        summed=summed.summed,
-        encoding=setup.encoding,
-        outcome=outcome,
-        finish_seconds=time.monotonic() - started,
+        release, "", answer.accepted, summed.summed, setup.encoding, aggregate, outcome, seconds
     )
 
 
 def choose_setup(job: RoundJob, task: RoundTask, accepted: Sequence[str]) -> SumSetup:
     """Secure aggregation from two accepted clients (parameters for the job's threat model and
     fractions), else the plain summation, where each agent encodes with ``min_survivors = 1``
-    (a lone agent of a released sample then carries the whole sum's noise).
+    (a lone agent of a released sample then carries the whole sum's noise); with none, the noise
+    alone, drawn by the coordinator (where no sample is ever skipped, the empty sample's
+    :meth:`~Algorithm.noise_alone_encoding`; else one agent's whole noise).
 
     Raises:
         RoundAborted: no secure-aggregation parameters fit.
     """
-    spec, n, length = job.spec, len(accepted), task.vector_length
+    spec, n, length, alg = job.spec, len(accepted), task.vector_length, job.algorithm
+    if n == 0:
+        if alg.releases_every_sample(spec, job.plan):
+            alone = alg.noise_alone_encoding(spec, job.plan, task)
+        else:
+            alone = alg.encoding(spec, job.plan, task, participants=1, min_survivors=1)
+        return SumSetup(Summation.NOISE_ALONE, (), length, alone)
 
     def encoding(min_survivors: int) -> SumSetup:
-        enc = job.algorithm.encoding(
-            spec, job.plan, task, participants=n, min_survivors=min_survivors
-        )
+        enc = alg.encoding(spec, job.plan, task, participants=n, min_survivors=min_survivors)
         return SumSetup(Summation.PLAIN, tuple(accepted), length, enc)
 
     if not secure_sum(spec, summands=n):
@@ -188,12 +184,16 @@ async def _sum(
     number: int,
     population: Sequence[str],
     setup: SumSetup,
+    answer: Acceptance,
     cohort: Cohort,
     ledger: Ledger,
     noise: NoiseStreams,
 ) -> Summed:
     """The summation with the commit inside it; the result as it is released."""
     committed: list[Commitment] = []
+
+    def carriers(agents: Sequence[str]) -> int:
+        return sum(1 for a in agents if a not in answer.noiseless)
 
     async def commit(participants: Sequence[str]) -> None:
         if committed:
@@ -205,37 +205,38 @@ async def _sum(
             population=list(population),
             participants=list(participants),
         )
-        restored = None
-        if setup.kind is Summation.SECURE:
-            # fixed with the ledger: how many dropouts' noise shares the release carries
-            restored = len(setup.accepted) - len(participants)
-        commitment = Commitment(number, tuple(participants), charges, restored)
+        # secure aggregation: fixed with the ledger, how many dropouts' noise shares it carries
+        restored = len(setup.accepted) - carriers(participants)
+        secure = setup.kind is Summation.SECURE
+        commitment = Commitment(number, tuple(participants), charges, restored if secure else None)
         await ledger.commit(commitment)
         committed.append(commitment)
 
-    if setup.kind is Summation.NOISE_ALONE:
-        # M(∅): the round's summed noise, drawn by the coordinator (CSPRNG), charged like a round
+    if answer.accepted:
+        summed = await cohort.sum(setup, commit)
+    else:
         await commit(())
-        zeros = np.zeros(setup.vector_length)
-        total = encode(zeros, config=setup.encoding, stream=noise("noise-alone"))
-        return Summed(total, ())
-    summed = await cohort.sum(setup, commit)
+        summed = Summed(np.zeros(setup.vector_length, dtype=np.uint64), ())
     if not committed:
         raise RuntimeError("the summation released a sum without committing the ledger")
-    if setup.kind is Summation.PLAIN:
-        return Summed(_in_ring(summed.total, setup.encoding.ring_bits), summed.summed)
-    if summed.summed != committed[0].participants:
-        raise RuntimeError("a secure sum is released over exactly the committed participants")
-    # the dropouts' noise shares, so that the released noise does not depend on who survived
-    # (docs/accounting.md, "(b) Dropouts and the honest fraction")
-    total = restore_dropped_noise(
-        summed.total,
-        setup.encoding,
-        accepted=len(setup.accepted),
-        summed=len(summed.summed),
-        stream=noise("dropped-noise"),
-    )
-    return Summed(total, summed.summed)
+    total = summed.total
+    if setup.kind is Summation.NOISE_ALONE:
+        # M(∅): the sum's noise drawn by the coordinator (CSPRNG), charged like any round
+        zeros = np.zeros(setup.vector_length)
+        total = total + encode(zeros, config=setup.encoding, stream=noise("noise-alone"))
+    elif setup.kind is Summation.SECURE:
+        if summed.summed != committed[0].participants:
+            raise RuntimeError("a secure sum is released over exactly the committed participants")
+        # the dropouts' noise shares, so that the released noise does not depend on who
+        # survived (docs/accounting.md, "(b) Dropouts and the honest fraction")
+        total = restore_dropped_noise(
+            total,
+            setup.encoding,
+            accepted=len(setup.accepted),
+            summed=carriers(summed.summed),
+            stream=noise("dropped-noise"),
+        )
+    return Summed(_in_ring(total, setup.encoding.ring_bits), summed.summed)
 
 
 def _in_ring(total: npt.NDArray[np.uint64], ring_bits: int) -> npt.NDArray[np.uint64]:

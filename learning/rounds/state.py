@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -66,10 +66,11 @@ class Invitation:
 
 @dataclass(frozen=True, slots=True)
 class Acceptance:
-    """Who accepted the invitation (sorted), and what each decliner said."""
+    """Who accepted the invitation; ``noiseless``: those of them whose vectors add no noise (an
+    audit's canaries; the round's noise is shared by the others)."""
 
     accepted: tuple[str, ...]
-    declined: Mapping[str, str] = field(default_factory=dict)
+    noiseless: frozenset[str] = frozenset()
 
 
 class Summation(enum.Enum):
@@ -82,8 +83,8 @@ class Summation(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class SumSetup:
-    """The summation of a round: its kind, the encoding every agent uses, and for secure
-    aggregation its parameters."""
+    """The summation of a round: its kind, the agents that carry its noise, the encoding they
+    use, and for secure aggregation its parameters."""
 
     kind: Summation
     accepted: tuple[str, ...]
@@ -143,12 +144,14 @@ class Summed:
 
 @dataclass(frozen=True, slots=True)
 class RoundEnd:
-    """How a round ended: skipped (``reason``), or released and finished (``outcome``)."""
+    """How a round ended: skipped (``reason``), or released (``aggregate``, decoded) and
+    finished (``outcome``)."""
 
     release: Release
     reason: str = ""
     accepted: tuple[str, ...] = ()
     summed: tuple[str, ...] = ()
     encoding: EncodingConfig | None = None
+    aggregate: npt.NDArray[np.float64] | None = None
     outcome: RoundOutcome | None = None
     finish_seconds: float = 0.0

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -176,19 +176,7 @@ class RoundEngine:
         self.registry.add_route(run.channel)
         try:
             await self.hooks.at("round_started", run.info)
-            end = await run_round(
-                ctx,
-                number=number,
-                state=state,
-                population=population,
-                invited=list(sample.invited),
-                cohort=run,
-                ledger=run,
-                noise=SystemRandomSource().stream,
-            )
-            if end.outcome is None:
-                return await run.skipped(end.reason)
-            return await run.finish(end, state)
+            return await run.drive(state, population)
         except RoundAborted as exc:
             return await run.abort(exc.reason)
         except asyncio.CancelledError:
@@ -205,14 +193,9 @@ class WireRound:
     summation carried over the round's channel, every step recorded in the store."""
 
     def __init__(self, engine: RoundEngine, ctx: RoundJob, rnd: Round, record: dict[str, Any]):
-        self.engine = engine
-        self.store = engine.store
-        self.registry = engine.registry
-        self.deadlines = engine.deadlines
-        self.hooks = engine.hooks
-        self.ctx = ctx
-        self.rnd = rnd
-        self.noise = record
+        self.engine, self.store, self.registry = engine, engine.store, engine.registry
+        self.deadlines, self.hooks = engine.deadlines, engine.hooks
+        self.ctx, self.rnd, self.noise = ctx, rnd, record
         self.info = {"job_id": ctx.job_id, "round": rnd.number, "attempt": rnd.attempt}
         self.info["round_id"] = rnd.id
         self.accepted: tuple[str, ...] = ()
@@ -226,6 +209,22 @@ class WireRound:
             pb.STAGE_INVITATION, session_id=invitation_session_id(ctx.job_id, rnd.id)
         )
         self.loop = asyncio.get_running_loop()
+
+    async def drive(self, state: CoordinatorState, population: Sequence[str]) -> RoundReport:
+        """The driver's steps over this attempt's channel, and how they ended."""
+        end = await run_round(
+            self.ctx,
+            number=self.rnd.number,
+            state=state,
+            population=population,
+            invited=self.rnd.invited,
+            cohort=self,
+            ledger=self,
+            noise=SystemRandomSource().stream,
+        )
+        if end.outcome is None:
+            return await self.skipped(end.reason)
+        return await self.finish(end, state)
 
     # -- transport helpers ---------------------------------------------------------------------
 
@@ -253,11 +252,7 @@ class WireRound:
         self, stage: str, survivors: Collection[str], expected: Collection[str], started: float
     ) -> None:
         """Record a closed stage: who answered, who of ``expected`` dropped, how long it took."""
-        await self._record(stage, survivors, expected, max(0.0, time.monotonic() - started))
-
-    async def _record(
-        self, stage: str, survivors: Collection[str], expected: Collection[str], seconds: float
-    ) -> None:
+        seconds = max(0.0, time.monotonic() - started)
         self.rnd = await asyncio.to_thread(
             self.store.record_stage,
             self.rnd.id,
@@ -319,7 +314,7 @@ class WireRound:
             self.store.update_round, self.rnd.id, accepted=list(self.accepted), noise=self.noise
         )
         await self.hooks.at("invitations_closed", self.info)
-        return Acceptance(self.accepted, declines)
+        return Acceptance(self.accepted)
 
     async def set_up(self, setup: SumSetup) -> None:
         await self._note(**setup.record())
@@ -356,7 +351,7 @@ class WireRound:
         outcome = end.outcome
         accuracy = outcome.metrics.get("accuracy")
         model = outcome.state.model if outcome.state.model != before.model else None
-        await self._record("decode", end.summed, end.summed, end.finish_seconds)
+        await self.record("decode", end.summed, (), time.monotonic() - end.finish_seconds)
         self.rnd = await asyncio.to_thread(
             self.store.complete_round,
             self.rnd.id,

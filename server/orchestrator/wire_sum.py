@@ -42,43 +42,34 @@ __all__ = ["sum_plainly", "sum_securely"]
 ANSWER_BATCH = 256
 MASKED_BATCH = 16
 
-#: The stages up to the unmasking: name, and the stage opened when it closes.
-_STAGES = (
-    ("advertise_keys", pb.STAGE_SHARE_KEYS),
-    ("share_keys", pb.STAGE_MASKED_INPUT),
-    ("masked_input", None),
-)
-
 
 async def sum_securely(run: WireRound, setup: SumSetup, commit: Commit) -> Summed:
     """Secure aggregation: keys, shares and masked inputs, the commit, then the unmasking."""
-    params, agents = setup.params, setup.accepted  # client index i is agents[i]
+    params, agents, d = setup.params, setup.accepted, run.deadlines  # client i is agents[i]
     assert params is not None
-    d = run.deadlines
-    seconds = {
-        "advertise_keys": d.advertise_keys,
-        "share_keys": d.share_keys,
-        "masked_input": d.masked_input + d.training,
-    }
+    stages = (  # name, seconds, the stage opened when it closes
+        ("advertise_keys", d.advertise_keys, pb.STAGE_SHARE_KEYS),
+        ("share_keys", d.share_keys, pb.STAGE_MASKED_INPUT),
+        ("masked_input", d.masked_input + d.training, None),
+    )
     state: ServerState
     state, outbound = secagg_server.start_round(
         job_id=run.ctx.job_id, round=run.rnd.number, params=params
     )
     run.channel.open_stage(pb.STAGE_ADVERTISE_KEYS, session_id=state.ctx.session_id)
     expected: Sequence[str] = agents
-    for name, following in _STAGES:
+    for name, seconds, following in stages:
         started = time.monotonic()
         for item in outbound:
             run.send(agents[item.recipient], wire.to_coordinator_message(item.message))
-        state = await _collect(run, state, agents, params, seconds[name])
+        state = await _collect(run, state, agents, params, seconds)
         state, outbound = await asyncio.to_thread(secagg_server.close_stage, state)
-        survivors = state.survivors
-        answered = {"advertise_keys": survivors.a1, "share_keys": survivors.a2}.get(
-            name, survivors.a3
-        )
-        expected_next = [agents[i] for i in sorted(answered)]
-        await run.record(name, expected_next, expected, started)
-        expected = expected_next
+        s = state.survivors
+        answered = [
+            agents[i] for i in sorted({"advertise_keys": s.a1, "share_keys": s.a2}.get(name, s.a3))
+        ]
+        await run.record(name, answered, expected, started)
+        expected = answered
         await run.hooks.at(f"{name}_closed", run.info)
         if isinstance(state, ServerAborted):
             raise RoundAborted(f"secure aggregation aborted at {name}: {state.reason}")

@@ -3,7 +3,7 @@
 plan → initial state → per round: select → the round driver (``dpfl.learning.rounds``, the
 coordinator's own steps: release policy, round task, secure-aggregation parameters, encoding,
 the ledger committed before unmasking, dropped noise restored) with a
-:class:`~dpfl.learning.rounds.local.LocalCohort`. Per agent (JSON round trips of params, events
+:class:`support.local_cohort.LocalCohort`. Per agent (JSON round trips of params, events
 and encoding as on the wire): agent_check, agent_charge into the agent's own ledger,
 agent_contribution (by default agent_compute, then the REAL encoding with real per-agent integer
 noise from a CSPRNG). The sum runs ``dpfl.secagg.simulate`` (the real state machines) or a plain
@@ -45,11 +45,11 @@ from dpfl.learning.algorithms.federation import simulated_federation
 from dpfl.learning.jobs import JobSpec, job_to_dict, parse_job
 from dpfl.learning.rounds import Invitation, RoundJob, SumSetup, run_round
 from dpfl.learning.rounds.driver import NoiseStreams
-from dpfl.learning.rounds.local import LocalCohort
 from dpfl.learning.rounds.state import Commitment
 from dpfl.secagg import EncodingConfig, SeededRandomSource
 from dpfl.secagg.messages import Stage
 from dpfl.secagg.randomness import RandomSource, RandomStream
+from support.local_cohort import LocalCohort
 
 __all__ = [
     "HarnessResult",

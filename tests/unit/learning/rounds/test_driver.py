@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 from support.algorithm_harness import federation_for, make_job
+from support.local_cohort import LocalCohort
 
 from dpfl.learning.algorithms.base import JobPlan
 from dpfl.learning.algorithms.dp_fedavg import DpFedAvg
@@ -33,7 +34,6 @@ from dpfl.learning.rounds import (
     SumSetup,
     run_round,
 )
-from dpfl.learning.rounds.local import LocalCohort
 from dpfl.learning.rounds.state import Commitment
 from dpfl.secagg import SeededRandomSource, encode
 from dpfl.secagg import server as secagg_server

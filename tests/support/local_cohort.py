@@ -1,7 +1,7 @@
-"""A cohort of agents in this process (:class:`LocalCohort`): every invitee accepts, its vector
-comes from a callable, and the vectors are summed by the real secure-aggregation state machines
-(``dpfl.secagg.simulate``) or, in the plain summation, added as they would arrive. Used where no
-transport exists: the audit and the algorithm tests."""
+"""Test-only: a cohort of agents in this process for the round driver (``dpfl.learning.rounds``):
+every invitee accepts, its vector comes from a callable, and the vectors are summed by the real
+secure-aggregation state machines (``dpfl.secagg.simulate``) or, in the plain summation, added as
+they would arrive."""
 
 from __future__ import annotations
 
