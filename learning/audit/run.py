@@ -23,12 +23,8 @@ import numpy as np
 import numpy.typing as npt
 
 from dpfl.accounting import ComposedEvent, DpEvent, NoPrivacyEvent, compute_epsilon
-from dpfl.accounting.audit import AuditBound, epsilon_lower_from_scores, planned_guess_count
-from dpfl.accounting.audit_fdp import (
-    GdpAuditBound,
-    gdp_lower_from_scores,
-    gdp_mu_lower_bound,
-)
+from dpfl.accounting.audit import epsilon_lower_from_scores, planned_guess_count
+from dpfl.accounting.audit_fdp import gdp_lower_from_scores, gdp_mu_lower_bound
 from dpfl.learning.algorithms.base import (
     AgentData,
     AlgorithmError,
@@ -222,15 +218,13 @@ def run_audit(
             ``catch_all``, also m, each then tested at half the level.
         coordinates: the coordinates canaries may use (default: all of the released vector).
         data: the coordinator's data and the agents' (default: the job's data spec).
-        algorithm: the algorithm instance (default: the job's, its client sampling drawn from
-            ``seed``).
+        algorithm: the algorithm instance (default: the job's, its sampling drawn from seed).
         device: where agents compute.
         catch_all: add r = m to the planned count (a union bound over the two), which catches
             a mechanism far leakier than planned at the price of half the level.
 
     Raises:
-        TooManyCanariesError: more canaries than coordinates (its ``available`` says how many
-            fit).
+        TooManyCanariesError: more canaries than coordinates (``available`` fit).
         AlgorithmError: a bad mode, too few agents, or a job the canary design cannot audit.
     """
     started, rng = time.perf_counter(), SeededRandomSource(seed)
@@ -244,14 +238,12 @@ def run_audit(
     audited.device = device
     initial = _model_vector(job, audited.state, coordinator_data) if mode == BLACK_BOX else None
     asyncio.run(audited.rounds(white_box=mode == WHITE_BOX))
-    if audited.completed == 0:
-        raise AlgorithmError("no round ran: every sample was too small for secure aggregation")
     scores, cset = audited.scores, audited.cset
     if initial is not None and alg.model_direction is not None:
         moved = _model_vector(job, audited.state, coordinator_data) - initial
         scores = alg.model_direction * cset.signs * moved[cset.coordinates]
-    bounds = _Bounds.of(audited, scores, confidence, guesses=guesses, catch_all=catch_all)
-    return bounds.report(audited, mode, seconds=time.perf_counter() - started)
+    counts = _guess_counts(audited, job.privacy.delta, confidence, guesses, catch_all)
+    return _report(audited, scores, mode, confidence, counts, time.perf_counter() - started)
 
 
 def _check_request(job: JobSpec, alg: AnyAlgorithm, mode: str, agents: int) -> None:
@@ -320,88 +312,59 @@ def _prepare(
     )
 
 
-@dataclass(frozen=True)
-class _Bounds:
-    """The audit's two bounds on the run's scores, and ε_upper from its ledger."""
-
-    epsilon_upper: float
-    confidence: float
-    bound: AuditBound
-    gdp: GdpAuditBound
-
-    @classmethod
-    def of(
-        cls,
-        audited: _Audited,
-        scores: npt.NDArray[np.float64],
-        confidence: float,
-        *,
-        guesses: int | None,
-        catch_all: bool,
-    ) -> _Bounds:
-        delta, cset = audited.job.spec.privacy.delta, audited.cset
-        units = [audited.ledger.get(u, []) for u in audited.units]
-        epsilon_upper = max((_epsilon(events, delta) for events in units), default=0.0)
-        variance = audited.noise_variance
-        ratio = audited.expected_signal / math.sqrt(variance) if variance > 0 else 10.0
-        counts, gdp_counts = _guess_counts(
-            cset.signs.size,
-            ratio,
-            delta=delta,
-            confidence=confidence,
-            guesses=guesses,
-            catch_all=catch_all,
-        )
-        bound = epsilon_lower_from_scores(
-            scores, cset.included, delta=delta, confidence=confidence, guess_counts=counts
-        )
-        gdp = gdp_lower_from_scores(
-            scores, cset.included, delta=delta, confidence=confidence, guess_counts=gdp_counts
-        )
-        return cls(epsilon_upper, confidence, bound, gdp)
-
-    def report(self, audited: _Audited, mode: str, *, seconds: float) -> AuditReport:
-        job, design, cset = audited.job.spec, audited.design, audited.cset
-        bound, gdp = self.bound, self.gdp
-        return AuditReport(
-            job=job.name,
-            algorithm=job.algorithm,
-            mode=mode,
-            unit=design.unit,
-            relation=design.relation,
-            canaries=int(cset.signs.size),
-            included=int(cset.included.sum()),
-            guesses=bound.best.guesses,
-            correct=bound.best.correct,
-            confidence=self.confidence,
-            delta=job.privacy.delta,
-            epsilon_lower=bound.epsilon_lower,
-            epsilon_upper=self.epsilon_upper,
-            rounds=audited.completed,
-            design=design.description,
-            seconds=seconds,
-            mu_lower=gdp.mu_lower,
-            epsilon_lower_gdp=gdp.epsilon_lower,
-            gdp_guesses=gdp.best.guesses,
-            gdp_correct=gdp.best.correct,
-            trace=AuditTrace(rounds=tuple(audited.trace), units=audited.units),
-        )
+def _report(
+    audited: _Audited,
+    scores: npt.NDArray[np.float64],
+    mode: str,
+    confidence: float,
+    counts: tuple[list[int], list[int]],
+    seconds: float,
+) -> AuditReport:
+    """The two lower bounds on the run's scores, ε_upper from its ledger: the report."""
+    job, design, cset = audited.job.spec, audited.design, audited.cset
+    delta = job.privacy.delta
+    units = [audited.ledger.get(u, []) for u in audited.units]
+    bound = epsilon_lower_from_scores(
+        scores, cset.included, delta=delta, confidence=confidence, guess_counts=counts[0]
+    )
+    gdp = gdp_lower_from_scores(
+        scores, cset.included, delta=delta, confidence=confidence, guess_counts=counts[1]
+    )
+    return AuditReport(
+        job=job.name,
+        algorithm=job.algorithm,
+        mode=mode,
+        unit=design.unit,
+        relation=design.relation,
+        canaries=int(cset.signs.size),
+        included=int(cset.included.sum()),
+        guesses=bound.best.guesses,
+        correct=bound.best.correct,
+        confidence=confidence,
+        delta=delta,
+        epsilon_lower=bound.epsilon_lower,
+        epsilon_upper=max((_epsilon(events, delta) for events in units), default=0.0),
+        rounds=audited.completed,
+        design=design.description,
+        seconds=seconds,
+        mu_lower=gdp.mu_lower,
+        epsilon_lower_gdp=gdp.epsilon_lower,
+        gdp_guesses=gdp.best.guesses,
+        gdp_correct=gdp.best.correct,
+        trace=AuditTrace(rounds=tuple(audited.trace), units=audited.units),
+    )
 
 
 def _guess_counts(
-    canaries: int,
-    ratio: float,
-    *,
-    delta: float,
-    confidence: float,
-    guesses: int | None,
-    catch_all: bool,
+    audited: _Audited, delta: float, confidence: float, guesses: int | None, catch_all: bool
 ) -> tuple[list[int], list[int]]:
     """The guess counts of the (ε, δ) and the GDP bound: ``guesses`` when given, else the plan's
     choice for the expected signal-to-noise ``ratio`` and, with ``catch_all``, every canary
     (which catches a mechanism far leakier than planned), under a union bound."""
     if guesses is not None:
         return [guesses], [guesses]
+    canaries, variance = audited.cset.signs.size, audited.noise_variance
+    ratio = audited.expected_signal / math.sqrt(variance) if variance > 0 else 10.0
     shift = max(ratio, 1e-6)
     planned = planned_guess_count(
         m=canaries, shift_over_std=shift, delta=delta, confidence=confidence
@@ -476,6 +439,8 @@ class _Audited:
             self.completed += 1
             if end.outcome.done:
                 break
+        if self.completed == 0:
+            raise AlgorithmError("no round ran: every sample was too small for secure aggregation")
 
     def _streams(self, number: int) -> NoiseStreams:
         return lambda purpose: self.rng.stream(f"audit/{purpose}/{number}")
