@@ -1,9 +1,10 @@
 """Run a job in simulation with canaries and audit it (``dpfl audit``).
 
-The job runs through the algorithm's own coordinator and agent functions, the code paths a
-deployment runs for everything the privacy rests on; secure aggregation is replaced by the modular
-sum it reveals, and each sample is released, skipped or replaced by the noise alone by the
-coordinator's own policy (:func:`dpfl.learning.algorithms.release.release_for`). ε_upper is the
+The job's rounds run on the coordinator's own round driver (:mod:`dpfl.learning.rounds`: release
+policy, setup, commit, restoration, decode, ``finish_round``) with the algorithm's agent
+functions, the code paths a deployment runs for everything the privacy rests on; secure
+aggregation is replaced by the modular sum it reveals, and canaries are added to that sum (canary
+agents add no noise). ε_upper is the
 ledger's ε for a canary's unit, ε_lower comes from
 :func:`dpfl.accounting.audit.epsilon_lower_from_scores`
 (docs/audit.md#which-code-path-is-audited-learningauditrunpy).
@@ -11,6 +12,7 @@ ledger's ε for a canary's unit, ε_lower comes from
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -29,27 +31,30 @@ from dpfl.learning.algorithms.base import (
     AnyAlgorithm,
     ClientCharge,
     CoordinatorData,
+    CoordinatorState,
     JobPlan,
-    RoundTask,
     get_algorithm,
 )
 from dpfl.learning.algorithms.dp_fedavg import FedAvgFamily
 from dpfl.learning.algorithms.dp_fedsgd import DpFedSgd
 from dpfl.learning.algorithms.dp_helmet import DpHelmet
 from dpfl.learning.algorithms.federation import simulated_federation
-from dpfl.learning.algorithms.release import Release, release_for, secure_sum
 from dpfl.learning.algorithms.voting import VotingAlgorithm
 from dpfl.learning.audit import fedavg, fedsgd, helmet, voting
 from dpfl.learning.audit.canaries import ADD_REMOVE, CanaryDesign, CanarySet
 from dpfl.learning.jobs import JobSpec
-from dpfl.secagg import (
-    EncodingConfig,
-    RoundParameters,
-    SeededRandomSource,
-    ThreatModel,
-    decode,
-    encode,
+from dpfl.learning.rounds import (
+    Acceptance,
+    Commit,
+    Invitation,
+    RoundJob,
+    Summed,
+    SumSetup,
+    run_round,
 )
+from dpfl.learning.rounds.driver import NoiseStreams
+from dpfl.learning.rounds.state import Commitment
+from dpfl.secagg import SeededRandomSource
 from dpfl.secagg.encoding import to_ring
 
 __all__ = [
@@ -166,34 +171,6 @@ def _model_vector(job: JobSpec, state: Any, data: CoordinatorData) -> npt.NDArra
     )
 
 
-def _round_encoding(
-    alg: AnyAlgorithm, job: JobSpec, plan: JobPlan, task: RoundTask, carriers: int
-) -> tuple[EncodingConfig, int]:
-    """The encoding of a round whose noise ``carriers`` real agents share, and the
-    ``min_survivors`` they check it with, chosen as the coordinator's round engine chooses them:
-    secure aggregation from two agents, the plain transport (``min_survivors = 1``) for one; with
-    none, the noise one agent would carry alone (:meth:`Algorithm.noise_alone_encoding` where
-    every sample is released)."""
-    if carriers == 0:
-        if alg.releases_every_sample(job, plan):
-            return alg.noise_alone_encoding(job, plan, task), 1
-        return alg.encoding(job, plan, task, participants=1, min_survivors=1), 1
-    if not secure_sum(job, summands=carriers):
-        return alg.encoding(job, plan, task, participants=carriers, min_survivors=1), 1
-    probe = RoundParameters.choose(
-        num_clients=carriers,
-        vector_length=task.vector_length,
-        ring_bits=64,
-        corrupt_fraction=job.secagg.corrupt_fraction,
-        dropout_fraction=job.secagg.dropout_fraction,
-        model=ThreatModel.SEMI_HONEST,
-    )
-    encoding = alg.encoding(
-        job, plan, task, participants=carriers, min_survivors=probe.min_survivors
-    )
-    return encoding, probe.min_survivors
-
-
 def _epsilon(events: Sequence[DpEvent], delta: float) -> float:
     event = ComposedEvent(tuple(events)) if events else NoPrivacyEvent()
     return float(compute_epsilon(event, delta=delta).epsilon)
@@ -241,211 +218,117 @@ def run_audit(
             ``catch_all``, also m, each then tested at half the level.
         coordinates: the coordinates canaries may use (default: all of the released vector).
         data: the coordinator's data and the agents' (default: the job's data spec).
-        algorithm: the algorithm instance (default: the job's, its client sampling drawn from
-            ``seed``).
+        algorithm: the algorithm instance (default: the job's, its sampling drawn from seed).
         device: where agents compute.
         catch_all: add r = m to the planned count (a union bound over the two), which catches
             a mechanism far leakier than planned at the price of half the level.
 
     Raises:
-        TooManyCanariesError: more canaries than coordinates (its ``available`` says how many
-            fit).
+        TooManyCanariesError: more canaries than coordinates (``available`` fit).
         AlgorithmError: a bad mode, too few agents, or a job the canary design cannot audit.
     """
-    started = time.perf_counter()
-    if mode not in MODES:
-        raise AlgorithmError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
-    if agents < 2:
-        raise AlgorithmError(f"an audit needs at least 2 agents, got {agents}")
-    rng = SeededRandomSource(seed)
-    alg = (
-        algorithm
-        if algorithm is not None
-        else get_algorithm(job.algorithm).with_random_source(rng.child("audit/select"))
-    )
+    started, rng = time.perf_counter(), SeededRandomSource(seed)
+    alg = algorithm or get_algorithm(job.algorithm).with_random_source(rng.child("audit/select"))
+    _check_request(job, alg, mode, agents)
     coordinator_data, agent_data = data if data is not None else simulated_federation(job, agents)
     real = tuple(agent_data)[:agents]
     if len(real) < agents:
         raise AlgorithmError(f"the data holds {len(real)} agents, {agents} were asked for")
+    audited = _prepare(job, alg, (coordinator_data, agent_data), real, rng, canaries, coordinates)
+    audited.device = device
+    initial = _model_vector(job, audited.state, coordinator_data) if mode == BLACK_BOX else None
+    asyncio.run(audited.rounds(white_box=mode == WHITE_BOX))
+    scores, cset = audited.scores, audited.cset
+    if initial is not None and alg.model_direction is not None:
+        moved = _model_vector(job, audited.state, coordinator_data) - initial
+        scores = alg.model_direction * cset.signs * moved[cset.coordinates]
+    counts = _guess_counts(audited, job.privacy.delta, confidence, guesses, catch_all)
+    return _report(audited, scores, mode, confidence, counts, time.perf_counter() - started)
+
+
+def _check_request(job: JobSpec, alg: AnyAlgorithm, mode: str, agents: int) -> None:
+    if mode not in MODES:
+        raise AlgorithmError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+    if agents < 2:
+        raise AlgorithmError(f"an audit needs at least 2 agents, got {agents}")
+    if mode == BLACK_BOX and alg.model_direction is None:
+        raise AlgorithmError(
+            f"black-box audits need a model that moves along the aggregates; {job.algorithm} "
+            "releases votes or a one-round model: use the white-box mode"
+        )
+
+
+def _prepare(
+    job: JobSpec,
+    alg: AnyAlgorithm,
+    data: tuple[CoordinatorData, Mapping[str, AgentData]],
+    real: tuple[str, ...],
+    rng: SeededRandomSource,
+    canaries: int | None,
+    coordinates: npt.NDArray[np.int64] | None,
+) -> _Audited:
+    """The audited run before its first round: plan, canary design, canaries, population."""
+    agents, (coordinator_data, agent_data) = len(real), data
     # A plan of the population with every possible canary agent: independent of the bits.
     probe_plan = alg.plan(job, population=agents, data=coordinator_data)
     design = canary_design(alg, job, probe_plan)
     if canaries is None:
-        capacity = canary_capacity(
-            alg.round_task(
-                job,
-                probe_plan,
-                alg.initial_state(job, probe_plan, coordinator_data),
-                round_number=1,
-            ).vector_length,
-            coordinates,
-        )
-        canaries = min(DEFAULT_CANARIES, capacity)
+        probe_state = alg.initial_state(job, probe_plan, coordinator_data)
+        probe_task = alg.round_task(job, probe_plan, probe_state, round_number=1)
+        canaries = min(DEFAULT_CANARIES, canary_capacity(probe_task.vector_length, coordinates))
     agent_canaries = design.unit == "agent"
     plan = (
         alg.plan(job, population=agents + canaries, data=coordinator_data)
         if agent_canaries
         else probe_plan
     )
-    direction = alg.model_direction
-    if mode == BLACK_BOX and direction is None:
-        raise AlgorithmError(
-            f"black-box audits need a model that moves along the aggregates; {job.algorithm} "
-            "releases votes or a one-round model: use the white-box mode"
-        )
     state = alg.initial_state(job, plan, coordinator_data)
-    first_task = alg.round_task(job, plan, state, round_number=1)
     cset = CanarySet.draw(
         count=canaries,
-        dimension=first_task.vector_length,
+        dimension=alg.round_task(job, plan, state, round_number=1).vector_length,
         agents=agents,
         stream=rng.stream("audit/canaries"),
         allowed=coordinates,
     )
     replace_one = design.relation != ADD_REMOVE
-    half = design.amplitude // 2
-    if (design.amplitude if not replace_one else half) < 1:
+    if (design.amplitude if not replace_one else design.amplitude // 2) < 1:
         raise AlgorithmError(f"the charged sensitivity {design.amplitude} leaves no canary")
     canary_ids = [f"canary-{j:05d}" for j in range(canaries)]
     exists = np.ones(canaries, dtype=bool) if replace_one else cset.included
-    population = list(real)
-    if agent_canaries:
-        population += [canary_ids[j] for j in range(canaries) if exists[j]]
-    real_set = set(real)
-    canary_index = {cid: j for j, cid in enumerate(canary_ids)}
-    initial = _model_vector(job, state, coordinator_data) if mode == BLACK_BOX else np.zeros(0)
-    scores = np.zeros(canaries, dtype=np.float64)
-    ledger: dict[str, list[DpEvent]] = {}
-    trace: list[AuditRound] = []
-    expected_signal = 0.0
-    noise_variance = 0.0
-    completed = 0
-    for round_number in range(1, job.rounds + 1):
-        invited = list(alg.select(job, plan, round_number=round_number, population=population))
-        if release_for(alg, job, plan, invited=len(invited)) is Release.SKIP:
-            continue  # as the coordinator's round engine: nothing sent, nothing charged
-        real_invited = [a for a in invited if a in real_set]
-        task = alg.round_task(job, plan, state, round_number=round_number)
-        encoding, min_survivors = _round_encoding(alg, job, plan, task, len(real_invited))
-        claimed = alg.invitation_events(job, plan, round_number=round_number, population=population)
-        mask = np.uint64((1 << encoding.ring_bits) - 1) if encoding.ring_bits < 64 else None
-        total = np.zeros(task.vector_length, dtype=np.uint64)
-        if not real_invited:
-            # an empty sample, or canaries alone (they add no noise): the noise alone stands
-            # for the sum's, drawn as the coordinator draws it for an empty sample
-            total = encode(
-                np.zeros(task.vector_length),
-                config=encoding,
-                stream=rng.stream(f"audit/noise-alone/{round_number}"),
-            )
-        for agent_id in real_invited:
-            alg.agent_check(
-                task.params,
-                claimed,
-                encoding,
-                num_clients=len(real_invited),
-                min_survivors=min_survivors,
-                honest_fraction=task.params.honest_fraction,
-            )
-            contribution = alg.agent_contribution(
-                task.params,
-                agent_data[agent_id],
-                model=state.model if task.model_version is not None else None,
-                public_x=coordinator_data.public_for_agents() if task.needs_public_data else None,
-                device=device,
-                encoding=encoding,
-                stream=rng.child(f"agent/{agent_id}").stream(f"round/{round_number}"),
-            )
-            total = total + contribution  # uint64 wraps mod 2^64
-        # the canaries present in this round
-        if agent_canaries:
-            present = np.zeros(canaries, dtype=bool)
-            for cid in invited:
-                if cid in canary_index:
-                    present[canary_index[cid]] = True
-            participants_in = sum(1 for a in invited if a in canary_index)
-        else:
-            hosted = np.isin(cset.hosts, [real.index(a) for a in real_invited])
-            if design.presence_rate < 1.0:
-                draws = rng.stream(f"audit/presence/{round_number}").uint64(canaries)
-                sampled = draws < np.uint64(min(2**64 - 1, int(design.presence_rate * 2.0**64)))
-            else:
-                sampled = np.ones(canaries, dtype=bool)
-            present = hosted & sampled & exists
-            participants_in = 0
-        values = np.where(
-            cset.included,
-            cset.signs * (half if replace_one else design.amplitude),
-            -cset.signs * half,
-        )
-        canary_vector = np.zeros(task.vector_length, dtype=np.int64)
-        np.add.at(canary_vector, cset.coordinates[present], values[present])
-        total = total + to_ring(canary_vector, encoding.ring_bits)
-        if mask is not None:
-            total &= mask
-        participants = real_invited + [a for a in invited if a in canary_index]
-        charges = alg.charges(
-            job, plan, round_number=round_number, population=population, participants=participants
-        )
-        for client, charge in charges.items():
-            ledger.setdefault(client, []).append(charge.event)
-        trace.append(AuditRound(round_number, tuple(invited), tuple(participants), charges))
-        aggregate = decode(total, config=encoding)
-        if mode == WHITE_BOX:
-            scores += cset.signs * aggregate[cset.coordinates]
-        scale = math.ldexp(1.0, encoding.scale_bits)
-        share = len(real_invited) / agents
-        difference = 2 * half if replace_one else design.amplitude
-        expected_signal += difference * design.presence_rate * share / scale
-        noise_variance += max(1, len(real_invited)) * encoding.noise.variance / scale**2
-        outcome = alg.finish_round(
-            job,
-            plan,
-            state,
-            coordinator_data,
-            round_number=round_number,
-            aggregate=aggregate,
-            survivors=len(real_invited) + participants_in,
-        )
-        state = outcome.state
-        completed += 1
-        if outcome.done:
-            break
-    if completed == 0:
-        raise AlgorithmError("no round ran: every sample was too small for secure aggregation")
-    if mode == BLACK_BOX and direction is not None:
-        moved = _model_vector(job, state, coordinator_data) - initial
-        scores = direction * cset.signs * moved[cset.coordinates]
-    if agent_canaries:
-        unit_ids = [canary_ids[j] for j in range(canaries) if exists[j]]
-    else:
-        unit_ids = [real[h] for h in sorted(set(cset.hosts.tolist()))]
-    units = [ledger.get(u, []) for u in unit_ids]
+    present = [canary_ids[j] for j in range(canaries) if exists[j]]
+    hosts = [real[h] for h in sorted(set(cset.hosts.tolist()))]
+    return _Audited(
+        RoundJob(job.name, job, alg, plan, coordinator_data),
+        agent_data,
+        real,
+        [*real, *present] if agent_canaries else list(real),
+        tuple(present if agent_canaries else hosts),
+        cset,
+        design,
+        {cid: j for j, cid in enumerate(canary_ids)} if agent_canaries else {},
+        exists,
+        rng,
+        state,
+    )
+
+
+def _report(
+    audited: _Audited,
+    scores: npt.NDArray[np.float64],
+    mode: str,
+    confidence: float,
+    counts: tuple[list[int], list[int]],
+    seconds: float,
+) -> AuditReport:
+    """The two lower bounds on the run's scores, ε_upper from its ledger: the report."""
+    job, design, cset = audited.job.spec, audited.design, audited.cset
     delta = job.privacy.delta
-    epsilon_upper = max((_epsilon(events, delta) for events in units), default=0.0)
-    if guesses is None:
-        ratio = expected_signal / math.sqrt(noise_variance) if noise_variance > 0 else 10.0
-        planned = planned_guess_count(
-            m=canaries, shift_over_std=max(ratio, 1e-6), delta=delta, confidence=confidence
-        )
-        # the plan's choice, and every canary (which catches a mechanism far leakier than
-        # planned), under a union bound
-        counts = sorted({planned, canaries}) if catch_all else [planned]
-        planned_gdp = planned_guess_count(
-            m=canaries,
-            shift_over_std=max(ratio, 1e-6),
-            delta=delta,
-            confidence=confidence,
-            lower_bound=lambda m, r, v: gdp_mu_lower_bound(m=m, r=r, v=v, confidence=confidence),
-        )
-        gdp_counts = sorted({planned_gdp, canaries}) if catch_all else [planned_gdp]
-    else:
-        counts = gdp_counts = [guesses]
+    units = [audited.ledger.get(u, []) for u in audited.units]
     bound = epsilon_lower_from_scores(
-        scores, cset.included, delta=delta, confidence=confidence, guess_counts=counts
+        scores, cset.included, delta=delta, confidence=confidence, guess_counts=counts[0]
     )
     gdp = gdp_lower_from_scores(
-        scores, cset.included, delta=delta, confidence=confidence, guess_counts=gdp_counts
+        scores, cset.included, delta=delta, confidence=confidence, guess_counts=counts[1]
     )
     return AuditReport(
         job=job.name,
@@ -453,20 +336,183 @@ def run_audit(
         mode=mode,
         unit=design.unit,
         relation=design.relation,
-        canaries=canaries,
+        canaries=int(cset.signs.size),
         included=int(cset.included.sum()),
         guesses=bound.best.guesses,
         correct=bound.best.correct,
         confidence=confidence,
         delta=delta,
         epsilon_lower=bound.epsilon_lower,
-        epsilon_upper=epsilon_upper,
-        rounds=completed,
+        epsilon_upper=max((_epsilon(events, delta) for events in units), default=0.0),
+        rounds=audited.completed,
         design=design.description,
-        seconds=time.perf_counter() - started,
+        seconds=seconds,
         mu_lower=gdp.mu_lower,
         epsilon_lower_gdp=gdp.epsilon_lower,
         gdp_guesses=gdp.best.guesses,
         gdp_correct=gdp.best.correct,
-        trace=AuditTrace(rounds=tuple(trace), units=tuple(unit_ids)),
+        trace=AuditTrace(rounds=tuple(audited.trace), units=audited.units),
     )
+
+
+def _guess_counts(
+    audited: _Audited, delta: float, confidence: float, guesses: int | None, catch_all: bool
+) -> tuple[list[int], list[int]]:
+    """The guess counts of the (ε, δ) and the GDP bound: ``guesses`` when given, else the plan's
+    choice for the expected signal-to-noise ``ratio`` and, with ``catch_all``, every canary
+    (which catches a mechanism far leakier than planned), under a union bound."""
+    if guesses is not None:
+        return [guesses], [guesses]
+    canaries, variance = audited.cset.signs.size, audited.noise_variance
+    ratio = audited.expected_signal / math.sqrt(variance) if variance > 0 else 10.0
+    shift = max(ratio, 1e-6)
+    planned = planned_guess_count(
+        m=canaries, shift_over_std=shift, delta=delta, confidence=confidence
+    )
+    planned_gdp = planned_guess_count(
+        m=canaries,
+        shift_over_std=shift,
+        delta=delta,
+        confidence=confidence,
+        lower_bound=lambda m, r, v: gdp_mu_lower_bound(m=m, r=r, v=v, confidence=confidence),
+    )
+    if not catch_all:
+        return [planned], [planned_gdp]
+    return sorted({planned, canaries}), sorted({planned_gdp, canaries})
+
+
+@dataclass
+class _Audited:
+    """The audited run on the round driver: its cohort (the real agents' own contributions, the
+    canaries added to the sum; canary agents add no noise) and its ledger, and what the audit
+    reads of each released round."""
+
+    job: RoundJob
+    agent_data: Mapping[str, AgentData]
+    real: tuple[str, ...]
+    population: list[str]
+    units: tuple[str, ...]  # whose ledger ε is ε_upper: the canaries' units
+    cset: CanarySet
+    design: CanaryDesign
+    canary_index: Mapping[str, int]  # canary agents (agent-level canaries only)
+    exists: npt.NDArray[np.bool_]
+    rng: SeededRandomSource
+    state: CoordinatorState
+    device: str = "cpu"
+    invitation: Invitation | None = None
+    ledger: dict[str, list[DpEvent]] = field(default_factory=dict)
+    trace: list[AuditRound] = field(default_factory=list)
+    scores: npt.NDArray[np.float64] = field(default_factory=lambda: np.zeros(0))
+    expected_signal: float = 0.0
+    noise_variance: float = 0.0
+    completed: int = 0
+
+    async def rounds(self, *, white_box: bool) -> None:
+        population = self.population
+        alg, spec, plan, design = self.job.algorithm, self.job.spec, self.job.plan, self.design
+        self.scores = np.zeros(self.cset.signs.size, dtype=np.float64)
+        for number in range(1, spec.rounds + 1):
+            invited = alg.select(spec, plan, round_number=number, population=population)
+            self.invitation = None
+            end = await run_round(
+                self.job,
+                number=number,
+                state=self.state,
+                population=population,
+                invited=invited,
+                cohort=self,
+                ledger=self,
+                noise=self._streams(number),
+            )
+            if end.outcome is None or end.encoding is None or end.aggregate is None:
+                continue  # skipped, as by the coordinator: nothing sent, nothing charged
+            if white_box:
+                self.scores += self.cset.signs * end.aggregate[self.cset.coordinates]
+            scale = math.ldexp(1.0, end.encoding.scale_bits)
+            carriers = sum(1 for a in end.accepted if a not in self.canary_index)
+            half = design.amplitude // 2
+            difference = design.amplitude if design.relation == ADD_REMOVE else 2 * half
+            share = carriers / len(self.real)
+            self.expected_signal += difference * design.presence_rate * share / scale
+            self.noise_variance += max(1, carriers) * end.encoding.noise.variance / scale**2
+            self.state = end.outcome.state
+            self.completed += 1
+            if end.outcome.done:
+                break
+        if self.completed == 0:
+            raise AlgorithmError("no round ran: every sample was too small for secure aggregation")
+
+    def _streams(self, number: int) -> NoiseStreams:
+        return lambda purpose: self.rng.stream(f"audit/{purpose}/{number}")
+
+    async def invite(self, invitation: Invitation) -> Acceptance:
+        self.invitation = invitation
+        canaries = frozenset(a for a in invitation.invited if a in self.canary_index)
+        return Acceptance(invitation.invited, noiseless=canaries)
+
+    async def set_up(self, setup: SumSetup) -> None:
+        del setup
+
+    async def sum(self, setup: SumSetup, commit: Commit) -> Summed:
+        invitation = self.invitation
+        assert invitation is not None
+        alg, task, number = self.job.algorithm, invitation.task, invitation.number
+        total = np.zeros(setup.vector_length, dtype=np.uint64)
+        public = self.job.data.public_for_agents() if task.needs_public_data else None
+        for agent_id in setup.accepted:
+            alg.agent_check(
+                task.params,
+                invitation.events,
+                setup.encoding,
+                num_clients=len(setup.accepted),
+                min_survivors=setup.min_survivors,
+                honest_fraction=task.params.honest_fraction,
+            )
+            total = total + alg.agent_contribution(  # uint64 wraps mod 2^64
+                task.params,
+                self.agent_data[agent_id],
+                model=self.state.model if task.model_version is not None else None,
+                public_x=public,
+                device=self.device,
+                encoding=setup.encoding,
+                stream=self.rng.child(f"agent/{agent_id}").stream(f"round/{number}"),
+            )
+        canary_agents = tuple(a for a in invitation.invited if a in self.canary_index)
+        participants = (*setup.accepted, *canary_agents)
+        await commit(participants)
+        canary_vector = self._canaries(invitation, setup, canary_agents)
+        return Summed(total + to_ring(canary_vector, setup.encoding.ring_bits), participants)
+
+    def _canaries(
+        self, invitation: Invitation, setup: SumSetup, canary_agents: Sequence[str]
+    ) -> npt.NDArray[np.int64]:
+        """The canaries present in the round, as the vector they add to the sum."""
+        cset, design = self.cset, self.design
+        if self.canary_index:
+            present = np.zeros(cset.signs.size, dtype=bool)
+            present[[self.canary_index[a] for a in canary_agents]] = True
+        else:
+            hosted = np.isin(cset.hosts, [self.real.index(a) for a in setup.accepted])
+            sampled = np.ones(cset.signs.size, dtype=bool)
+            if design.presence_rate < 1.0:
+                stream = self.rng.stream(f"audit/presence/{invitation.number}")
+                threshold = np.uint64(min(2**64 - 1, int(design.presence_rate * 2.0**64)))
+                sampled = stream.uint64(cset.signs.size) < threshold
+            present = hosted & sampled & self.exists
+        replace_one, half = design.relation != ADD_REMOVE, design.amplitude // 2
+        values = np.where(
+            cset.included,
+            cset.signs * (half if replace_one else design.amplitude),
+            -cset.signs * half,
+        )
+        vector = np.zeros(setup.vector_length, dtype=np.int64)
+        np.add.at(vector, cset.coordinates[present], values[present])
+        return vector
+
+    async def commit(self, commitment: Commitment) -> None:
+        for client, charge in commitment.charges.items():
+            self.ledger.setdefault(client, []).append(charge.event)
+        invited = self.invitation.invited if self.invitation is not None else ()
+        self.trace.append(
+            AuditRound(commitment.number, invited, commitment.participants, commitment.charges)
+        )

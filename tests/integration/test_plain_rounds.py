@@ -92,7 +92,7 @@ def plain_setup(
     nonce: bytes,
     **overrides: Any,
 ) -> pb.CoordinatorMessage:
-    """The plain-round setup exactly as ``RoundEngine.plain_rounds`` builds it."""
+    """The plain-round setup exactly as ``server/orchestrator/wire_sum.py`` builds it."""
     session = compute_session_id(job_id=JOB, round=round_number, nonce=nonce)
     setup = pb.SecAggSetup(
         client_index=index,

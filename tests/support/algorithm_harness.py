@@ -1,26 +1,28 @@
 """Test-only: run an algorithm's whole job in one process, the way the shells will run it.
 
-plan → initial state → per round: select → the coordinator's release policy
-(``dpfl.learning.algorithms.release``: skip, the noise alone for an empty sample, or a sum, plain
-for one agent) → round task → secure-aggregation parameters → encoding
-→ per agent (JSON round trips of params, events and encoding as on the wire): agent_check,
-agent_charge into the agent's own ledger, agent_contribution (by default agent_compute, then
-the REAL encoding with real per-agent integer noise from a CSPRNG) → the sum
-(``dpfl.secagg.simulate``, the real state machines, or a plain modular sum when the job disables
-secure aggregation) with the coordinator's ledger committed before unmasking → decode →
-finish_round. ε per client is computed with ``dpfl.accounting``.
+plan → initial state → per round: select → the round driver (``dpfl.learning.rounds``, the
+coordinator's own steps: release policy, round task, secure-aggregation parameters, encoding,
+the ledger committed before unmasking, dropped noise restored) with a
+:class:`support.local_cohort.LocalCohort`. Per agent (JSON round trips of params, events
+and encoding as on the wire): agent_check, agent_charge into the agent's own ledger,
+agent_contribution (by default agent_compute, then the REAL encoding with real per-agent integer
+noise from a CSPRNG). The sum runs ``dpfl.secagg.simulate`` (the real state machines) or a plain
+modular sum when the job disables secure aggregation; then decode → finish_round. ε per client
+is computed with ``dpfl.accounting``.
 
 No transport, no SQL: the coordinator's ledger is a dict of :class:`ClientCharge` lists.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from dpfl.accounting import (
     ComposedEvent,
@@ -37,29 +39,17 @@ from dpfl.learning.algorithms.base import (
     CoordinatorData,
     CoordinatorState,
     JobPlan,
-    RoundTask,
     get_algorithm,
 )
 from dpfl.learning.algorithms.federation import simulated_federation
-from dpfl.learning.algorithms.release import (
-    Release,
-    release_for,
-    restore_dropped_noise,
-    secure_sum,
-)
 from dpfl.learning.jobs import JobSpec, job_to_dict, parse_job
-from dpfl.secagg import (
-    EncodingConfig,
-    RoundParameters,
-    SeededRandomSource,
-    ThreatModel,
-    decode,
-    encode,
-    simulate,
-)
+from dpfl.learning.rounds import Invitation, RoundJob, SumSetup, run_round
+from dpfl.learning.rounds.driver import NoiseStreams
+from dpfl.learning.rounds.state import Commitment
+from dpfl.secagg import EncodingConfig, SeededRandomSource
 from dpfl.secagg.messages import Stage
-from dpfl.secagg.randomness import RandomSource
-from dpfl.secagg.server_states import ServerReadyToUnmask
+from dpfl.secagg.randomness import RandomSource, RandomStream
+from support.local_cohort import LocalCohort
 
 __all__ = [
     "HarnessResult",
@@ -149,200 +139,109 @@ def run_job(
         device: where agents train.
     """
     alg = algorithm if algorithm is not None else get_algorithm(job.algorithm)
-    rng = SeededRandomSource(seed)
     coordinator_data, agents = federation_for(job, num_agents)
-    population = tuple(agents)
     plan = alg.plan(job, population=num_agents, data=coordinator_data)
     plan = alg.parse_plan(_wire(plan.to_json()))
     _wire(job_to_dict(job))
     state = alg.initial_state(job, plan, coordinator_data)
-    result = HarnessResult(job=job, plan=plan, state=state, rounds=[], population=population)
-    for round_number in range(1, job.rounds + 1):
-        invited = tuple(alg.select(job, plan, round_number=round_number, population=population))
-        release = release_for(alg, job, plan, invited=len(invited))
-        if release is Release.SKIP:  # the coordinator's policy: nothing released or charged
-            result.rounds.append(RoundRecord(round_number, invited, (), {}, None, skipped=True))
-            continue
-        task = alg.round_task(job, plan, result.state, round_number=round_number)
-        if release is Release.NOISE_ALONE:
-            if _noise_alone(result, alg, coordinator_data, task, round_number, rng):
-                break
-            continue
-        secure = secure_sum(job, summands=len(invited))
-        params: RoundParameters | None = None
-        min_survivors = 1  # the plain transport: a lone agent of the sample, or a plain job
-        if secure:
-            probe = RoundParameters.choose(
-                num_clients=len(invited),
-                vector_length=task.vector_length,
-                ring_bits=64,
-                corrupt_fraction=job.secagg.corrupt_fraction,
-                dropout_fraction=job.secagg.dropout_fraction,
-                model=ThreatModel.SEMI_HONEST,
-            )
-            min_survivors = probe.min_survivors
-        encoding = alg.encoding(
-            job, plan, task, participants=len(invited), min_survivors=min_survivors
-        )
-        if secure:
-            params = RoundParameters(
-                num_clients=len(invited),
-                degree=probe.degree,
-                threshold=probe.threshold,
-                ring_bits=encoding.ring_bits,
-                vector_length=task.vector_length,
-                min_survivors=min_survivors,
-                encoding=encoding,
-            )
-        claimed_json = [
-            event_to_json(e)
-            for e in alg.invitation_events(
-                job, plan, round_number=round_number, population=population
-            )
-        ]
-        wire_params = alg.parse_task(_wire(task.params.to_json()))
-        wire_encoding = EncodingConfig.from_json(encoding.to_json())
-        vectors = []
-        for agent_id in invited:
-            claimed = [event_from_json(e) for e in _wire(claimed_json)]
-            alg.agent_check(
-                wire_params,
-                claimed,
-                wire_encoding,
-                num_clients=len(invited),
-                min_survivors=min_survivors,
-                honest_fraction=wire_params.honest_fraction,
-            )
-            # the agent records its own charge before it sends its masked input
-            result.agent_ledgers.setdefault(agent_id, []).extend(
-                alg.agent_charge(wire_params, claimed)
-            )
-            stream = rng.child(f"agent/{agent_id}").stream(f"encode/{round_number}")
-            contribution = alg.agent_contribution(
-                wire_params,
-                agents[agent_id],
-                model=result.state.model if task.model_version is not None else None,
-                public_x=coordinator_data.public_for_agents() if task.needs_public_data else None,
-                device=device,
-                encoding=wire_encoding,
-                stream=stream,
-            )
-            assert contribution.dtype == np.uint64
-            assert contribution.shape == (task.vector_length,)
-            vectors.append(contribution)
-
-        def commit(
-            summed: Collection[int],
-            round_number: int = round_number,
-            invited: tuple[str, ...] = invited,
-        ) -> None:
-            participants = [invited[i] for i in sorted(summed)]
-            charges = alg.charges(
-                job,
-                plan,
-                round_number=round_number,
-                population=population,
-                participants=participants,
-            )
-            for client, charge in charges.items():
-                result.ledger.setdefault(client, []).append(charge)
-
-        drops = (dropouts or {}).get(round_number, {})
-        if params is not None:
-            holder: dict[str, frozenset[int]] = {}
-
-            def before_unmask(ready: ServerReadyToUnmask, holder: Any = holder) -> None:
-                holder["a3"] = ready.a3
-                commit(ready.a3)
-
-            outcome = simulate(
-                vectors,
-                params=params,
-                dropouts=drops,
-                rng=rng.child(f"secagg/{round_number}"),
-                job_id=job.name,
-                round=round_number,
-                before_unmask=before_unmask,
-            )
-            total, summed = outcome.aggregate, holder["a3"]
-            total = restore_dropped_noise(
-                total,
-                encoding,
-                accepted=len(invited),
-                summed=len(summed),
-                stream=rng.child(f"dropped-noise/{round_number}").stream("noise"),
-            )
-        else:
-            gone = set().union(*drops.values()) if drops else set()
-            summed = frozenset(i for i in range(len(invited)) if i not in gone)
-            commit(summed)
-            total = np.zeros(task.vector_length, dtype=np.uint64)
-            for i in summed:
-                total = total + vectors[i]  # uint64 wraps mod 2^64
-            if encoding.ring_bits < 64:
-                total &= np.uint64((1 << encoding.ring_bits) - 1)
-        aggregate = decode(total, config=encoding)
-        round_outcome = alg.finish_round(
-            job,
-            plan,
-            result.state,
-            coordinator_data,
-            round_number=round_number,
-            aggregate=aggregate,
-            survivors=len(summed),
-        )
-        result.state = round_outcome.state
-        # states are JSON, blobs aside (docs/algorithms.md#invariants-of-every-algorithm)
-        _wire(dict(result.state.details))
-        result.rounds.append(
-            RoundRecord(
-                round_number,
-                invited,
-                tuple(invited[i] for i in sorted(summed)),
-                dict(round_outcome.metrics),
-                encoding,
-            )
-        )
-        if round_outcome.done:
-            break
+    result = HarnessResult(job=job, plan=plan, state=state, rounds=[], population=tuple(agents))
+    run = _Run(result, RoundJob(job.name, job, alg, plan, coordinator_data), agents, device)
+    asyncio.run(run.rounds(SeededRandomSource(seed), dropouts or {}))
     return result
 
 
-def _noise_alone(
-    result: HarnessResult,
-    alg: Algorithm,
-    data: CoordinatorData,
-    task: RoundTask,
-    round_number: int,
-    rng: RandomSource,
-) -> bool:
-    """An empty sample released as the coordinator releases it: the population charged, then
-    the noise alone (:meth:`Algorithm.noise_alone_encoding`) decoded and finished with; whether
-    the job is done."""
-    job, plan = result.job, result.plan
-    charges = alg.charges(
-        job, plan, round_number=round_number, population=result.population, participants=[]
-    )
-    for client, charge in charges.items():
-        result.ledger.setdefault(client, []).append(charge)
-    encoding = alg.noise_alone_encoding(job, plan, task)
-    total = encode(
-        np.zeros(task.vector_length),
-        config=encoding,
-        stream=rng.stream(f"noise-alone/{round_number}"),
-    )
-    outcome = alg.finish_round(
-        job,
-        plan,
-        result.state,
-        data,
-        round_number=round_number,
-        aggregate=decode(total, config=encoding),
-        survivors=0,
-    )
-    result.state = outcome.state
-    result.rounds.append(RoundRecord(round_number, (), (), dict(outcome.metrics), encoding))
-    return outcome.done
+@dataclass
+class _Run:
+    """The harness's side of the round driver: the agents' checks, charges and contributions,
+    and the coordinator's ledger as a dict."""
+
+    result: HarnessResult
+    job: RoundJob
+    agents: Mapping[str, AgentData]
+    device: str
+
+    async def rounds(
+        self, rng: RandomSource, dropouts: Mapping[int, Mapping[Stage, Collection[int]]]
+    ) -> None:
+        alg, spec, plan, result = self.job.algorithm, self.job.spec, self.job.plan, self.result
+        for number in range(1, spec.rounds + 1):
+            invited = tuple(
+                alg.select(spec, plan, round_number=number, population=result.population)
+            )
+            cohort = LocalCohort(
+                lambda a, inv, setup, n=number: self.contribute(a, inv, setup, rng, n),
+                rng=rng.child(f"secagg/{number}"),
+                dropouts=dropouts.get(number, {}),
+                job_id=spec.name,
+                number=number,
+            )
+            end = await run_round(
+                self.job,
+                number=number,
+                state=result.state,
+                population=result.population,
+                invited=invited,
+                cohort=cohort,
+                ledger=self,
+                noise=_streams(rng, number),
+            )
+            if end.outcome is None:  # the coordinator's policy: nothing released or charged
+                result.rounds.append(RoundRecord(number, invited, (), {}, None, skipped=True))
+                continue
+            result.state = end.outcome.state
+            # states are JSON, blobs aside (docs/algorithms.md#invariants-of-every-algorithm)
+            _wire(dict(result.state.details))
+            metrics = dict(end.outcome.metrics)
+            result.rounds.append(RoundRecord(number, invited, end.summed, metrics, end.encoding))
+            if end.outcome.done:
+                break
+
+    async def commit(self, commitment: Commitment) -> None:
+        for client, charge in commitment.charges.items():
+            self.result.ledger.setdefault(client, []).append(charge)
+
+    def contribute(
+        self, agent_id: str, invitation: Invitation, setup: SumSetup, rng: RandomSource, n: int
+    ) -> npt.NDArray[np.uint64]:
+        """One agent's side, its inputs round-tripped through JSON as on the wire: the check of
+        the claimed privacy, its own charge (recorded before it sends), its vector."""
+        alg, task, result = self.job.algorithm, invitation.task, self.result
+        params = alg.parse_task(_wire(task.params.to_json()))
+        encoding = EncodingConfig.from_json(setup.encoding.to_json())
+        claimed = [event_from_json(e) for e in _wire([event_to_json(e) for e in invitation.events])]
+        alg.agent_check(
+            params,
+            claimed,
+            encoding,
+            num_clients=len(setup.accepted),
+            min_survivors=setup.min_survivors,
+            honest_fraction=params.honest_fraction,
+        )
+        result.agent_ledgers.setdefault(agent_id, []).extend(alg.agent_charge(params, claimed))
+        data = self.job.data
+        contribution = alg.agent_contribution(
+            params,
+            self.agents[agent_id],
+            model=result.state.model if task.model_version is not None else None,
+            public_x=data.public_for_agents() if task.needs_public_data else None,
+            device=self.device,
+            encoding=encoding,
+            stream=rng.child(f"agent/{agent_id}").stream(f"encode/{n}"),
+        )
+        assert contribution.dtype == np.uint64
+        assert contribution.shape == (task.vector_length,)
+        return contribution
+
+
+def _streams(rng: RandomSource, number: int) -> NoiseStreams:
+    """The round's coordinator streams, by purpose."""
+
+    def stream(purpose: str) -> RandomStream:
+        if purpose == "noise-alone":
+            return rng.stream(f"noise-alone/{number}")
+        return rng.child(f"{purpose}/{number}").stream("noise")
+
+    return stream
 
 
 def make_job(**overrides: Any) -> JobSpec:

@@ -1,0 +1,157 @@
+"""The typed state a round passes between its steps (:mod:`dpfl.learning.rounds.driver`)."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from dpfl.accounting import DpEvent
+from dpfl.learning.algorithms.base import (
+    AnyAlgorithm,
+    ClientCharge,
+    CoordinatorData,
+    JobPlan,
+    RoundOutcome,
+    RoundTask,
+)
+from dpfl.learning.algorithms.release import Release
+from dpfl.learning.jobs import JobSpec
+from dpfl.secagg import EncodingConfig, RoundParameters
+
+__all__ = [
+    "Acceptance",
+    "Commitment",
+    "Invitation",
+    "RoundAborted",
+    "RoundEnd",
+    "RoundJob",
+    "SumSetup",
+    "Summation",
+    "Summed",
+]
+
+
+class RoundAborted(Exception):  # noqa: N818 (a round's end, not a bug)
+    """The round ends without a release; ``reason`` says why (kept in the round record)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class RoundJob:
+    """What every round of a job shares."""
+
+    job_id: str
+    spec: JobSpec
+    algorithm: AnyAlgorithm
+    plan: JobPlan
+    data: CoordinatorData
+
+
+@dataclass(frozen=True, slots=True)
+class Invitation:
+    """What the invited clients are asked: the task and the privacy events it claims."""
+
+    number: int
+    task: RoundTask
+    invited: tuple[str, ...]
+    events: tuple[DpEvent, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Acceptance:
+    """Who accepted the invitation; ``noiseless``: those of them whose vectors add no noise (an
+    audit's canaries; the round's noise is shared by the others)."""
+
+    accepted: tuple[str, ...]
+    noiseless: frozenset[str] = frozenset()
+
+
+class Summation(enum.Enum):
+    """How the accepted clients' vectors become one sum."""
+
+    SECURE = "secure"  # secure aggregation (Bell et al.), two clients or more
+    PLAIN = "plain"  # each vector read as it arrives: no secure aggregation, or one client
+    NOISE_ALONE = "noise_alone"  # no client: the coordinator draws the sum's noise itself
+
+
+@dataclass(frozen=True, slots=True)
+class SumSetup:
+    """The summation of a round: its kind, the agents that carry its noise, the encoding they
+    use, and for secure aggregation its parameters."""
+
+    kind: Summation
+    accepted: tuple[str, ...]
+    vector_length: int
+    encoding: EncodingConfig
+    params: RoundParameters | None = None
+    threat_model: str = ""
+
+    @property
+    def min_survivors(self) -> int:
+        return 1 if self.params is None else self.params.min_survivors
+
+    def record(self) -> dict[str, object]:
+        """The round record's entries for this setup (what a restarted coordinator and an
+        auditor read back)."""
+        out: dict[str, object] = {"encoding": self.encoding.to_dict()}
+        p = self.params
+        if p is None:
+            out["secagg"] = {
+                "enabled": False,
+                "num_clients": len(self.accepted),
+                "ring_bits": self.encoding.ring_bits,
+            }
+        else:
+            out["secagg"] = {
+                "num_clients": p.num_clients,
+                "degree": p.degree,
+                "threshold": p.threshold,
+                "ring_bits": p.ring_bits,
+                "vector_length": p.vector_length,
+                "min_survivors": p.min_survivors,
+                "threat_model": self.threat_model,
+            }
+        if self.kind is Summation.NOISE_ALONE:
+            out["noise_alone"] = True
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Commitment:
+    """What the ledger commits for a round: the charges of ``participants``' sum, and (secure
+    aggregation) how many dropouts' noise shares the release will carry."""
+
+    number: int
+    participants: tuple[str, ...]
+    charges: Mapping[str, ClientCharge]
+    restored_noise_shares: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Summed:
+    """The ring sum of ``summed``' vectors, as the summation revealed it."""
+
+    total: npt.NDArray[np.uint64]
+    summed: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RoundEnd:
+    """How a round ended: skipped (``reason``), or released (``aggregate``, decoded) and
+    finished (``outcome``)."""
+
+    release: Release
+    reason: str = ""
+    accepted: tuple[str, ...] = ()
+    summed: tuple[str, ...] = ()
+    encoding: EncodingConfig | None = None
+    aggregate: npt.NDArray[np.float64] | None = None
+    outcome: RoundOutcome | None = None
+    finish_seconds: float = 0.0

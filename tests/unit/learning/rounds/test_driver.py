@@ -1,0 +1,254 @@
+"""The round driver (``dpfl.learning.rounds``) on its own: each summation, the commit before
+anything is released, and the dropouts' noise shares.
+
+The job is the harness's DP-FedAvg on digits (q = 0.3: every sample is released); the cohorts
+are scripted here or the in-process one (the real secure-aggregation state machines).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from support.algorithm_harness import federation_for, make_job
+from support.local_cohort import LocalCohort
+
+from dpfl.learning.algorithms.base import JobPlan
+from dpfl.learning.algorithms.dp_fedavg import DpFedAvg
+from dpfl.learning.algorithms.release import Release
+from dpfl.learning.jobs import JobSpec
+from dpfl.learning.rounds import (
+    Acceptance,
+    Commit,
+    Invitation,
+    RoundAborted,
+    RoundEnd,
+    RoundJob,
+    Summation,
+    Summed,
+    SumSetup,
+    run_round,
+)
+from dpfl.learning.rounds.state import Commitment
+from dpfl.secagg import SeededRandomSource, encode
+from dpfl.secagg import server as secagg_server
+from dpfl.secagg.messages import Stage
+from dpfl.secagg.randomness import RandomStream
+from dpfl.secagg.server_states import ServerReadyToUnmask
+
+AGENTS = [f"agent-{i:04d}" for i in range(6)]
+
+
+@functools.cache
+def _job(secagg: bool = True) -> RoundJob:
+    """The job (planned once per variant: planning calibrates the noise)."""
+    params = {"clip": 1.0, "sampling_rate": 0.3, "local_steps": 1, "learning_rate": 0.5}
+    spec = make_job(
+        name="driver",
+        rounds=2,
+        secagg={"enabled": secagg, "dropout_fraction": 0.3},
+        params=params,
+    )
+    algorithm = DpFedAvg(random_source=SeededRandomSource(b"driver-test-select"))
+    data, _ = federation_for(spec, len(AGENTS))
+    plan = algorithm.plan(spec, population=len(AGENTS), data=data)
+    return RoundJob("job-1", spec, algorithm, plan, data)
+
+
+def _noise(purpose: str) -> RandomStream:
+    return SeededRandomSource(b"driver-test-noise").stream(purpose)
+
+
+class Ledger:
+    """Records every commitment, or refuses them all."""
+
+    def __init__(self, *, refuse: bool = False) -> None:
+        self.refuse = refuse
+        self.commitments: list[Commitment] = []
+
+    async def commit(self, commitment: Commitment) -> None:
+        if self.refuse:
+            raise RoundAborted("ledger commit refused: over budget")
+        self.commitments.append(commitment)
+
+
+class Scripted:
+    """A cohort whose accepting agents each send the zero vector encoded with their noise;
+    ``commit_first=False`` is a deviating transport that releases without committing."""
+
+    def __init__(self, accept: Sequence[str] | None = None, *, commit_first: bool = True) -> None:
+        self.accept = accept
+        self.commit_first = commit_first
+        self.setups: list[SumSetup] = []
+        self.released = False
+
+    async def invite(self, invitation: Invitation) -> Acceptance:
+        accepted = invitation.invited if self.accept is None else tuple(self.accept)
+        return Acceptance(tuple(accepted))
+
+    async def set_up(self, setup: SumSetup) -> None:
+        self.setups.append(setup)
+
+    async def sum(self, setup: SumSetup, commit: Commit) -> Summed:
+        if self.commit_first:
+            await commit(setup.accepted)
+        self.released = True
+        stream = SeededRandomSource(b"driver-test-agents").stream("x")
+        total = np.zeros(setup.vector_length, dtype=np.uint64)
+        for _ in setup.accepted:
+            vector: npt.NDArray[np.uint64] = encode(
+                np.zeros(setup.vector_length), config=setup.encoding, stream=stream
+            )
+            total = total + vector
+        return Summed(total, setup.accepted)
+
+
+def _run(job: RoundJob, invited: Sequence[str], cohort: object, ledger: Ledger) -> RoundEnd:
+    state = job.algorithm.initial_state(job.spec, job.plan, job.data)
+    return asyncio.run(
+        run_round(
+            job,
+            number=1,
+            state=state,
+            population=AGENTS,
+            invited=invited,
+            cohort=cohort,  # type: ignore[arg-type]
+            ledger=ledger,
+            noise=_noise,
+        )
+    )
+
+
+def test_the_empty_sample_is_the_noise_alone_charged_to_the_population() -> None:
+    job, cohort, ledger = _job(), Scripted(), Ledger()
+    end = _run(job, [], cohort, ledger)
+    assert end.release is Release.NOISE_ALONE
+    assert [s.kind for s in cohort.setups] == [Summation.NOISE_ALONE]
+    assert not cohort.released  # nobody was asked for anything
+    (commitment,) = ledger.commitments
+    assert commitment.participants == ()
+    assert set(commitment.charges) == set(AGENTS)
+    assert commitment.restored_noise_shares is None
+    assert end.outcome is not None
+    assert end.summed == ()
+    state = job.algorithm.initial_state(job.spec, job.plan, job.data)
+    task = job.algorithm.round_task(job.spec, job.plan, state, round_number=1)
+    assert end.encoding == job.algorithm.noise_alone_encoding(job.spec, job.plan, task)
+
+
+def test_two_accepting_agents_are_summed_securely_and_one_plainly() -> None:
+    job = _job()
+    cohort, ledger = Scripted(), Ledger()
+    end = _run(job, AGENTS[:3], cohort, ledger)
+    assert cohort.setups[0].kind is Summation.SECURE
+    assert cohort.setups[0].params is not None
+    assert end.summed == tuple(AGENTS[:3])
+    assert end.outcome is not None
+    assert ledger.commitments[0].restored_noise_shares == 0
+    lone = Scripted()
+    end = _run(job, AGENTS[:1], lone, Ledger())
+    assert lone.setups[0].kind is Summation.PLAIN
+    assert lone.setups[0].min_survivors == 1
+    assert end.summed == (AGENTS[0],)
+
+
+def test_without_secure_aggregation_every_sum_is_plain() -> None:
+    job = _job(secagg=False)
+    cohort = Scripted()
+    end = _run(job, AGENTS[:4], cohort, Ledger())
+    assert cohort.setups[0].kind is Summation.PLAIN
+    assert cohort.setups[0].record()["secagg"] == {
+        "enabled": False,
+        "num_clients": 4,
+        "ring_bits": cohort.setups[0].encoding.ring_bits,
+    }
+    assert end.summed == tuple(AGENTS[:4])
+
+
+def test_a_refusing_ledger_releases_nothing() -> None:
+    """The ledger refuses the commit: the round aborts with its reason and the summation never
+    gets past its commit (nothing is released, nothing decoded)."""
+    cohort = Scripted()
+    with pytest.raises(RoundAborted, match="ledger commit refused"):
+        _run(_job(), AGENTS[:3], cohort, Ledger(refuse=True))
+    assert not cohort.released
+
+
+def test_a_refusing_ledger_stops_secure_aggregation_before_the_unmasking(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """In-process secure aggregation with a refusing ledger: the masked inputs arrive, the
+    commit is refused, and no unmasking ever begins (the aggregate is never computable)."""
+    begun: list[object] = []
+    begin_unmask = secagg_server.begin_unmask
+
+    def spy(state: ServerReadyToUnmask) -> object:
+        begun.append(state)
+        return begin_unmask(state)
+
+    monkeypatch.setattr(secagg_server, "begin_unmask", spy)
+    with pytest.raises(RoundAborted, match="ledger commit refused"):
+        _run(_job(), AGENTS[:3], _local(), Ledger(refuse=True))
+    assert begun == []
+    _run(_job(), AGENTS[:3], _local(), Ledger())
+    assert len(begun) == 1  # the spy sees the unmasking of a committed round
+
+
+def _local(dropouts: Mapping[Stage, Sequence[int]] | None = None) -> LocalCohort:
+    return LocalCohort(
+        lambda agent, invitation, setup: encode(
+            np.zeros(setup.vector_length), config=setup.encoding, stream=_noise(agent)
+        ),
+        rng=SeededRandomSource(b"driver-test-secagg"),
+        dropouts=dropouts,
+        job_id="job-1",
+        number=1,
+    )
+
+
+def test_a_summation_that_releases_before_the_commit_is_refused() -> None:
+    with pytest.raises(RuntimeError, match="without committing the ledger"):
+        _run(_job(), AGENTS[:3], Scripted(commit_first=False), Ledger())
+
+
+def test_too_few_acceptances_abort_before_anything_is_charged() -> None:
+    job, ledger = _job(), Ledger()
+    with pytest.raises(RoundAborted, match="0 of 3 invited clients accepted, a round needs 1"):
+        _run(job, AGENTS[:3], Scripted(accept=[]), ledger)
+    assert ledger.commitments == []
+
+
+def test_dropouts_are_counted_as_restored_noise_shares_before_the_commit() -> None:
+    """Five accepted, one drops before its masked input: four are charged as participants, the
+    commitment says one share is restored, and the release is the five shares' noise."""
+    job, ledger = _job(), Ledger()
+    cohort = _local({Stage.MASKED_INPUT: [4]})
+    end = _run(job, AGENTS[:5], cohort, ledger)
+    (commitment,) = ledger.commitments
+    assert commitment.participants == tuple(AGENTS[:4])
+    assert commitment.restored_noise_shares == 1
+    assert end.summed == tuple(AGENTS[:4])
+    assert end.accepted == tuple(AGENTS[:5])
+
+
+class WithoutSamplingCredit(DpFedAvg):
+    """DP-FedAvg as an algorithm whose charge rests on no secrecy of the sample."""
+
+    def releases_every_sample(self, job: JobSpec, plan: JobPlan) -> bool:
+        return False
+
+
+def test_a_sample_too_small_for_an_algorithm_without_sampling_credit_is_skipped() -> None:
+    job = dataclasses.replace(_job(), algorithm=WithoutSamplingCredit())
+    ledger, cohort = Ledger(), Scripted()
+    end = _run(job, AGENTS[:1], cohort, ledger)
+    assert end.release is Release.SKIP
+    assert end.outcome is None
+    assert end.reason == "1 clients sampled, a round needs 2: skipped"
+    assert ledger.commitments == []
+    assert cohort.setups == []
