@@ -92,6 +92,8 @@ class Report:
     target_epsilon: float = 0.0
     accuracy: float | None = None
     restart: dict[str, float] = field(default_factory=dict)
+    #: whether the coordinator's process had loaded libtorch by the end of the job
+    coordinator_loads_torch: bool = False
 
 
 def wait_for(what: str, check: Callable[[], T | None], timeout: float, every: float = 1.0) -> T:
@@ -396,6 +398,8 @@ def run_job(fed: Federation, api: Api, report: Report) -> str:
     if status != "completed":
         raise FederationError(f"the job ended {status}: {api.get(f'/api/v1/jobs/{job_id}')}")
     check_nothing_lost(fed, job_id, entries_before, rounds_before, report)
+    maps = podman("exec", f"{PREFIX}-coordinator", "cat", "/proc/1/maps")
+    report.coordinator_loads_torch = "libtorch" in maps
     return job_id
 
 
