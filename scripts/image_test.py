@@ -127,7 +127,7 @@ def clean() -> None:
     """Remove every container, volume and the network of an earlier run."""
     names = podman("ps", "--all", "--format", "{{.Names}}", "--filter", f"name=^{PREFIX}-")
     for name in names.split():
-        podman("rm", "--force", "--time", "2", name, check=False)
+        podman("rm", "--force", "--volumes", "--time", "2", name, check=False)
     volumes = podman("volume", "ls", "--format", "{{.Name}}", "--filter", f"name={PREFIX}-")
     for volume in volumes.split():
         podman("volume", "rm", "--force", volume, check=False)
@@ -506,7 +506,7 @@ def check_healthchecks(fed: Federation) -> None:
         logs = podman("logs", container)
         if BAD_REQUEST in logs:
             raise FederationError(f"{container} logged a bad request for its HEALTHCHECK")
-    podman("rm", "--force", "--time", "2", plain)
+    podman("rm", "--force", "--volumes", "--time", "2", plain)
 
 
 def check_images(fed: Federation) -> None:

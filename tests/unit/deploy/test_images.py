@@ -1,11 +1,12 @@
 """deploy/docker: the two Dockerfiles are conventional, minimal and complete.
 
-The images cannot be built on these machines (no Docker engine). What can be checked is
-checked: a non-root user; ports, volume and health check consistent with the coordinator's
-settings; the PyTorch selection (CPU wheel of the Makefile's TORCH_SPEC by default, a CUDA base
-image keeps its own torch); every package folder of pyproject.toml copied, none of them excluded
-by .dockerignore, and exactly those copies building a wheel that holds the commands, the
-migrations, the dashboard and the proto file.
+``make image-test`` builds the images with podman and runs them (scripts/image_test.py); it
+needs podman and minutes, so what can be checked without them is checked here: a non-root
+user; ports, volume and health check consistent with the coordinator's settings; the PyTorch
+selection (CPU wheel of the Makefile's TORCH_SPEC by default, a CUDA base image keeps its own
+torch); every package folder of pyproject.toml copied, none of them excluded by .dockerignore,
+and exactly those copies building a wheel that holds the commands, the migrations, the
+dashboard and the proto file.
 """
 
 from __future__ import annotations
