@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-CEILINGS = {"lines": 35_800, "long_functions": 46, "any_maps": 109}
+CEILINGS = {"lines": 35_771, "long_functions": 46, "any_maps": 109}
 
 
 def _metrics_module():  # type: ignore[no-untyped-def]
