@@ -13,7 +13,7 @@ PIP        := $(PY) -m pip --disable-pip-version-check
 PYTEST_ARGS ?=
 DEMO_ARGS  ?=
 
-.PHONY: demo test test-fast lint protos bench install install-dev browser clean help
+.PHONY: demo test test-fast lint protos bench install install-dev browser clean help image image-test podman
 
 help:
 	@echo "make demo    - create .venv, install dpfl, run DP-FedAvg on the embedded digits data set"
@@ -22,6 +22,8 @@ help:
 	@echo "make lint    - ruff on everything, mypy --strict on every dpfl package"
 	@echo "make protos  - regenerate the checked-in gRPC code from protos/dpfl/v1/*.proto"
 	@echo "make bench   - run every benchmark in benchmarks/ (each prints one JSON line)"
+	@echo "make image   - build the coordinator and agent images with podman (no registry needed)"
+	@echo "make image-test - a federation in containers: PostgreSQL, coordinator, three agents"
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -71,6 +73,26 @@ test-fast: $(VENV)/.installed-dev
 
 bench: $(VENV)/.installed-dev
 	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+# The images (docs/deploy.md, "Building the images"): podman from apt when missing, then
+# scripts/images.py. BASE=registry|local forces the base; TORCH_INDEX_URL selects the wheel's
+# index (a GPU silo: TORCH_INDEX_URL=https://download.pytorch.org/whl/cu128).
+BASE            ?= auto
+TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
+
+podman:
+	@if ! command -v podman >/dev/null 2>&1 || ! command -v mmdebstrap >/dev/null 2>&1; then \
+		if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive nice -n 15 apt-get install -y -qq \
+				podman buildah runc mmdebstrap uidmap netavark aardvark-dns >/dev/null; \
+		else echo "podman and mmdebstrap are needed: apt-get install podman runc mmdebstrap"; exit 1; fi; \
+	fi
+
+image: podman | $(PY)
+	$(PY) scripts/images.py --base $(BASE) --torch-spec "$(TORCH_SPEC)" --torch-index-url "$(TORCH_INDEX_URL)"
+
+image-test: image $(VENV)/.installed-dev
+	$(PY) scripts/image_test.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

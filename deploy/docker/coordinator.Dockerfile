@@ -11,8 +11,10 @@
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${PYTHON_IMAGE}
 
-# PyTorch comes first, in its own layer, as the CPU wheel: the coordinator only evaluates and
-# averages models. TORCH_INDEX_URL selects another build (e.g. .../whl/cu128).
+# PyTorch comes first, in its own layer, as the CPU wheel: the coordinator builds, averages and
+# evaluates models (and trains students for PATE-style jobs), on the CPU. The lines up to this
+# RUN are the agent Dockerfile's, word for word, so that both images share the torch layer when
+# built on the same base (scripts/images.py). TORCH_INDEX_URL selects another build.
 ARG TORCH_SPEC=torch==2.13.0
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
 
@@ -21,7 +23,8 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-RUN pip install --index-url "${TORCH_INDEX_URL}" "${TORCH_SPEC}"
+RUN python -c "import torch" 2>/dev/null \
+ || pip install --index-url "${TORCH_INDEX_URL}" "${TORCH_SPEC}"
 
 WORKDIR /opt/dpfl
 COPY pyproject.toml README.md ./src/

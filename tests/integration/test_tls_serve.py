@@ -4,7 +4,8 @@
   --client-ca --require-client-cert`` answers ``/healthz`` over HTTPS to a client trusting the
   CA, and refuses clients that do not trust it and plaintext HTTP;
 - ``dpfl-coordinator healthcheck`` (the images' HEALTHCHECK) is healthy against it, and against a
-  ``--insecure`` coordinator (plaintext fallback), and unhealthy against a closed port;
+  ``--insecure`` coordinator (plain HTTP, without a TLS handshake logged there as a bad
+  request), and unhealthy against a closed port;
 - ``serve`` refuses to start without TLS unless ``--insecure``, refuses ``--insecure`` with TLS,
   and refuses a client CA without ``--require-client-cert`` (and the reverse), each with exit 2
   and a message naming the fix.
@@ -141,6 +142,7 @@ def test_insecure_serve_warns_and_the_healthcheck_falls_back_to_http(tmp_path: P
         assert probe.returncode == 0, probe.stdout
         assert probe.stdout.startswith(f"healthy: http://127.0.0.1:{port}/healthz")
     out, err = output
+    assert "Invalid HTTP request" not in out + err  # the probe never sends TLS to plain HTTP
     assert "--insecure: gRPC and REST serve PLAINTEXT" in err
     assert "PLAINTEXT gRPC and HTTP (--insecure)" in out
     closed = _cli("healthcheck", "--port", str(_free_port()), "--timeout", "1")

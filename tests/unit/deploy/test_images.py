@@ -1,11 +1,12 @@
 """deploy/docker: the two Dockerfiles are conventional, minimal and complete.
 
-The images cannot be built on these machines (no Docker engine). What can be checked is
-checked: a non-root user; ports, volume and health check consistent with the coordinator's
-settings; the PyTorch selection (CPU wheel of the Makefile's TORCH_SPEC by default, a CUDA base
-image keeps its own torch); every package folder of pyproject.toml copied, none of them excluded
-by .dockerignore, and exactly those copies building a wheel that holds the commands, the
-migrations, the dashboard and the proto file.
+``make image-test`` builds the images with podman and runs them (scripts/image_test.py); it
+needs podman and minutes, so what can be checked without them is checked here: a non-root
+user; ports, volume and health check consistent with the coordinator's settings; the PyTorch
+selection (CPU wheel of the Makefile's TORCH_SPEC by default, a CUDA base image keeps its own
+torch); every package folder of pyproject.toml copied, none of them excluded by .dockerignore,
+and exactly those copies building a wheel that holds the commands, the migrations, the
+dashboard and the proto file.
 """
 
 from __future__ import annotations
@@ -173,3 +174,18 @@ def test_the_copied_sources_alone_build_the_package(tmp_path: Path) -> None:
     assert {Path(n).name for n in migrations} == shipped
     assert "dpfl/server/api/static/index.html" in names
     assert "dpfl/protos/dpfl/v1/agent.proto" in names
+
+
+def test_both_images_share_their_torch_layer() -> None:
+    """Up to the torch RUN the two Dockerfiles are the same instructions, so that podman (or
+    Docker) builds the 882 MB layer once for both (scripts/images.py builds them in turn)."""
+    prefixes = []
+    for name in NAMES:
+        instructions = dockerfile(DOCKERFILES[name])
+        start = [w for w, _ in instructions].index("FROM") + 1
+        end = next(
+            i for i, (w, rest) in enumerate(instructions) if "TORCH_SPEC" in rest and w == "RUN"
+        )
+        prefixes.append(instructions[start : end + 1])
+    assert prefixes[0] == prefixes[1]
+    assert any("pip install" in rest for _, rest in prefixes[0])
