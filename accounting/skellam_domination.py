@@ -34,9 +34,6 @@ _MAX_WINDOW = 1 << 21
 #: Relative accuracy assumed of each Skellam mass (scipy ``ive`` and Olver's expansion agree with
 #: mpmath to about 1e-13; this is ten times that).
 _MASS_RELATIVE_ERROR = 1e-12
-#: ``sup Φ(z)/φ(z)`` over ``z ≤ 0.1`` (the Mills ratio, at most √(π/2) ≈ 1.2533 for z ≤ 0): the
-#: factor turning a relative error of a survival value into an error of its probit.
-_PROBIT_CONDITION = 1.4
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,12 +101,17 @@ def skellam_domination(mu: float, max_shift: int) -> SkellamDomination:
         raise TightPathError(f"the Skellam survival of mu = {mu:g} is not resolved in float64")
     # S(0) = (1 + P(0))/2 by symmetry; g(s) = Φ⁻¹(S(s)) for s = 0..window
     head = math.log(0.5 + 0.5 * float(mass[0]))
-    probit = special.ndtri_exp(np.concatenate(([head], np.log(survival))))
+    log_survival = np.concatenate(([head], np.log(survival)))
+    probit = special.ndtri_exp(log_survival)
     drops = probit[:-1] - probit[1:]
     # float error of a drop: two probits, each from a sum of ≤ last terms of relative error
-    # ≤ (last·2^-53 + mass error), times the probit's condition, plus ndtri's few ulps of |g|
+    # ≤ (last·2^-53 + mass error), times the probit's condition dg/dlog S = Φ(g)/φ(g) (at most
+    # its largest value here, 1 % added), plus ndtri's few ulps of |g|
+    condition = 1.01 * float(
+        np.max(np.exp(log_survival + 0.5 * probit * probit + 0.5 * math.log(2.0 * math.pi)))
+    )
     sum_error = last * 2.0**-53 + _MASS_RELATIVE_ERROR
-    margin = 2.0 * _PROBIT_CONDITION * sum_error + 8.0 * 2.0**-52 * float(np.max(np.abs(probit)))
+    margin = 2.0 * condition * sum_error + 8.0 * 2.0**-52 * float(np.max(np.abs(probit)))
     rate = float(np.max(drops)) + margin
     if not math.isfinite(rate) or rate <= 0.0:
         raise TightPathError(f"the Skellam domination of mu = {mu:g} is not finite")

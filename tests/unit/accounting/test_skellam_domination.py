@@ -89,6 +89,7 @@ def _admissible(d: int, l1: int, l2: float) -> set[tuple[int, ...]]:
 
 
 CASES = [
+    (0.05, 2, 2, math.sqrt(2.0)),
     (0.5, 1, 2, 2.0),
     (0.5, 2, 2, math.sqrt(2.0)),
     (2.0, 2, 3, math.sqrt(5.0)),
@@ -144,7 +145,7 @@ def test_same_variance_gaussian_is_not_a_bound_at_small_mu() -> None:
     assert skellam_domination(mu, 1).rate * math.sqrt(2 * mu) > 1.2
 
 
-@pytest.mark.parametrize("mu", [0.5, 2.0, 3.0, 40.0])
+@pytest.mark.parametrize("mu", [0.05, 0.5, 2.0, 3.0, 40.0])
 def test_rate_matches_an_independent_computation(mu: float) -> None:
     half = int(20 * math.sqrt(2 * mu)) + 40
     one = _logpmf(mu, half)[half:]  # k = 0..half
