@@ -21,8 +21,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dpfl.learning.algorithms.base import Algorithm, CoordinatorState
+from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import parse_job
 from dpfl.server.data_access import DataAccess
+from dpfl.server.errors import ConfigurationError
 from dpfl.server.orchestrator.data import load_job_data
 from dpfl.server.orchestrator.round import JobContext, RoundEngine, RoundReport
 from dpfl.server.orchestrator.state import restore
@@ -31,6 +33,10 @@ from dpfl.server.store import JobStatus, Store
 __all__ = ["JobRunner", "RunnerServices"]
 
 log = logging.getLogger("dpfl.coordinator")
+
+#: Failures that name their cause in one line (the data cannot be loaded or split, the noise
+#: cannot be calibrated): logged without a traceback, which would only point at the planner.
+EXPECTED_FAILURES: tuple[type[Exception], ...] = (LearningError, ConfigurationError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +84,10 @@ class JobRunner:
             raise
         except Exception as exc:
             message = f"{type(exc).__name__}: {exc}"
-            log.exception("job %s failed: %s", self.job_id, message)
+            if isinstance(exc, EXPECTED_FAILURES):
+                log.error("job %s failed: %s", self.job_id, message)
+            else:
+                log.exception("job %s failed: %s", self.job_id, message)
             await asyncio.to_thread(
                 store.set_job_status, self.job_id, JobStatus.FAILED, error=message
             )
