@@ -40,13 +40,15 @@ def test_job_start_refuses_a_job_too_large_for_its_agents(
 
     code, _, err = _cli(capsys, url, "job", "start", job_id)
     assert code == 2
-    assert "no agent is active" in err and "dpfl-agent run" in err
+    assert "no agent is active" in err
+    assert "dpfl-agent run" in err
 
     _agents(url, 3)
     code, _, err = _cli(capsys, url, "job", "start", job_id)
     assert code == 2
     line = err.strip()
-    assert "\n" not in line and "Traceback" not in line
+    assert "\n" not in line
+    assert "Traceback" not in line
     assert f"job {job_id!r} cannot start on 3 agents (the agents active now)" in line
     assert "cannot cover all 10 classes: it needs at least 4 agents" in line
     assert "enrol more agents" in line
@@ -83,7 +85,8 @@ def test_submit_start_refuses_and_writes_nothing(
     code, out, err = _cli(capsys, url, "job", "submit", str(DEMO), "--start")
     assert code == 2
     assert out == ""
-    assert "cannot start on 3 agents" in err and "needs at least 4 agents" in err
+    assert "cannot start on 3 agents" in err
+    assert "needs at least 4 agents" in err
     with open_store(url) as store:
         assert store.list_jobs() == []
 
@@ -93,4 +96,5 @@ def test_submit_start_refuses_and_writes_nothing(
     assert out.strip().endswith("running\t4 members")
     with open_store(url) as store:
         (job,) = store.list_jobs()
-        assert job.status == JobStatus.RUNNING and job.started_at is not None
+        assert job.status == JobStatus.RUNNING
+        assert job.started_at is not None

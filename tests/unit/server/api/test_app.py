@@ -117,11 +117,12 @@ async def test_store_job_control_and_submit(empty_store: Store) -> None:
         await control.start(job.id)
     for i in range(3):
         store.create_agent(name=f"silo-{i}")
-    with pytest.raises(CannotStart, match="on 3 agents .*needs at least 4 agents"):
+    with pytest.raises(CannotStart, match=r"on 3 agents .*needs at least 4 agents"):
         await control.start(job.id)
     refused = store.get_job(job.id)
     assert refused.status == JobStatus.PENDING
-    assert refused.error is not None and "needs at least 4 agents" in refused.error
+    assert refused.error is not None
+    assert "needs at least 4 agents" in refused.error
     assert store.job_members(job.id) == []
     store.create_agent(name="silo-3")
     started = await control.start(job.id)
