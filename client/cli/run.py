@@ -68,6 +68,14 @@ def register(subparsers: Subparsers) -> None:
         "[&public_fraction=F|&public_count=P][&public_seed=R] (see docs/agent.md)",
     )
     parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the data folder of mnist, fashion-mnist and usps (default: $DPFL_DATA_DIR; "
+        "README, 'Data')",
+    )
+    parser.add_argument(
         "--state-dir",
         required=True,
         type=Path,
@@ -114,6 +122,7 @@ def _run(args: argparse.Namespace) -> int:
         coordinator=args.coordinator,
         state_dir=args.state_dir,
         data=args.data,
+        data_dir=args.data_dir,
         enrollment_token=token,
         policy=args.policy,
         name=args.name,
