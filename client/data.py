@@ -149,13 +149,11 @@ class DataSource:
         """The agent's private training data.
 
         Args:
-            data_dir: folder of the file-based image sets (None: ``$DPFL_DATA_DIR``), found by
-                the one data-location rule (README, "Data").
+            data_dir: folder of the file-based image sets (None: ``$DPFL_DATA_DIR``).
             given_as: how ``data_dir`` was given, for messages (``"--data-dir"``).
 
         Raises:
-            DataSpecError: the data cannot be loaded or partitioned, or its data folder is
-                missing, naming the spec and why.
+            DataSpecError: the data (or its folder) cannot be loaded or partitioned, naming why.
         """
         from dpfl.learning.data import load_agent_dataset, load_dataset, partition_from_config
         from dpfl.learning.data.images import FILE_DATASETS, locate_data_dir

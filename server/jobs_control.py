@@ -39,11 +39,9 @@ __all__ = [
     "NOMINAL_POPULATION",
     "JobControl",
     "StoreJobControl",
-    "check_runnable",
     "plan_problem",
     "start_job",
     "submit_job",
-    "submit_population",
 ]
 
 #: The population a job is planned for at submission when no agent is active yet: the size the
@@ -70,15 +68,14 @@ def submit_job(
         members: the job's population, if already known.
         access: the coordinator's data dir and data roots (default: ``$DPFL_DATA_DIR`` and
             ``$DPFL_DATA_ROOTS``); a file the job names must lie under them.
-        start: store it running, its members (else every active agent) as its population, in
-            the same transaction; refused as :func:`start_job` refuses a start.
+        start: store it running instead, in the same transaction, as :func:`start_job` would.
 
     Returns:
         The stored job, with every default of its specification filled in.
 
-    The job is planned at once as its start would plan it (:func:`check_runnable`), on the
-    population :func:`submit_population` says; it is planned again for its members when it
-    starts.
+    The job is planned at once as its start plans it (:func:`plan_problem`), on its members,
+    else the agents active now (who become its members at start), else (without ``start``)
+    :data:`NOMINAL_POPULATION`; it is planned again for its members when it starts.
 
     Raises:
         JobSpecError: the document is not a valid job (too large or too deeply nested, see
@@ -86,8 +83,7 @@ def submit_job(
             file outside the data roots), one ``path: problem`` entry per mistake, or it cannot
             run (its data cannot be split for the population, its noise cannot be calibrated);
             nothing is written.
-        CannotStart: with ``start``, it cannot run on the agents it would start with; nothing
-            is written.
+        CannotStart: with ``start``, as :func:`start_job`; nothing is written.
         NotFound: a member agent does not exist.
         AlreadyExists: ``job_id`` is taken.
     """
@@ -96,16 +92,19 @@ def submit_job(
     refused = access.problems(spec)
     if refused:
         raise JobSpecError(refused)
-    members = list(members)
+    members = sorted(set(members))
+    for agent_id in members:
+        store.get_agent(agent_id)
+    population, why = _population(store, members)
     if start:
-        for agent_id in members:
-            store.get_agent(agent_id)
-        population = sorted(set(members)) or _active_agents(store)
-        why = "its members" if members else "the agents active now"
         _check_startable(spec, spec.name, population, why, access)
         return store.create_job(spec, job_id=job_id, members=population, running=True)
-    size, why = submit_population(store, members)
-    check_runnable(spec, population=size, why=why, access=access)
+    if not population:
+        why = "a nominal population: no agent is active yet"
+    size = len(population) or NOMINAL_POPULATION
+    problem = plan_problem(spec, population=size, access=access)
+    if problem is not None:
+        raise JobSpecError([f"the job cannot run on {size} agents ({why}): {problem}"])
     return store.create_job(spec, job_id=job_id, members=members)
 
 
@@ -116,30 +115,22 @@ def start_job(
     access: DataAccess | None = None,
     algorithms: Callable[[str], Algorithm] | None = None,
 ) -> Job:
-    """Start a pending or stopped job, after planning it for the members it starts with
-    (blocking: seconds, see :func:`plan_problem`; ``algorithms`` resolves its tag as the
-    coordinator's runner does).
-
-    The population is the job's members, else every agent active now (which become its
-    members). A job that cannot run on it is refused here, before it is marked running: the
-    reason is recorded as the job's ``error`` (``job list`` shows it), and its status and
-    members are left as they were. A running job is returned unchanged.
+    """Start a pending or stopped job once it is planned (:func:`plan_problem`, ``algorithms``
+    resolving its tag as the runner does) for its members, else every agent active now (who
+    become its members). A job that cannot run on them is refused before it is marked running:
+    only the reason is written, as the job's ``error`` (``job list`` shows it).
 
     Raises:
         CannotStart: no agent to run it, or its data cannot be split or its noise calibrated
-            for its population; one line naming the population, the problem and what to do.
-        NotFound: no such job.
-        InvalidTransition: the job is completed or failed.
+            for them; one line naming the population, the problem and what to do.
+        NotFound, InvalidTransition: no such job; a completed or failed one.
     """
     job = store.get_job(job_id)
     if job.status == JobStatus.RUNNING:
         return job
     if JobStatus.RUNNING not in JOB_TRANSITIONS[job.status]:
         raise InvalidTransition(f"job {job_id!r} cannot go from {job.status.value} to running")
-    members = store.job_members(job_id)
-    why = "its members"
-    if not members:
-        members, why = _active_agents(store), "the agents active now"
+    members, why = _population(store, store.job_members(job_id))
     access = DataAccess.from_environment() if access is None else access
     try:
         _check_startable(parse_job(job.spec), job_id, members, why, access, algorithms)
@@ -149,8 +140,11 @@ def start_job(
     return store.start_job(job_id, members=members)
 
 
-def _active_agents(store: Store) -> list[str]:
-    return [a.id for a in store.list_agents(status=AgentStatus.ACTIVE)]
+def _population(store: Store, members: list[str]) -> tuple[list[str], str]:
+    """The members when there are any, else the agents active now, and which it is."""
+    if members:
+        return members, "its members"
+    return [a.id for a in store.list_agents(status=AgentStatus.ACTIVE)], "the agents active now"
 
 
 def _check_startable(
@@ -175,42 +169,6 @@ def _check_startable(
         )
 
 
-def submit_population(store: Store, members: Sequence[str]) -> tuple[int, str]:
-    """The population a job is planned for at submission, and what it is.
-
-    Its members when given (each must exist); else the agents active now, every one of which
-    becomes a member when the job starts as things stand; else, when none is active yet,
-    :data:`NOMINAL_POPULATION`.
-
-    Raises:
-        NotFound: a member agent does not exist.
-    """
-    if members:
-        for agent_id in members:
-            store.get_agent(agent_id)
-        return len(set(members)), "its members"
-    active = len(store.list_agents(status=AgentStatus.ACTIVE))
-    if active:
-        return active, "the agents active now"
-    return NOMINAL_POPULATION, "a nominal population: no agent is active yet"
-
-
-def check_runnable(
-    spec: JobSpec, *, population: int, why: str = "", access: DataAccess | None = None
-) -> None:
-    """Plan the job as its start does, on ``population`` agents (:func:`plan_problem`), so
-    that a job that can never run is refused at submission rather than failing at start.
-
-    Raises:
-        JobSpecError: one line naming the population and why it cannot run (the data cannot be
-            loaded or split for it, the noise cannot be calibrated, the plan refuses a setting).
-    """
-    problem = plan_problem(spec, population=population, access=access)
-    if problem is not None:
-        of = f"{population} agents ({why})" if why else f"{population} agents"
-        raise JobSpecError([f"the job cannot run on {of}: {problem}"])
-
-
 def plan_problem(
     spec: JobSpec,
     *,
@@ -227,8 +185,7 @@ def plan_problem(
 
     resolve = get_algorithm if algorithms is None else algorithms
     try:
-        data_dir = str(access.data_dir) if access is not None and access.data_dir else None
-        data = load_job_data(spec, population=population, data_dir=data_dir, access=access).data
+        data = load_job_data(spec, population=population, access=access).data
         resolve(spec.algorithm).plan(spec, population=population, data=data)
     except (LearningError, ConfigurationError, ArithmeticError, ValueError) as exc:
         return str(exc)

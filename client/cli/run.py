@@ -70,10 +70,8 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--data-dir",
         type=Path,
-        default=None,
         metavar="DIR",
-        help="the data folder of mnist, fashion-mnist and usps (default: $DPFL_DATA_DIR; "
-        "README, 'Data')",
+        help="mnist, fashion-mnist, usps (or $DPFL_DATA_DIR)",
     )
     parser.add_argument(
         "--state-dir",

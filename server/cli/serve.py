@@ -234,13 +234,9 @@ def _check_tls_files(settings: Settings) -> None:
     server_credentials(settings)
 
 
-#: gRPC's C core logs every refused TLS handshake at INFO, as a raw OpenSSL line
-#: (``Handshake failed ... PEER_DID_NOT_RETURN_A_CERTIFICATE`` for ``dpfl budget`` or a browser
-#: pointed at the gRPC port); no Python hook sees those handshakes, so serve keeps the core's
-#: errors only, and its start line names the likely cause once instead. An operator who sets
-#: the variable (``GRPC_VERBOSITY=INFO``) gets gRPC's own lines back.
-GRPC_VERBOSITY_ENV = "GRPC_VERBOSITY"
-GRPC_VERBOSITY = "ERROR"
+#: gRPC's core logs each refused TLS handshake (``dpfl budget`` at the gRPC port) as a raw
+#: OpenSSL line no Python hook sees: serve keeps its errors only, and its start line says why.
+GRPC_VERBOSITY_ENV, GRPC_VERBOSITY = "GRPC_VERBOSITY", "ERROR"
 
 
 def describe_transport(settings: Settings) -> str:

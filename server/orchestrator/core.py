@@ -70,7 +70,8 @@ class Orchestrator(StoreJobControl):
         deadlines: StageDeadlines | None = None,
         algorithms: Callable[[str], Algorithm] = get_algorithm,
     ) -> None:
-        super().__init__(store, access=DataAccess.from_settings(settings), algorithms=algorithms)
+        access = DataAccess.from_settings(settings)
+        super().__init__(store, access=access, algorithms=algorithms)
         self.engine = RoundEngine(
             store=store,
             registry=registry,
@@ -86,10 +87,9 @@ class Orchestrator(StoreJobControl):
             algorithms=algorithms,
             connected=registry.connected,
             publish_public_data=self.set_public_data,
-            data_dir=str(settings.data_dir) if settings.data_dir else None,
+            access=access,
             max_attempts=max_attempts,
             retry_delay=retry_delay,
-            data_roots=tuple(settings.data_roots),
         )
         self._tasks: dict[str, asyncio.Task[None]] = {}
         #: jobs being halted: never relaunched meanwhile (the store still says "running")

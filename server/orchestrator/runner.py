@@ -18,7 +18,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from dpfl.learning.algorithms.base import Algorithm, CoordinatorState
 from dpfl.learning.errors import LearningError
@@ -34,8 +33,7 @@ __all__ = ["JobRunner", "RunnerServices"]
 
 log = logging.getLogger("dpfl.coordinator")
 
-#: Failures that name their cause in one line (the data cannot be loaded or split, the noise
-#: cannot be calibrated): logged without a traceback, which would only point at the planner.
+#: Failures that name their cause (data, noise calibration): logged without a traceback.
 EXPECTED_FAILURES: tuple[type[Exception], ...] = (LearningError, ConfigurationError)
 
 
@@ -49,8 +47,7 @@ class RunnerServices:
         algorithms: resolves a job's algorithm tag.
         connected: the ids of the agents connected now.
         publish_public_data: makes a job's public data blob (or None) downloadable.
-        data_dir: where data sets are read from (None: the default).
-        data_roots: the folders under which a job may name files (``--data-root``).
+        access: the data dir data sets are read from, and the data roots files may lie under.
         max_attempts: aborts of its own per round number before the job fails.
         retry_delay: seconds between two attempts.
     """
@@ -60,10 +57,9 @@ class RunnerServices:
     algorithms: Callable[[str], Algorithm]
     connected: Callable[[], set[str]]
     publish_public_data: Callable[[str, bytes | None], None]
-    data_dir: str | None
+    access: DataAccess
     max_attempts: int
     retry_delay: float
-    data_roots: tuple[Path, ...] = ()
 
 
 class JobRunner:
@@ -98,17 +94,8 @@ class JobRunner:
         spec = parse_job(job.spec)
         algorithm = self.services.algorithms(spec.algorithm)
         members = await asyncio.to_thread(store.job_members, self.job_id)
-        services = self.services
-        access = DataAccess(
-            data_dir=Path(services.data_dir) if services.data_dir else None,
-            roots=services.data_roots,
-        )
         job_data = await asyncio.to_thread(
-            load_job_data,
-            spec,
-            population=len(members),
-            data_dir=services.data_dir,
-            access=access,
+            load_job_data, spec, population=len(members), access=self.services.access
         )
         self.services.publish_public_data(self.job_id, job_data.public)
         restored = await asyncio.to_thread(restore, store, self.job_id, algorithm)

@@ -404,8 +404,8 @@ class DirectoryMixin(StoreCore):
         members: Iterable[str] = (),
         running: bool = False,
     ) -> Job:
-        """Store a validated job as pending (or as running, with ``running``: submitted and
-        started in one transaction), with its population (job membership).
+        """Store a validated job as pending (or running, started in the same transaction), with
+        its population (job membership).
 
         Raises:
             NotFound: a member agent does not exist.
@@ -470,43 +470,28 @@ class DirectoryMixin(StoreCore):
         return job
 
     def start_job(self, job_id: str, *, members: Iterable[str] = ()) -> Job:
-        """Mark a pending or stopped job running, in one transaction with its population:
-        ``members`` are added when the job has none yet. A refused start's reason is cleared;
-        a running job is returned unchanged.
-
-        Raises:
-            NotFound: the job, or a member agent, does not exist.
-            InvalidTransition: the job is completed or failed.
-        """
+        """Mark a pending or stopped job running, adding ``members`` when it has none, in one
+        transaction; a refused start's reason is cleared. Raises: NotFound, InvalidTransition."""
         ids = check_ids(members, "members")
         with self._transaction(write=True) as tx:
             job = self._job_of(tx, job_id, lock=True)
-            if job.status == JobStatus.RUNNING:
-                return job
-            if JobStatus.RUNNING not in JOB_TRANSITIONS[job.status]:
-                raise InvalidTransition(
-                    f"job {job_id!r} cannot go from {job.status.value} to running"
+            if job.status != JobStatus.RUNNING:
+                if JobStatus.RUNNING not in JOB_TRANSITIONS[job.status]:
+                    raise InvalidTransition(
+                        f"job {job_id!r} cannot go from {job.status.value} to running"
+                    )
+                if ids and not tx.members(job_id):
+                    self._existing_agents(tx, ids)
+                    tx.add_members(job_id, ids, self._now())
+                started = job.started_at or self._now()
+                job = replace(
+                    job, status=JobStatus.RUNNING, started_at=started, finished_at=None, error=None
                 )
-            if ids and not tx.members(job_id):
-                self._existing_agents(tx, ids)
-                tx.add_members(job_id, ids, self._now())
-            job = replace(
-                job,
-                status=JobStatus.RUNNING,
-                started_at=job.started_at or self._now(),
-                finished_at=None,
-                error=None,
-            )
-            tx.update_job(job)
+                tx.update_job(job)
         return job
 
     def refuse_job_start(self, job_id: str, reason: str) -> Job:
-        """Record why a job's start was refused (shown as its ``error``); its status and
-        population are left as they are.
-
-        Raises:
-            NotFound.
-        """
+        """Record why a job's start was refused (its ``error``); nothing else. Raises: NotFound."""
         with self._transaction(write=True) as tx:
             job = replace(self._job_of(tx, job_id, lock=True), error=storable_text(reason))
             tx.update_job(job)
