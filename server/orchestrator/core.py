@@ -7,10 +7,10 @@ Life cycle: :meth:`Orchestrator.resume` (at coordinator start, after the store's
 plans it for its population first (:func:`dpfl.server.jobs_control.start_job`: a job whose
 population is empty gets every active agent, and one that cannot run on them is refused).
 Stopping a job cancels its runner and aborts its unfinished round ("job stopped": a committed
-round keeps its charge). :meth:`close` stops
-every runner the same way but leaves the jobs running in the store, so that the next coordinator
-resumes them; :meth:`crash` (tests only) cancels the runners without writing anything. None of
-these aborts counts toward a round's abort limit (:mod:`.state`).
+round keeps its charge). :meth:`close` stops every runner the same way but leaves the jobs
+running in the store, so that the next coordinator resumes them; :meth:`crash` (tests only)
+cancels the runners without writing anything. None of these aborts counts toward a round's
+abort limit (:mod:`.state`).
 """
 
 from __future__ import annotations
