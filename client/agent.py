@@ -59,8 +59,9 @@ async def ensure_enrolled(
         return stored, False
     if not token:
         raise EnrollmentError(
-            f"{state.path} holds no enrolment yet: pass --enrollment-token TOKEN once "
-            "(issued by 'dpfl-coordinator enroll-token')"
+            f"{state.path} holds no enrolment yet: give the one-time token of "
+            "'dpfl-coordinator enroll-token' on the first run, with --enrollment-token-file FILE "
+            "or $DPFL_ENROLLMENT_TOKEN"
         )
     response = await transport.enroll(token=token, name=name, agent_version=agent_version)
     credentials = Credentials(

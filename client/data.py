@@ -145,18 +145,24 @@ class DataSource:
     def __str__(self) -> str:
         return self.dataset if self.share is None else f"{self.dataset}#{self.share.fragment()}"
 
-    def load(self, *, data_dir: Path | str | None = None) -> AgentData:
+    def load(self, *, data_dir: Path | str | None = None, given_as: str = "data_dir") -> AgentData:
         """The agent's private training data.
 
         Args:
             data_dir: folder of the file-based image sets (None: ``$DPFL_DATA_DIR``).
+            given_as: how ``data_dir`` was given, for messages (``"--data-dir"``).
 
         Raises:
-            DataSpecError: the data cannot be loaded or partitioned, naming the spec and why.
+            DataSpecError: the data (or its folder) cannot be loaded or partitioned, naming why.
         """
         from dpfl.learning.data import load_agent_dataset, load_dataset, partition_from_config
+        from dpfl.learning.data.images import FILE_DATASETS, locate_data_dir
+        from dpfl.learning.data.registry import parse_dataset_spec
 
         try:
+            name = parse_dataset_spec(self.dataset).name
+            if name in FILE_DATASETS:
+                data_dir = locate_data_dir(data_dir, given_as=given_as, needs=(name,)).path
             if self.share is None:
                 ds = load_dataset(self.dataset, data_dir=data_dir)
             else:

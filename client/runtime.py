@@ -103,6 +103,7 @@ class AgentOptions:
     ca: Path | None = None
     cert: Path | None = None
     key: Path | None = None
+    data_dir: Path | None = None
     backoff: Backoff = field(default_factory=Backoff)
 
 
@@ -172,7 +173,7 @@ async def run_agent(
     )
     policy = Policy.load(options.policy)
     source = parse_data_spec(options.data)
-    data = source.load()
+    data = source.load(data_dir=options.data_dir, given_as="--data-dir")
     device = _device(options.device)
     if credentials is None:
         log.warning(

@@ -76,6 +76,13 @@ class InvalidTransition(Conflict):
     code = "invalid_transition"
 
 
+class CannotStart(Conflict):
+    """A job that cannot run on the members it would start with (too few agents for its data
+    split, a noise that cannot be calibrated for them): refused before it is marked running."""
+
+    code = "cannot_start"
+
+
 class BudgetExceeded(StoreError):  # noqa: N818 (the names read as HTTP-like outcomes)
     """Charging the events would make at least one client exceed its privacy budget.
 

@@ -68,6 +68,12 @@ def register(subparsers: Subparsers) -> None:
         "[&public_fraction=F|&public_count=P][&public_seed=R] (see docs/agent.md)",
     )
     parser.add_argument(
+        "--data-dir",
+        type=Path,
+        metavar="DIR",
+        help="mnist, fashion-mnist, usps (or $DPFL_DATA_DIR)",
+    )
+    parser.add_argument(
         "--state-dir",
         required=True,
         type=Path,
@@ -114,6 +120,7 @@ def _run(args: argparse.Namespace) -> int:
         coordinator=args.coordinator,
         state_dir=args.state_dir,
         data=args.data,
+        data_dir=args.data_dir,
         enrollment_token=token,
         policy=args.policy,
         name=args.name,

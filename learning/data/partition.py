@@ -171,8 +171,9 @@ def _shards(
         )
     if num_agents * per_agent < k:
         raise PartitionError(
-            f"shards: {num_agents} agents x {per_agent} classes cannot cover all {k} classes "
-            f"(need num_agents * classes_per_agent >= {k})"
+            f"shards: {num_agents} agents x {per_agent} classes cannot cover all {k} classes: "
+            f"it needs at least {-(-k // per_agent)} agents, or classes_per_agent >= "
+            f"{-(-k // num_agents)}"
         )
     cycle = rng.permutation(classes)
     held = [[cycle[(i * per_agent + j) % k] for j in range(per_agent)] for i in range(num_agents)]

@@ -8,7 +8,9 @@ the same function as ``POST /api/v1/jobs`` (``dpfl.server.jobs_control.submit_jo
 accept and refuse exactly the same documents, under the same limits (1 MiB, 32 levels of
 nesting; :mod:`dpfl.server.documents`) and data roots (``--data-dir``, ``--data-root``, as the
 coordinator's: flags, ``DPFL_*`` variables or the ``--config`` file); a refused one writes
-nothing and prints at most 20 problems.
+nothing and prints at most 20 problems. ``job start`` and ``job submit --start`` plan the job
+for the members it starts with (``dpfl.server.jobs_control.start_job``) and refuse a job that
+cannot run on them, with the reason on one line (``job list`` shows it too).
 
 Exit codes: 0 done; 2 invalid document, unknown job or agent, or a refused status change;
 1 the database failed.
@@ -72,6 +74,8 @@ def register(subparsers: Subparsers) -> None:
     for action in ("start", "stop"):
         p = sub.add_parser(action, help=f"{action} a job")
         p.add_argument("job_id")
+        if action == "start":
+            add_data_arguments(p)
         common(p)
         p.set_defaults(func=_status, action=action)
 
@@ -143,7 +147,6 @@ def _read_document(path: Path) -> bytes:
 
 def _submit(args: argparse.Namespace) -> int:
     from dpfl.server.jobs_control import submit_job
-    from dpfl.server.store import AgentStatus, JobStatus
 
     try:
         document = _read_document(args.file)
@@ -161,13 +164,7 @@ def _submit(args: argparse.Namespace) -> int:
         return 2
 
     def action(store: Store) -> int:
-        job = submit_job(store, document, members=args.agent, access=access)
-        if args.start:
-            if not store.job_members(job.id):
-                active = [a.id for a in store.list_agents(status=AgentStatus.ACTIVE)]
-                if active:
-                    store.add_job_members(job.id, active)
-            job = store.set_job_status(job.id, JobStatus.RUNNING)
+        job = submit_job(store, document, members=args.agent, access=access, start=args.start)
         members = store.job_members(job.id)
         if args.json:
             print(json.dumps(_job_json(job, members)))
@@ -190,7 +187,8 @@ def _list(args: argparse.Namespace) -> int:
             print(json.dumps([_job_json(j) for j in jobs]))
         else:
             for j in jobs:
-                print(f"{j.id}\t{j.name}\t{j.algorithm}\t{j.status.value}")
+                reason = f"\t{j.error}" if j.error else ""
+                print(f"{j.id}\t{j.name}\t{j.algorithm}\t{j.status.value}{reason}")
         return 0
 
     if args.status and args.status not in {s.value for s in JobStatus}:
@@ -200,15 +198,20 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from dpfl.server.store import AgentStatus, JobStatus
+    from dpfl.server.jobs_control import start_job
+    from dpfl.server.store import JobStatus
+
+    access = None
+    if args.action == "start":
+        try:
+            access = resolve_data_access(args.data_dir, args.data_root, args.config)
+        except ServerError as exc:
+            print(f"dpfl-coordinator job start: {exc}", file=sys.stderr)
+            return 2
 
     def action(store: Store) -> int:
         if args.action == "start":
-            if not store.job_members(args.job_id):
-                active = [a.id for a in store.list_agents(status=AgentStatus.ACTIVE)]
-                if active:
-                    store.add_job_members(args.job_id, active)
-            job = store.set_job_status(args.job_id, JobStatus.RUNNING)
+            job = start_job(store, args.job_id, access=access)
         else:
             job = store.set_job_status(args.job_id, JobStatus.STOPPED)
         print(json.dumps(_job_json(job)) if args.json else f"{job.id}\t{job.status.value}")

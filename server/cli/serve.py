@@ -234,12 +234,19 @@ def _check_tls_files(settings: Settings) -> None:
     server_credentials(settings)
 
 
+#: gRPC's core logs each refused TLS handshake (``dpfl budget`` at the gRPC port) as a raw
+#: OpenSSL line no Python hook sees: serve keeps its errors only, and its start line says why.
+GRPC_VERBOSITY_ENV, GRPC_VERBOSITY = "GRPC_VERBOSITY", "ERROR"
+
+
 def describe_transport(settings: Settings) -> str:
     """One line on how agents and people reach this coordinator (printed at start)."""
     if settings.mtls_enabled:
         return (
             f"mutual TLS on gRPC (agent certificates signed by {settings.tls_client_ca_file}, "
-            "bound to each agent at enrolment), HTTPS on REST"
+            "bound to each agent at enrolment), HTTPS on REST; a client without such a "
+            "certificate at the gRPC port (dpfl budget, a browser: use the REST port) is refused "
+            f"at the TLS handshake, not logged ({GRPC_VERBOSITY_ENV}=INFO shows gRPC's own lines)"
         )
     if settings.tls_enabled:
         return "TLS on gRPC (agents authenticate by credential only), HTTPS on REST"
@@ -248,6 +255,8 @@ def describe_transport(settings: Settings) -> str:
 
 def _serve(args: argparse.Namespace) -> int:
     from dpfl.server.settings import load_settings
+
+    os.environ.setdefault(GRPC_VERBOSITY_ENV, GRPC_VERBOSITY)  # read when gRPC's core starts
 
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.INFO),

@@ -4,12 +4,13 @@ through.
 
 Life cycle: :meth:`Orchestrator.resume` (at coordinator start, after the store's
 ``abort_interrupted_rounds``) relaunches every job the store says is running. Starting a job
-whose population is empty makes every active agent a member first (a job submitted through the
-REST API or without ``--agent`` options has none). Stopping a job cancels its runner and aborts
-its unfinished round ("job stopped": a committed round keeps its charge). :meth:`close` stops
-every runner the same way but leaves the jobs running in the store, so that the next coordinator
-resumes them; :meth:`crash` (tests only) cancels the runners without writing anything. None of
-these aborts counts toward a round's abort limit (:mod:`.state`).
+plans it for its population first (:func:`dpfl.server.jobs_control.start_job`: a job whose
+population is empty gets every active agent, and one that cannot run on them is refused).
+Stopping a job cancels its runner and aborts its unfinished round ("job stopped": a committed
+round keeps its charge). :meth:`close` stops every runner the same way but leaves the jobs
+running in the store, so that the next coordinator resumes them; :meth:`crash` (tests only)
+cancels the runners without writing anything. None of these aborts counts toward a round's
+abort limit (:mod:`.state`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from dpfl.learning.algorithms.base import Algorithm, get_algorithm
+from dpfl.server.data_access import DataAccess
 from dpfl.server.jobs_control import StoreJobControl
 from dpfl.server.orchestrator.hooks import NO_HOOKS, FaultHooks
 from dpfl.server.orchestrator.round import RoundEngine
@@ -29,7 +31,7 @@ from dpfl.server.orchestrator.runner import JobRunner, RunnerServices
 from dpfl.server.orchestrator.state import COORDINATOR_SHUT_DOWN, halt_reason
 from dpfl.server.sessions import SessionRegistry
 from dpfl.server.settings import Settings, StageDeadlines
-from dpfl.server.store import AgentStatus, Job, JobStatus, Store
+from dpfl.server.store import Job, JobStatus, Store
 
 __all__ = ["MODEL_CACHE_ENTRIES", "Orchestrator"]
 
@@ -68,7 +70,8 @@ class Orchestrator(StoreJobControl):
         deadlines: StageDeadlines | None = None,
         algorithms: Callable[[str], Algorithm] = get_algorithm,
     ) -> None:
-        super().__init__(store)
+        access = DataAccess.from_settings(settings)
+        super().__init__(store, access=access, algorithms=algorithms)
         self.engine = RoundEngine(
             store=store,
             registry=registry,
@@ -84,10 +87,9 @@ class Orchestrator(StoreJobControl):
             algorithms=algorithms,
             connected=registry.connected,
             publish_public_data=self.set_public_data,
-            data_dir=str(settings.data_dir) if settings.data_dir else None,
+            access=access,
             max_attempts=max_attempts,
             retry_delay=retry_delay,
-            data_roots=tuple(settings.data_roots),
         )
         self._tasks: dict[str, asyncio.Task[None]] = {}
         #: jobs being halted: never relaunched meanwhile (the store still says "running")
@@ -101,11 +103,6 @@ class Orchestrator(StoreJobControl):
     # -- JobControl ------------------------------------------------------------------------------
 
     async def start(self, job_id: str) -> Job:
-        members = await asyncio.to_thread(self.store.job_members, job_id)
-        if not members:
-            active = await asyncio.to_thread(self.store.list_agents, status=AgentStatus.ACTIVE)
-            if active:
-                await asyncio.to_thread(self.store.add_job_members, job_id, [a.id for a in active])
         job = await super().start(job_id)
         if job.status == JobStatus.RUNNING:
             self._launch(job_id)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
@@ -40,34 +39,24 @@ def public_blob(public_x: np.ndarray | None) -> bytes | None:
     return buffer.getvalue()
 
 
-def load_job_data(
-    spec: JobSpec,
-    *,
-    population: int,
-    data_dir: str | None = None,
-    access: DataAccess | None = None,
-) -> JobData:
+def load_job_data(spec: JobSpec, *, population: int, access: DataAccess | None = None) -> JobData:
     """Load the job's data set and split it as the federation does (blocking).
 
     The public blob agents download holds only the pool's first ``data.public.agent_readable``
-    records (all of them by default); the coordinator keeps the whole pool. A file the job names
-    is read only under the data roots of ``access`` (default: ``data_dir`` and
-    ``$DPFL_DATA_ROOTS``; :mod:`dpfl.server.data_access`).
+    records (all of them by default); the coordinator keeps the whole pool. Data sets are read
+    from the data dir of ``access``, and a file the job names only under its data roots
+    (default: ``$DPFL_DATA_DIR`` and ``$DPFL_DATA_ROOTS``; :mod:`dpfl.server.data_access`).
 
     Raises:
         ConfigurationError: a file outside the data roots (whether it exists or not), or the
             data set cannot be loaded or split, naming the spec.
     """
-    if access is None:
-        environment = DataAccess.from_environment()
-        access = DataAccess(
-            data_dir=Path(data_dir) if data_dir else environment.data_dir,
-            roots=environment.roots,
-        )
+    access = DataAccess.from_environment() if access is None else access
     refused = access.problems(spec)
     if refused:
         raise ConfigurationError(f"job {spec.name!r}: " + "; ".join(refused))
     try:
+        data_dir = str(access.data_dir) if access.data_dir else None
         splits = spec.data.split(num_agents=max(1, population), data_dir=data_dir)
     except LearningError as exc:
         raise ConfigurationError(f"job {spec.name!r}: data {spec.data.dataset!r}: {exc}") from exc

@@ -18,11 +18,12 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from dpfl.learning.algorithms.base import Algorithm, CoordinatorState
+from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import parse_job
 from dpfl.server.data_access import DataAccess
+from dpfl.server.errors import ConfigurationError
 from dpfl.server.orchestrator.data import load_job_data
 from dpfl.server.orchestrator.round import JobContext, RoundEngine, RoundReport
 from dpfl.server.orchestrator.state import restore
@@ -31,6 +32,9 @@ from dpfl.server.store import JobStatus, Store
 __all__ = ["JobRunner", "RunnerServices"]
 
 log = logging.getLogger("dpfl.coordinator")
+
+#: Failures that name their cause (data, noise calibration): logged without a traceback.
+EXPECTED_FAILURES: tuple[type[Exception], ...] = (LearningError, ConfigurationError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +47,7 @@ class RunnerServices:
         algorithms: resolves a job's algorithm tag.
         connected: the ids of the agents connected now.
         publish_public_data: makes a job's public data blob (or None) downloadable.
-        data_dir: where data sets are read from (None: the default).
-        data_roots: the folders under which a job may name files (``--data-root``).
+        access: the data dir data sets are read from, and the data roots files may lie under.
         max_attempts: aborts of its own per round number before the job fails.
         retry_delay: seconds between two attempts.
     """
@@ -54,10 +57,9 @@ class RunnerServices:
     algorithms: Callable[[str], Algorithm]
     connected: Callable[[], set[str]]
     publish_public_data: Callable[[str, bytes | None], None]
-    data_dir: str | None
+    access: DataAccess
     max_attempts: int
     retry_delay: float
-    data_roots: tuple[Path, ...] = ()
 
 
 class JobRunner:
@@ -78,7 +80,10 @@ class JobRunner:
             raise
         except Exception as exc:
             message = f"{type(exc).__name__}: {exc}"
-            log.exception("job %s failed: %s", self.job_id, message)
+            if isinstance(exc, EXPECTED_FAILURES):
+                log.error("job %s failed: %s", self.job_id, message)
+            else:
+                log.exception("job %s failed: %s", self.job_id, message)
             await asyncio.to_thread(
                 store.set_job_status, self.job_id, JobStatus.FAILED, error=message
             )
@@ -89,17 +94,8 @@ class JobRunner:
         spec = parse_job(job.spec)
         algorithm = self.services.algorithms(spec.algorithm)
         members = await asyncio.to_thread(store.job_members, self.job_id)
-        services = self.services
-        access = DataAccess(
-            data_dir=Path(services.data_dir) if services.data_dir else None,
-            roots=services.data_roots,
-        )
         job_data = await asyncio.to_thread(
-            load_job_data,
-            spec,
-            population=len(members),
-            data_dir=services.data_dir,
-            access=access,
+            load_job_data, spec, population=len(members), access=self.services.access
         )
         self.services.publish_public_data(self.job_id, job_data.public)
         restored = await asyncio.to_thread(restore, store, self.job_id, algorithm)

@@ -397,24 +397,31 @@ class DirectoryMixin(StoreCore):
 
     # jobs --------------------------------------------------------------------------------------
     def create_job(
-        self, spec: JobSpec, *, job_id: str | None = None, members: Iterable[str] = ()
+        self,
+        spec: JobSpec,
+        *,
+        job_id: str | None = None,
+        members: Iterable[str] = (),
+        running: bool = False,
     ) -> Job:
-        """Store a validated job as pending, with its population (job membership).
+        """Store a validated job as pending (or running, started in the same transaction), with
+        its population (job membership).
 
         Raises:
             NotFound: a member agent does not exist.
             AlreadyExists: ``job_id`` is taken.
         """
         member_ids = check_ids(members, "members")
+        now = self._now()
         job = Job(
             id=check_id(job_id, "job id") if job_id is not None else tokens.new_id("job"),
             name=check_name(spec.name, "job name", max_chars=_MAX_JOB_NAME),
             algorithm=spec.algorithm,
             spec=job_to_dict(spec),
             delta=spec.privacy.delta,
-            status=JobStatus.PENDING,
-            created_at=self._now(),
-            started_at=None,
+            status=JobStatus.RUNNING if running else JobStatus.PENDING,
+            created_at=now,
+            started_at=now if running else None,
             finished_at=None,
             error=None,
         )
@@ -459,6 +466,34 @@ class DirectoryMixin(StoreCore):
                 finished_at=now if status in _FINISHED else None,
                 error=storable_text(error) if error is not None else job.error,
             )
+            tx.update_job(job)
+        return job
+
+    def start_job(self, job_id: str, *, members: Iterable[str] = ()) -> Job:
+        """Mark a pending or stopped job running, adding ``members`` when it has none, in one
+        transaction; a refused start's reason is cleared. Raises: NotFound, InvalidTransition."""
+        ids = check_ids(members, "members")
+        with self._transaction(write=True) as tx:
+            job = self._job_of(tx, job_id, lock=True)
+            if job.status != JobStatus.RUNNING:
+                if JobStatus.RUNNING not in JOB_TRANSITIONS[job.status]:
+                    raise InvalidTransition(
+                        f"job {job_id!r} cannot go from {job.status.value} to running"
+                    )
+                if ids and not tx.members(job_id):
+                    self._existing_agents(tx, ids)
+                    tx.add_members(job_id, ids, self._now())
+                started = job.started_at or self._now()
+                job = replace(
+                    job, status=JobStatus.RUNNING, started_at=started, finished_at=None, error=None
+                )
+                tx.update_job(job)
+        return job
+
+    def refuse_job_start(self, job_id: str, reason: str) -> Job:
+        """Record why a job's start was refused (its ``error``); nothing else. Raises: NotFound."""
+        with self._transaction(write=True) as tx:
+            job = replace(self._job_of(tx, job_id, lock=True), error=storable_text(reason))
             tx.update_job(job)
         return job
 

@@ -207,7 +207,7 @@ def test_status_reports_the_local_ledger(
         (["--data", "digits", "--cert", "c.pem"], 5, "--cert and --key go together"),
         (["--data", "nope", "--insecure"], 2, "unknown data set"),
         (["--data", "digits#index=3&agents=2", "--insecure"], 2, "index 3 outside"),
-        (["--data", "digits", "--insecure"], 4, "--enrollment-token"),
+        (["--data", "digits", "--insecure"], 4, "--enrollment-token-file FILE"),
     ],
 )
 def test_run_refuses_bad_arguments_with_exit_codes(
@@ -220,6 +220,19 @@ def test_run_refuses_bad_arguments_with_exit_codes(
     argv = ["run", "--coordinator", "127.0.0.1:1", "--state-dir", str(tmp_path / "s"), *extra]
     assert agent_main(argv) == code
     assert message in capsys.readouterr().err
+
+
+def test_not_enrolled_names_the_token_options_that_keep_it_out_of_listings(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a token the agent says how to give one: the file or the environment variable,
+    not the token on the command line (which it warns against)."""
+    argv = ["run", "--coordinator", "127.0.0.1:1", "--state-dir", str(tmp_path / "s")]
+    assert agent_main([*argv, "--data", "digits", "--insecure"]) == 4
+    err = " ".join(capsys.readouterr().err.split())
+    assert "holds no enrolment yet" in err
+    assert "--enrollment-token-file FILE or $DPFL_ENROLLMENT_TOKEN" in err
+    assert "--enrollment-token TOKEN" not in err
 
 
 def test_run_refuses_a_corrupt_state_dir(

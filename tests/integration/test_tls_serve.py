@@ -6,6 +6,7 @@
 - ``dpfl-coordinator healthcheck`` (the images' HEALTHCHECK) is healthy against it, and against a
   ``--insecure`` coordinator (plain HTTP, without a TLS handshake logged there as a bad
   request), and unhealthy against a closed port;
+- a client without a certificate at the gRPC port leaves no raw gRPC handshake line in the log;
 - ``serve`` refuses to start without TLS unless ``--insecure``, refuses ``--insecure`` with TLS,
   and refuses a client CA without ``--require-client-cert`` (and the reverse), each with exit 2
   and a message naming the fix.
@@ -134,6 +135,44 @@ def test_serve_with_mutual_tls_serves_https_to_clients_trusting_the_ca(tmp_path:
     assert f"REST on https://127.0.0.1:{port}" in out
     assert "mutual TLS on gRPC" in out
     assert "PLAINTEXT" not in out + err
+
+
+def test_a_client_without_a_certificate_at_the_grpc_port_leaves_no_raw_handshake_line(
+    tmp_path: Path,
+) -> None:
+    """``dpfl budget`` pointed at the gRPC port of a mutual-TLS coordinator is refused (and says
+    which port to use); the coordinator's log holds no raw OpenSSL line from gRPC's core for it
+    (``Handshake failed ... PEER_DID_NOT_RETURN_A_CERTIFICATE``), and its start line names the
+    likely cause of such refusals once."""
+    pki = tmp_path / "pki"
+    assert _cli("certs", "init", "--out", str(pki)).returncode == 0
+    grpc_port = _free_port()
+    flags = (
+        *("--tls-cert", str(pki / "coordinator.pem"), "--tls-key", str(pki / "coordinator.key")),
+        *("--client-ca", str(pki / "ca.pem"), "--require-client-cert"),
+        *("--grpc-port", str(grpc_port)),
+    )
+    with _serving(tmp_path, *flags) as (_, port, output):
+        assert _healthz(f"https://127.0.0.1:{port}/healthz", verify=False).status_code == 200
+        budget = subprocess.run(
+            [
+                *(sys.executable, "-m", "dpfl.cli.main", "budget"),
+                *("--coordinator", f"https://127.0.0.1:{grpc_port}", "--ca", str(pki / "ca.pem")),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**_env(), "DPFL_TOKEN": "dpfl-test-token"},
+            check=False,
+        )
+        assert budget.returncode != 0
+        assert "gRPC port" in budget.stderr
+        time.sleep(0.5)  # let the server side of the refused handshakes finish
+    out, err = output
+    assert "Handshake failed" not in out + err
+    assert "PEER_DID_NOT_RETURN_A_CERTIFICATE" not in out + err
+    assert "a client without such a certificate at the gRPC port" in out
+    assert "use the REST port" in out
 
 
 def test_insecure_serve_warns_and_the_healthcheck_falls_back_to_http(tmp_path: Path) -> None:

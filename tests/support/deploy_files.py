@@ -39,6 +39,11 @@ K8S = DEPLOY / "k8s"
 DEPLOY_DOC = ROOT / "docs" / "deploy.md"
 #: documents whose shell examples must be real commands
 DOCS = (DEPLOY_DOC, ROOT / "README.md")
+#: the README's deployment walk-through, a script the e2e tests run; the README quotes it after
+#: this marker (checked byte for byte by tests/unit/test_walkthrough_readme.py), so its commands
+#: are taken from the script, with the script's own variable defaults
+WALKTHROUGH = ROOT / "examples" / "walkthrough.sh"
+WALKTHROUGH_MARKER = "<!-- examples/walkthrough.sh -->"
 PROGRAMS = ("dpfl", "dpfl-coordinator", "dpfl-agent")
 _SEPARATORS = {";", "&&", "||", "|", "&", ">", ">>", "<", "then", "do", "fi", "done", "else", "!"}
 #: words after which the next word is still in command position
@@ -339,13 +344,17 @@ _VALUE_OPTIONS = {"-e", "--env", "-u", "--user", "-w", "--workdir", "-n", "--nam
 
 
 def _code_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, command line) of the fenced code blocks, continuations joined."""
-    inside, pending, first = False, "", 0
+    """(line number, command line) of the fenced code blocks, continuations joined; the block
+    after :data:`WALKTHROUGH_MARKER` is left to :func:`deploy_invocations` (the script itself)."""
+    inside, pending, first, quoted = False, "", 0, False
     for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if raw.strip() == WALKTHROUGH_MARKER:
+            quoted = True
         if raw.lstrip().startswith("```"):
             inside = not inside
+            quoted = quoted and inside
             continue
-        if not inside:
+        if not inside or quoted:
             continue
         line = raw.strip()
         if not pending:
@@ -415,6 +424,7 @@ def deploy_invocations() -> list[Invocation]:
         *compose_invocations(),
         *k8s_invocations(),
         *(i for doc in DOCS for i in doc_invocations(doc)),
+        *shell_invocations(WALKTHROUGH.read_text(encoding="utf-8"), WALKTHROUGH.name),
     ]
 
 

@@ -2,10 +2,10 @@
 
 The commands come from the images' ENTRYPOINT/CMD/HEALTHCHECK, every compose service (image
 entrypoints, shell wrappers, the mounted init script, health checks), every Kubernetes container
-and exec probe, and every command shown in docs/deploy.md and README.md
-(``support.deploy_files``). For each: the installed console script answers ``--help`` for its
-subcommand, every flag used appears in that help, and the command's parser accepts the whole
-line.
+and exec probe, every command shown in docs/deploy.md and README.md, and the walk-through script
+the README quotes, examples/walkthrough.sh (``support.deploy_files``). For each: the installed
+console script answers ``--help`` for its subcommand, every flag used appears in that help, and
+the command's parser accepts the whole line.
 """
 
 from __future__ import annotations
@@ -86,6 +86,7 @@ def test_the_deployment_files_are_all_searched() -> None:
         "k8s/agent Deployment/dpfl-agent",
         "deploy.md",
         "README.md",
+        "walkthrough.sh",
     ):
         assert expected in sources, f"no dpfl command found in {expected}"
     assert {Path(i.program).name for i in INVOCATIONS} == set(PROGRAMS)
@@ -155,7 +156,8 @@ def test_containerised_coordinators_listen_on_every_interface() -> None:
     served = [
         i
         for i in INVOCATIONS
-        if _coordinator_serves(i) and not i.source.startswith(("deploy.md", "README"))
+        if _coordinator_serves(i)
+        and not i.source.startswith(("deploy.md", "README", "walkthrough.sh"))
     ]
     sources = {i.source.split(":")[0] for i in served}
     assert any("Dockerfile" in s for s in sources), sources

@@ -13,7 +13,7 @@ from dpfl.learning.jobs import JobSpecError
 from dpfl.server.api import create_app
 from dpfl.server.api.app import CONTENT_SECURITY_POLICY
 from dpfl.server.api.routes.dashboard import STATIC_DIR
-from dpfl.server.errors import InvalidTransition, NotFound
+from dpfl.server.errors import CannotStart, InvalidTransition, NotFound
 from dpfl.server.jobs_control import JobControl, StoreJobControl, submit_job
 from dpfl.server.store import JobStatus, Store
 
@@ -113,7 +113,22 @@ async def test_store_job_control_and_submit(empty_store: Store) -> None:
         submit_job(store, DEMO_PATH.read_text(), members=["agent-missing"])
     assert len(store.list_jobs()) == 1
     control = StoreJobControl(store)
-    assert (await control.start(job.id)).status == JobStatus.RUNNING
+    with pytest.raises(CannotStart, match="no agent is active"):
+        await control.start(job.id)
+    for i in range(3):
+        store.create_agent(name=f"silo-{i}")
+    with pytest.raises(CannotStart, match=r"on 3 agents .*needs at least 4 agents"):
+        await control.start(job.id)
+    refused = store.get_job(job.id)
+    assert refused.status == JobStatus.PENDING
+    assert refused.error is not None
+    assert "needs at least 4 agents" in refused.error
+    assert store.job_members(job.id) == []
+    store.create_agent(name="silo-3")
+    started = await control.start(job.id)
+    assert started.status == JobStatus.RUNNING
+    assert started.error is None
+    assert len(store.job_members(job.id)) == 4
     assert (await control.stop(job.id)).status == JobStatus.STOPPED
     store.set_job_status(job.id, JobStatus.FAILED, error="boom")
     with pytest.raises(InvalidTransition):

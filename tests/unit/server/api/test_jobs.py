@@ -14,7 +14,7 @@ from support.paths import ROOT
 
 from dpfl.learning.jobs import JobSpecError, job_to_dict, parse_job
 from dpfl.server.api.routes.jobs import MAX_JOB_BYTES
-from dpfl.server.store import JobStatus, Store
+from dpfl.server.store import AgentStatus, JobStatus, Store
 
 pytestmark = pytest.mark.anyio
 
@@ -165,6 +165,28 @@ async def test_start_and_stop_follow_the_life_cycle(
     r = await admin.get(f"/api/v1/jobs/{job_id}/start")
     assert r.status_code == 405
     assert r.json()["code"] == "method_not_allowed"
+
+
+async def test_a_start_the_members_cannot_run_is_409_with_the_reason(
+    admin: httpx.AsyncClient, store: Store
+) -> None:
+    """The demo job's shards partition needs 4 agents: with 3 active its start is refused, the
+    job stays pending without members, and the listing shows why."""
+    job_id = (await admin.post("/api/v1/jobs", content=DEMO)).json()["id"]
+    for agent in store.list_agents(status=AgentStatus.ACTIVE):
+        store.set_agent_status(agent.id, AgentStatus.DISABLED)
+    for i in range(3):
+        store.create_agent(name=f"silo-{i}")
+    r = await admin.post(f"/api/v1/jobs/{job_id}/start")
+    assert r.status_code == 409
+    assert r.json()["code"] == "cannot_start"
+    assert "cannot start on 3 agents" in r.json()["detail"]
+    assert "needs at least 4 agents" in r.json()["detail"]
+    assert store.get_job(job_id).status == JobStatus.PENDING
+    assert store.job_members(job_id) == []
+    (listed,) = [j for j in (await admin.get("/api/v1/jobs")).json() if j["id"] == job_id]
+    assert listed["status"] == "pending"
+    assert "needs at least 4 agents" in listed["error"]
 
 
 def test_examples_exist() -> None:
