@@ -1,8 +1,10 @@
 """The typed errors of :mod:`dpfl.secagg` (one base, ``SecAggError``).
 
-Every error carries an :class:`ErrorCode` whose numbers are those of ``dpfl.v1.ErrorCode`` in
-``protos/dpfl/v1/agent.proto``, so the gRPC layer maps an exception to a wire error with
-``pb.ErrorCode.Value(err.code.name)`` or simply ``int(err.code)``, without a lookup table.
+Every error carries an :class:`ErrorCode`: the protocol's own subset of ``dpfl.v1.ErrorCode``
+in ``protos/dpfl/v1/agent.proto``, with the same names and numbers, so the gRPC layer maps an
+exception to a wire error with ``int(err.code)``. The service's codes (unknown job,
+unauthenticated, budget exceeded, policy declined) belong to the coordinator and the agent, not to
+the summation protocol, and are not here.
 
 Invariant: no function of this package signals failure by returning ``False`` or ``None``, and none
 uses ``assert`` for validation; callers can rely on "no exception" meaning "valid".
@@ -14,16 +16,12 @@ import enum
 
 
 class ErrorCode(enum.IntEnum):
-    """Mirror of ``dpfl.v1.ErrorCode`` (same names without the prefix, same numbers)."""
+    """The protocol's codes: a subset of ``dpfl.v1.ErrorCode`` (same names without the prefix,
+    same numbers)."""
 
-    UNSPECIFIED = 0
     INVALID_ARGUMENT = 1
     STALE_ROUND = 2
     WRONG_STAGE = 3
-    UNKNOWN_JOB = 4
-    UNAUTHENTICATED = 5
-    BUDGET_EXCEEDED = 6
-    POLICY_DECLINED = 7
     PROTOCOL_ABORT = 8
     INTERNAL = 9
     DUPLICATE = 10
