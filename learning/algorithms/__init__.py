@@ -1,2 +1,1 @@
-"""The shipped algorithms, one module each (agent side, coordinator side, privacy events), and
-their helpers; plugins register more through the ``dpfl.algorithms`` entry point."""
+"""The shipped algorithms, one module each, and their helpers; plugins add more (entry points)."""
