@@ -61,13 +61,19 @@ lint: $(VENV)/.installed-dev
 protos: $(VENV)/.installed-dev
 	$(PY) scripts/gen_protos.py
 
+# pytest-xdist workers: one per core, at most 4 (each worker holds torch and its own fixtures;
+# tests/conftest.py gives each one native thread). --dist loadfile keeps a test file on one
+# worker, so its module fixtures are built once. PYTEST_WORKERS=0 runs in this process.
+PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
+
 test: $(VENV)/.installed-dev browser
 	$(MAKE) lint
-	$(BIN)/pytest $(PYTEST_ARGS)
+	$(BIN)/pytest $(XDIST) $(PYTEST_ARGS)
 
 # The inner loop: tests/unit without the tests marked slow; `make test` still runs everything.
 test-fast: $(VENV)/.installed-dev
-	$(BIN)/pytest tests/unit -m "not slow" -q $(PYTEST_ARGS)
+	$(BIN)/pytest tests/unit -m "not slow" -q $(XDIST) $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed-dev
 	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
