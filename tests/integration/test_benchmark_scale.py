@@ -15,6 +15,7 @@ from support.databases import (
     postgres_databases,
     postgres_unreachable_reason,
 )
+from support.limits import hang_guard
 from support.paths import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -49,7 +50,7 @@ def test_scale_benchmark_prints_one_line_per_point(tmp_path: Path) -> None:
         ],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=hang_guard(40),  # two populations over PostgreSQL, 2 processes
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]

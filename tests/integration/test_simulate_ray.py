@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from support.coordination import deadlines, small_job
+from support.limits import hang_guard
 
 from dpfl.cli.simulate import Simulation
 
@@ -123,7 +124,7 @@ def test_a_dead_actor_is_a_dropout_of_its_agents(ray_cluster: None) -> None:
                 if store.ledger_entries(job_id=sim.job_id):
                     break
             sim.pool.kill_actor(3)
-            result = await asyncio.wait_for(run, 120)
+            result = await asyncio.wait_for(run, hang_guard(40))  # the job's last rounds
             rounds = sim.coordinator.store.list_rounds(sim.job_id)
             return result, _ledger(sim), rounds, sim.agents[3].agent_id
         finally:
