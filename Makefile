@@ -63,9 +63,11 @@ protos: $(VENV)/.installed-dev
 
 # pytest-xdist workers: one per core, at most 4 (each worker holds torch and its own fixtures;
 # tests/conftest.py gives each one native thread). --dist loadfile keeps a test file on one
-# worker, so its module fixtures are built once. PYTEST_WORKERS=0 runs in this process.
+# worker, so its module fixtures are built once; --no-loadscope-reorder hands out the files in
+# collection order, where tests/conftest.py puts the files with slow tests first.
+# PYTEST_WORKERS=0 runs in this process.
 PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
-XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile)
+XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 
 test: $(VENV)/.installed-dev browser
 	$(MAKE) lint

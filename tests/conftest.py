@@ -11,6 +11,9 @@ Under pytest-xdist with several workers (``make test`` runs ``-n``), each worker
 command it starts gets one native thread (torch's intra-op pool, OpenMP, BLAS): the workers
 already fill the cores, and threads beyond the free cores spin-wait (``dpfl.learning.device``
 measured one training step up to ~50 times slower). A run without workers keeps the defaults.
+The workers also take the files that hold a test marked slow first, in collection order (the
+Makefile passes ``--no-loadscope-reorder``), so that the suite does not end with one worker
+alone on a long federation while the other has nothing left.
 """
 
 from __future__ import annotations
@@ -38,3 +41,11 @@ def pytest_configure(config: pytest.Config) -> None:
     found = data_dir_for_tests()
     if found is not None and not os.environ.get("DPFL_DATA_DIR", "").strip():
         os.environ["DPFL_DATA_DIR"] = str(found)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under xdist, the files with a test marked slow first; each file's tests keep their order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: files stay contiguous

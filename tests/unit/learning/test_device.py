@@ -52,6 +52,7 @@ def test_cpu_threads_sets_and_restores() -> None:
         pass
 
 
+@pytest.mark.slow
 def test_usable_cores_follow_the_affinity_not_the_machine() -> None:
     """A process pinned to one core (a cpuset, a pinned benchmark worker) counts one core."""
     assert usable_cores() == len(os.sched_getaffinity(0))
