@@ -17,8 +17,10 @@ DEMO_ARGS  ?=
 
 help:
 	@echo "make demo    - create .venv, install dpfl, run DP-FedAvg on the embedded digits data set"
-	@echo "make test    - create .venv, install dpfl[dev], run lint and the whole test suite"
-	@echo "make test-fast - the unit tests not marked slow (no lint, no browser), under a minute"
+	@echo "make test    - create .venv, install dpfl[dev], run lint and the whole test suite on every core"
+	@echo "               (PYTEST_WORKERS=N: N pytest-xdist workers, 0: one process)"
+	@echo "make test-fast - the unit tests not marked slow, on every core (no lint, no browser):"
+	@echo "               about 130 s of CPU, so about 75 s on 2 idle cores; longer on a busy machine"
 	@echo "make lint    - ruff on everything, mypy --strict on every dpfl package"
 	@echo "make protos  - regenerate the checked-in gRPC code from protos/dpfl/v1/*.proto"
 	@echo "make bench   - run every benchmark in benchmarks/ (each prints one JSON line)"
