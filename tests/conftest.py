@@ -1,4 +1,4 @@
-"""Session set-up shared by every test: the data folder.
+"""Session set-up shared by every test: the data folder, and the pytest-xdist workers.
 
 The product finds MNIST, Fashion-MNIST and USPS by one rule (``--data-dir``/``data_dir=``, else
 ``$DPFL_DATA_DIR``; README, "Data"). The tests follow it unchanged, with one fallback of their
