@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from support.api import app_for_url, bearer, live_server
+from support.limits import hang_guard
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +43,7 @@ def test_api_reports_what_the_simulation_spent(tmp_path: Path) -> None:
         [*command, "--transport", "inproc", "--database-url", url, "--json"],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=hang_guard(30),  # 5 agents, 2 rounds in one process
         check=True,
     )
     result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -11,6 +11,7 @@ from types import ModuleType
 
 import numpy as np
 import pytest
+from support.limits import hang_guard
 from support.paths import ROOT
 from support.scripts import load_script
 
@@ -65,7 +66,7 @@ def test_quick_run_prints_one_line_per_recipe_sampling_and_epsilon() -> None:
         [sys.executable, str(SCRIPT), "--quick", "--seeds", "1", "--epsilons", "7"],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=hang_guard(30),
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]

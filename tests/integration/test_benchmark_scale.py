@@ -5,16 +5,16 @@ documented fields, the PostgreSQL database it created dropped again, and the plo
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from support.databases import (
     postgres_admin_url,
-    postgres_databases,
     postgres_unreachable_reason,
+    run_counting_leftovers,
 )
+from support.limits import hang_guard
 from support.paths import ROOT
 
 pytestmark = [pytest.mark.slow, pytest.mark.postgres]
@@ -25,9 +25,8 @@ def test_scale_benchmark_prints_one_line_per_point(tmp_path: Path) -> None:
     reason = postgres_unreachable_reason(url)
     if reason:
         pytest.skip(reason)
-    before = postgres_databases(url, "dpfl_scale_")
     plot = tmp_path / "scale.png"
-    done = subprocess.run(
+    done, left = run_counting_leftovers(
         [
             sys.executable,
             str(ROOT / "benchmarks" / "scale.py"),
@@ -47,10 +46,9 @@ def test_scale_benchmark_prints_one_line_per_point(tmp_path: Path) -> None:
             "--plot",
             str(plot),
         ],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        check=False,
+        url,
+        "scale",
+        hang_guard(40),  # two populations over PostgreSQL, 2 processes
     )
     assert done.returncode == 0, done.stderr[-3000:]
     points = [json.loads(line) for line in done.stdout.strip().splitlines()]
@@ -63,4 +61,4 @@ def test_scale_benchmark_prints_one_line_per_point(tmp_path: Path) -> None:
         assert p["coordinator_peak_rss_mb"] > 0
         assert p["bytes_per_agent_per_round"] > 4 * 500  # at least the model download
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert postgres_databases(url, "dpfl_scale_") == before
+    assert left == set()

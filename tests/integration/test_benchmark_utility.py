@@ -13,6 +13,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from support.limits import hang_guard
 from support.paths import ROOT
 from support.scripts import load_script
 
@@ -109,7 +110,7 @@ def test_quick_run_writes_lines_table_and_curves(tmp_path: Path) -> None:
         ],
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=hang_guard(60),  # every row's quick variant
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.limits import hang_guard
 
 import dpfl
 
@@ -95,7 +96,7 @@ def test_a_generous_policy_lets_every_agent_take_part_and_the_json_line_matches(
         ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=hang_guard(25),
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]

@@ -37,6 +37,7 @@ import httpx
 import pytest
 from support.databases import fresh_postgres_url, postgres_admin_url, postgres_unreachable_reason
 from support.deploy_files import COMPOSE, compose, dockerfile_env, image_command
+from support.limits import hang_guard
 from support.paths import ROOT
 
 from dpfl.learning.jobs import load_job
@@ -130,7 +131,7 @@ def emulator(request: pytest.FixtureRequest, tmp_path: Path) -> Emulator:
     return Emulator(tmp_path, _database_url(request, tmp_path))
 
 
-def _run(argv: list[str], env: Mapping[str, str], timeout: float = 120) -> str:
+def _run(argv: list[str], env: Mapping[str, str], timeout: float = hang_guard(15)) -> str:
     done = subprocess.run(
         argv, env=dict(env), capture_output=True, text=True, timeout=timeout, check=False
     )
@@ -192,14 +193,18 @@ def processes() -> Iterator[Processes]:
 
 
 def _wait(what: str, check: Any, processes: Processes, timeout: float) -> Any:
+    """Poll ``check`` until it is true; each poll waits at least as long as the last one took,
+    so that checks which start a command (Python and its imports) take at most half a core
+    from the federation they watch."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         processes.check_alive()
+        started = time.monotonic()
         value = check()
         if value:
             return value
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(max(0.25, time.monotonic() - started))
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
 
 
 def test_the_compose_federation_runs_the_documented_job(
@@ -233,7 +238,7 @@ def test_the_compose_federation_runs_the_documented_job(
         )
         return done.returncode == 0
 
-    _wait("the coordinator's health check", healthy, processes, timeout=60)
+    _wait("the coordinator's health check", healthy, processes, timeout=hang_guard(10))
 
     # 3. the agents, as compose starts them (a shell reading the token file)
     for silo in AGENTS:
@@ -251,7 +256,7 @@ def test_the_compose_federation_runs_the_documented_job(
         clients: list[dict[str, Any]] = json.loads(done.stdout)
         return clients
 
-    _wait("three enrolled agents", lambda: len(budgets()) == len(AGENTS), processes, 90)
+    _wait("three enrolled agents", lambda: len(budgets()) == len(AGENTS), processes, hang_guard(20))
     ca = coordinator_env["SSL_CERT_FILE"]
 
     def connected() -> bool:
@@ -264,7 +269,7 @@ def test_the_compose_federation_runs_the_documented_job(
         metrics.raise_for_status()
         return f"dpfl_agents_connected {float(len(AGENTS))}" in metrics.text
 
-    _wait("three connected agents", connected, processes, 30)
+    _wait("three connected agents", connected, processes, hang_guard(5))
 
     # 4. the documented job submission, to completion
     submit = emulator.translate(
@@ -279,7 +284,7 @@ def test_the_compose_federation_runs_the_documented_job(
         (job,) = listed
         return job if job["status"] in ("completed", "failed", "stopped") else None
 
-    job = _wait("the job to finish", finished, processes, timeout=180)
+    job = _wait("the job to finish", finished, processes, timeout=hang_guard(60))
     assert job["status"] == "completed", job
     target = load_job(ROOT / "examples" / "dp-fedsgd.yaml").privacy.target_epsilon
     clients = budgets()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -84,6 +85,24 @@ def temporary_postgres_database(admin_url: str) -> Iterator[str]:
                 conn.execute(sa.text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     finally:
         admin.dispose()
+
+
+def run_counting_leftovers(
+    argv: list[str], url: str, prefix: str, timeout: float
+) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """Run a benchmark that makes PostgreSQL databases named ``dpfl_<prefix>_<its pid>_<hex>``
+    (benchmarks/harness/postgres.py) and return how it ended and the databases of that name
+    left on the server afterwards: by its pid, so that other sessions on the same server (the
+    suite's other workers, another checkout's tests) never count as its leftovers."""
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.communicate()
+        raise
+    done = subprocess.CompletedProcess(argv, process.returncode, out, err)
+    return done, postgres_databases(url, f"dpfl_{prefix}_{process.pid}_")
 
 
 def postgres_databases(url: str, prefix: str) -> set[str]:

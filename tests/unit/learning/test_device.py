@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from threadpoolctl import threadpool_info
+from threadpoolctl import threadpool_info, threadpool_limits
 
 from dpfl.learning.device import cpu_threads, select_device, usable_cores
 from dpfl.learning.errors import TrainingError
@@ -34,17 +34,25 @@ def test_bad_or_unavailable_devices_are_refused() -> None:
 
 
 def test_cpu_threads_sets_and_restores() -> None:
-    before = torch.get_num_threads()
-    blas_before = [pool["num_threads"] for pool in threadpool_info()]
-    with cpu_threads(1):
-        assert torch.get_num_threads() == 1
-        assert all(pool["num_threads"] == 1 for pool in threadpool_info())
-    assert torch.get_num_threads() == before
-    assert [pool["num_threads"] for pool in threadpool_info()] == blas_before
+    # from 2 threads everywhere, so that the test also shows something where the pools already
+    # hold one thread (make test's workers: tests/conftest.py)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with threadpool_limits(limits=2):
+            blas_before = [pool["num_threads"] for pool in threadpool_info()]
+            with cpu_threads(1):
+                assert torch.get_num_threads() == 1
+                assert all(pool["num_threads"] == 1 for pool in threadpool_info())
+            assert torch.get_num_threads() == 2
+            assert [pool["num_threads"] for pool in threadpool_info()] == blas_before
+    finally:
+        torch.set_num_threads(previous)
     with pytest.raises(TrainingError, match="positive integer"), cpu_threads(0):
         pass
 
 
+@pytest.mark.slow
 def test_usable_cores_follow_the_affinity_not_the_machine() -> None:
     """A process pinned to one core (a cpuset, a pinned benchmark worker) counts one core."""
     assert usable_cores() == len(os.sched_getaffinity(0))

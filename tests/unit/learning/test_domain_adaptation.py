@@ -51,6 +51,7 @@ def _noisy(x: np.ndarray) -> np.ndarray:
     return np.clip(x + noise, 0.0, 1.0).astype(np.float32)
 
 
+@pytest.mark.slow
 def test_dann_beats_plain_training_on_a_shifted_target_domain() -> None:
     torch.set_num_threads(1)
     ds = load_dataset("digits")

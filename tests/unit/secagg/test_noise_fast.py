@@ -134,6 +134,7 @@ def test_one_exp_bernoulli_decisions_are_sound() -> None:
     assert (~accept & ~undecided).any()
 
 
+@pytest.mark.slow
 def test_geometric_decisions_are_sound_next_to_integers(monkeypatch: pytest.MonkeyPatch) -> None:
     """Uniforms whose −scale·ln U lies next to an integer: decided ones are the exact floor."""
     scale = 977

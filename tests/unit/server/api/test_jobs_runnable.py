@@ -99,6 +99,7 @@ def _enrol(store: Store, count: int) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_the_population_a_job_is_planned_for_at_submit(backend_url: str) -> None:
     """q = 0.05 expects q·N participants a round, and a round needs one: it runs on the nominal
     100 agents (none active yet), not on the 3 active ones, and on 20 members."""
