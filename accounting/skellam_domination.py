@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from scipy import special
 
+from .bessel import log_ive
 from .errors import TightPathError
 
 __all__ = ["SkellamDomination", "skellam_domination"]
@@ -78,8 +79,6 @@ def skellam_domination(mu: float, max_shift: int) -> SkellamDomination:
     """
     import numpy as np
 
-    from .tight import _log_ive
-
     span = _window_span(mu)
     window = span + max_shift
     last = window + math.ceil(_SUM_EXTRA_SDS * math.sqrt(2.0 * mu)) + 64
@@ -88,7 +87,7 @@ def skellam_domination(mu: float, max_shift: int) -> SkellamDomination:
             f"the Skellam domination of mu = {mu:g} needs {last} points "
             f"(at most {_MAX_WINDOW} are written out)"
         )
-    log_mass = _log_ive(np.arange(last + 1), 2.0 * mu)
+    log_mass = log_ive(np.arange(last + 1), 2.0 * mu)
     if np.isnan(log_mass).any():
         raise TightPathError(f"a Skellam mass of mu = {mu:g} is not a number")
     mass = np.exp(log_mass)

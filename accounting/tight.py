@@ -22,6 +22,7 @@ from typing import Any
 
 from scipy import optimize, special
 
+from .bessel import log_ive
 from .errors import AccountingError, InvalidParameterError, TightPathError, UnsupportedEventError
 from .event_protocol import DpEvent, TightParts, flatten_tight
 from .skellam_domination import skellam_domination
@@ -197,9 +198,6 @@ _SKELLAM_SUPPORT_SDS = 14.0
 #: i.e. vote noise σ up to about 145 votes of 2^10 units; about 0.3 GB at the limit); a larger
 #: one is refused (RDP fallback) rather than filling gigabytes.
 _SKELLAM_MAX_HALF_WIDTH = 1 << 21
-#: From this argument on, ``e^{-z}·I_k(z)`` comes from the uniform asymptotic expansion, not from
-#: scipy (see :func:`_log_ive`).
-_BESSEL_UNIFORM_ARGUMENT = 2.0**15
 #: The library's failures inside a PLD computation (empty or degenerate arrays, overflow): turned
 #: into :class:`TightPathError`. Our own errors (``InvalidParameterError`` is a ValueError) pass.
 _LIBRARY_ERRORS = (IndexError, ValueError, ArithmeticError)
@@ -213,46 +211,6 @@ def skellam_tail_bound(mu: float, k: float) -> float:
         return 1.0
     t = math.asinh(k / (2.0 * mu))
     return min(1.0, 2.0 * math.exp(2.0 * mu * (math.cosh(t) - 1.0) - t * k))
-
-
-def _log_ive(order: Any, z: float) -> Any:
-    """``log(e^{-z}·I_ν(z))`` for orders ``ν ≥ 0`` (an array) and one argument ``z > 0``.
-
-    Why not scipy alone: scipy's ``ive`` (AMOS ``zbesi``) returns NaN from ``z = 2^30`` on
-    ("no result obtained") and flags a loss of precision above 2^15. A PATE-FL job with vote
-    noise σ ≥ 32 votes of 2^10 units has ``z = 2·mu ≥ 2^30``: every mass was NaN, so dropped,
-    and dp_accounting composed a PLD of no finite mass (``IndexError`` in ``_truncate_tails``,
-    which indexes the first element of the empty truncated array; one release alone read ε = 0
-    off it).
-
-    From ``z ≥ 2^15`` this uses Olver's uniform asymptotic expansion (DLMF 10.41.3 with
-    10.41.10, terms U₁–U₃), written with ``r = √(ν² + z²)`` and ``t = ν/r`` so that it holds
-    uniformly in ν ≥ 0, ν = 0 included (each ``U_k(t)/ν^k`` is a polynomial in t over ``r^k``):
-
-        log(e^{-z}·I_ν(z)) = ν²/(r + z) − ν·asinh(ν/z) − ½·log(2π·r) + log(1 + Σ_k U_k(t)/ν^k).
-
-    The first omitted term is ``O(r^{-4}) ≤ 1e-18`` relative here; the expansion matches mpmath
-    to 1e-13 in the log, scipy (up to 2^29) to 1e-10, and its masses sum to 1 within 1e-15
-    (``tests/unit/accounting/test_tight_failures.py``). Below 2^15 scipy is used as before.
-    Underflow gives ``-inf`` (a zero mass), never NaN.
-    """
-    import numpy as np
-
-    nu = np.asarray(order, dtype=np.float64)
-    if z < _BESSEL_UNIFORM_ARGUMENT:
-        with np.errstate(divide="ignore"):
-            return np.log(special.ive(nu, z))
-    r = np.hypot(nu, z)
-    t2 = (nu / r) ** 2
-    u1 = (3.0 - 5.0 * t2) / (24.0 * r)
-    u2 = (81.0 + t2 * (-462.0 + 385.0 * t2)) / (1152.0 * r * r)
-    u3 = (30375.0 + t2 * (-369603.0 + t2 * (765765.0 - 425425.0 * t2))) / (414720.0 * r**3)
-    return (
-        nu * nu / (r + z)
-        - nu * np.arcsinh(nu / z)
-        - 0.5 * np.log(2.0 * math.pi * r)
-        + np.log1p(u1 + u2 + u3)
-    )
 
 
 @functools.lru_cache(maxsize=2)
@@ -270,7 +228,7 @@ def _skellam_losses(mu: float, shift: int) -> tuple[Any, Any, float]:
             f"(at most {2 * _SKELLAM_MAX_HALF_WIDTH + 1} are written out)"
         )
     # log P(X = k) for X ~ Sk(mu) at k = 0 .. half + shift (the law is symmetric)
-    table = _log_ive(np.arange(half + shift + 1), 2.0 * mu)
+    table = log_ive(np.arange(half + shift + 1), 2.0 * mu)
     if np.isnan(table).any():
         raise TightPathError(
             f"a Skellam mass of mu = {mu:g} is not a number (Bessel function of argument "
@@ -293,7 +251,7 @@ def _skellam_losses(mu: float, shift: int) -> tuple[Any, Any, float]:
 @functools.lru_cache(maxsize=64)
 def skellam_pld(mu: float, shift: int, interval: float) -> Any:
     """The pessimistic PLD of ``Sk(mu)`` shifted by ``shift`` against ``Sk(mu)`` (integers), on
-    a grid of step ``interval``: the exact masses ``e^{−2mu}·I_|k|(2mu)`` (:func:`_log_ive`)
+    a grid of step ``interval``: the exact masses ``e^{−2mu}·I_|k|(2mu)`` (``bessel.log_ive``)
     over ±14 standard deviations, each loss rounded up to the grid, and the Chernoff bound on the
     rest charged as infinite loss. Symmetric: the reflection ``x ↦ shift − x`` swaps the two
     laws. Derivation: docs/accounting.md#skellam-votes-the-pld-of-one-coordinate.

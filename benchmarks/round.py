@@ -25,7 +25,8 @@ from typing import Any
 
 from harness.federation import RawVectorSum, bench_job, worker
 
-from dpfl.learning.algorithms.base import Algorithm, get_algorithm
+from dpfl.learning.algorithms.base import Algorithm
+from dpfl.learning.algorithms.registry import get_algorithm
 
 TARGET_S = 3.0
 

@@ -26,7 +26,8 @@ from typing import Any
 from harness.federation import RawVectorSum, bench_job, worker
 from harness.postgres import DEFAULT_POSTGRES, fresh_postgres
 
-from dpfl.learning.algorithms.base import Algorithm, get_algorithm
+from dpfl.learning.algorithms.base import Algorithm
+from dpfl.learning.algorithms.registry import get_algorithm
 
 STAGES = ("invitation", "advertise_keys", "share_keys", "masked_input", "unmask", "decode")
 TARGETS = {  # (agents, size) -> round seconds, on a quiet 2-core machine

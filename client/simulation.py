@@ -27,7 +27,8 @@ from dpfl.client.policy import Policy
 from dpfl.client.progress import AgentEvent, Observer
 from dpfl.client.task import TaskLoop
 from dpfl.client.transport import Backoff, Connector
-from dpfl.learning.algorithms.base import AgentData, Algorithm, get_algorithm
+from dpfl.learning.algorithms.base import AgentData, Algorithm
+from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.secagg.randomness import RandomSource
 
 __all__ = ["EVENT_HISTORY", "AgentHost", "SimulatedAgent", "start_simulated_agent"]

@@ -24,7 +24,8 @@ from dpfl.client.gate import Gate
 from dpfl.client.progress import AgentEvent, EventKind, Observer, null_observer
 from dpfl.client.rounds import JobWorker
 from dpfl.client.transport import CoordinatorLink, LinkClosedError
-from dpfl.learning.algorithms.base import AgentData, Algorithm, get_algorithm
+from dpfl.learning.algorithms.base import AgentData, Algorithm
+from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.protos import secagg_wire
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.protos.enums import enum_name

@@ -44,3 +44,8 @@ class SerializationError(LearningError):
 
 class TrainingError(LearningError):
     """Training arguments are invalid (empty data, bad rates, mismatched shapes)."""
+
+
+class AlgorithmError(LearningError, ValueError):
+    """An algorithm refused its input: an inconsistent task, a wrong vector length, a plan that
+    cannot meet its privacy target. The message names the problem."""

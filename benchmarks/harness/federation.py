@@ -28,8 +28,8 @@ from dpfl.learning.algorithms.base import (
     RoundOutcome,
     RoundTask,
     TaskParams,
-    get_algorithm,
 )
+from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.jobs import JobSpec, parse_job
 from dpfl.secagg import EncodingConfig, NoiseSpec
 

@@ -25,8 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from typing_extensions import TypeVar
 
 from dpfl.accounting import DpEvent
-from dpfl.learning.algorithms.registry import get_algorithm
-from dpfl.learning.errors import LearningError
+from dpfl.learning.errors import AlgorithmError
 from dpfl.learning.jobs import JobSpec, describe_error
 from dpfl.secagg.encoding import EncodingConfig, encode
 from dpfl.secagg.randomness import RandomSource, RandomStream
@@ -45,13 +44,7 @@ __all__ = [
     "RoundOutcome",
     "RoundTask",
     "TaskParams",
-    "get_algorithm",
 ]
-
-
-class AlgorithmError(LearningError, ValueError):
-    """An algorithm refused its input: an inconsistent task, a wrong vector length, a plan that
-    cannot meet its privacy target. The message names the problem."""
 
 
 class Contract(BaseModel):

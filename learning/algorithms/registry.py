@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from functools import cache
 from importlib.metadata import entry_points
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
-from dpfl.learning.errors import LearningError
+from dpfl.learning.errors import AlgorithmError, LearningError
 
 if TYPE_CHECKING:
     from dpfl.learning.algorithms.base import AnyAlgorithm
@@ -54,13 +54,28 @@ def _plugin_modules() -> tuple[str, ...]:
     )
 
 
-def _algorithm_of(module: ModuleType) -> AnyAlgorithm | None:
-    from dpfl.learning.algorithms.base import Algorithm
+@runtime_checkable
+class _Contract(Protocol):
+    """What the registry reads of an algorithm and the contract's entry points, checked by name
+    (the registry does not import the contract's module, which imports the job documents, which
+    read the registry)."""
 
+    name: Any
+    spec_type: Any
+
+    def plan(self, *args: Any, **kwargs: Any) -> Any: ...
+    def parse_task(self, *args: Any, **kwargs: Any) -> Any: ...
+    def round_task(self, *args: Any, **kwargs: Any) -> Any: ...
+    def finish_round(self, *args: Any, **kwargs: Any) -> Any: ...
+    def agent_check(self, *args: Any, **kwargs: Any) -> Any: ...
+    def agent_contribution(self, *args: Any, **kwargs: Any) -> Any: ...
+
+
+def _algorithm_of(module: ModuleType) -> AnyAlgorithm | None:
     algorithm = getattr(module, "ALGORITHM", None)
     if algorithm is None:
         return None
-    if not isinstance(algorithm, Algorithm):
+    if not isinstance(algorithm, _Contract):
         raise LearningError(f"{module.__name__}.ALGORITHM is not an Algorithm")
     tag = algorithm.spec_type.model_fields["algorithm"].annotation
     if getattr(tag, "__args__", None) != (algorithm.name,):
@@ -68,7 +83,7 @@ def _algorithm_of(module: ModuleType) -> AnyAlgorithm | None:
             f"{module.__name__}: the job variant {algorithm.spec_type.__name__} is not tagged "
             f"{algorithm.name!r}"
         )
-    return algorithm
+    return cast("AnyAlgorithm", algorithm)
 
 
 @cache
@@ -111,8 +126,6 @@ def get_algorithm(name: str) -> AnyAlgorithm:
     Raises:
         AlgorithmError: no such algorithm is registered.
     """
-    from dpfl.learning.algorithms.base import AlgorithmError
-
     found = algorithms().get(name)
     if found is None:
         raise AlgorithmError(f"unknown algorithm {name!r}")

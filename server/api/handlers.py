@@ -16,7 +16,7 @@ from typing import TypedDict
 
 import numpy as np
 
-from dpfl.learning.algorithms.base import get_algorithm
+from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.errors import LearningError
 from dpfl.server.api.schemas import (
     BudgetPublic,

@@ -22,7 +22,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from dpfl.learning.algorithms.base import Algorithm, get_algorithm
+from dpfl.learning.algorithms.base import Algorithm
+from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.server.data_access import DataAccess
 from dpfl.server.jobs_control import StoreJobControl
 from dpfl.server.orchestrator.hooks import NO_HOOKS, FaultHooks

@@ -208,7 +208,8 @@ def test_restore_counts_only_the_attempts_the_round_aborted(coordinator_db: str)
     "round 1 aborted 3 times")."""
     from datetime import timedelta
 
-    from dpfl.learning.algorithms.base import CoordinatorState, get_algorithm
+    from dpfl.learning.algorithms.base import CoordinatorState
+    from dpfl.learning.algorithms.registry import get_algorithm
     from dpfl.server.orchestrator.state import (
         COORDINATOR_RESTARTED,
         COORDINATOR_SHUT_DOWN,

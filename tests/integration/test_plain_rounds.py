@@ -40,8 +40,9 @@ from dpfl.accounting import (
 from dpfl.client.local_ledger import LocalLedger
 from dpfl.client.policy import Policy
 from dpfl.client.progress import EventKind
-from dpfl.learning.algorithms.base import AgentData, TaskParams, get_algorithm
+from dpfl.learning.algorithms.base import AgentData, TaskParams
 from dpfl.learning.algorithms.dp_fedavg import DpFedAvg
+from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.jobs import JobSpec, job_to_dict, parse_job
 from dpfl.protos import secagg_wire
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb

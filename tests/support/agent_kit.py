@@ -38,9 +38,9 @@ from dpfl.learning.algorithms.base import (
     JobPlan,
     RoundTask,
     TaskParams,
-    get_algorithm,
 )
 from dpfl.learning.algorithms.dp_fedavg import DpFedAvg
+from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.jobs import JobSpec, parse_job
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.secagg import EncodingConfig, SeededRandomSource

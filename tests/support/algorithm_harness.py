@@ -39,9 +39,9 @@ from dpfl.learning.algorithms.base import (
     CoordinatorData,
     CoordinatorState,
     JobPlan,
-    get_algorithm,
 )
 from dpfl.learning.algorithms.federation import simulated_federation
+from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.jobs import JobSpec, job_to_dict, parse_job
 from dpfl.learning.rounds import Invitation, RoundJob, SumSetup, run_round
 from dpfl.learning.rounds.driver import NoiseStreams

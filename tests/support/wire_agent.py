@@ -18,7 +18,8 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from dpfl.learning.algorithms.base import AgentData, get_algorithm
+from dpfl.learning.algorithms.base import AgentData
+from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.protos import secagg_wire as wire
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.protos.dpfl.v1 import agent_pb2_grpc

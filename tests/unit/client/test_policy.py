@@ -234,7 +234,8 @@ def test_policy_and_ledger_stay_light() -> None:
 def test_the_task_fields_the_policy_reads_are_typed_and_checked_once() -> None:
     """The gate hands the policy a parsed task: a malformed flag, honest fraction, noise or
     accounting is refused when the invitation is parsed, naming the field."""
-    from dpfl.learning.algorithms.base import AlgorithmError, get_algorithm
+    from dpfl.learning.algorithms.base import AlgorithmError
+    from dpfl.learning.algorithms.registry import get_algorithm
 
     sgd = get_algorithm("dp-fedsgd")
     task = {

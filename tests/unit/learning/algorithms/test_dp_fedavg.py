@@ -20,8 +20,9 @@ from dpfl.accounting import (
     event_from_json,
     rdp_curve,
 )
-from dpfl.learning.algorithms.base import AlgorithmError, CoordinatorData, JobPlan, get_algorithm
+from dpfl.learning.algorithms.base import AlgorithmError, CoordinatorData, JobPlan
 from dpfl.learning.algorithms.dp_fedavg import ALGORITHM, DpFedAvg
+from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.models import build_model
 from dpfl.learning.params import flatten_parameters, model_from_bytes
 from dpfl.learning.training import local_update

@@ -21,13 +21,7 @@ from dpfl.accounting import (
     compute_epsilon,
     event_from_json,
 )
-from dpfl.learning.algorithms.base import (
-    AgentData,
-    AlgorithmError,
-    CoordinatorData,
-    JobPlan,
-    get_algorithm,
-)
+from dpfl.learning.algorithms.base import AgentData, AlgorithmError, CoordinatorData, JobPlan
 from dpfl.learning.algorithms.dp_fedsgd import ALGORITHM, DpFedSgd, required_ring_bits
 from dpfl.learning.algorithms.federation import mean_local_size
 from dpfl.learning.algorithms.fedsgd_accounting import CLAIM_LABEL
@@ -42,6 +36,7 @@ from dpfl.learning.algorithms.integer_dpsgd import (
     round_sum,
     step_sensitivities,
 )
+from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.jobs import parse_job
 from dpfl.learning.models import build_model
 from dpfl.learning.params import flatten_parameters, model_from_bytes

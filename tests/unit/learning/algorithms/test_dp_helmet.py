@@ -19,13 +19,7 @@ from dpfl.accounting import (
     event_from_json,
     simple_gaussian_epsilon,
 )
-from dpfl.learning.algorithms.base import (
-    AgentData,
-    AlgorithmError,
-    CoordinatorData,
-    JobPlan,
-    get_algorithm,
-)
+from dpfl.learning.algorithms.base import AgentData, AlgorithmError, CoordinatorData, JobPlan
 from dpfl.learning.algorithms.dp_helmet import ALGORITHM
 from dpfl.learning.algorithms.federation import local_sizes
 from dpfl.learning.algorithms.helmet_training import (
@@ -37,6 +31,7 @@ from dpfl.learning.algorithms.helmet_training import (
     smoothness,
     train,
 )
+from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.data import load_dataset
 from dpfl.learning.jobs import parse_job
 from dpfl.learning.params import read_model_bytes

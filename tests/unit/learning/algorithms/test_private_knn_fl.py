@@ -19,13 +19,7 @@ from dpfl.accounting import (
     compute_epsilon,
     event_from_json,
 )
-from dpfl.learning.algorithms.base import (
-    AgentData,
-    AlgorithmError,
-    CoordinatorData,
-    JobPlan,
-    get_algorithm,
-)
+from dpfl.learning.algorithms.base import AgentData, AlgorithmError, CoordinatorData, JobPlan
 from dpfl.learning.algorithms.private_knn_fl import (
     ALGORITHM,
     knn_sensitivities,
@@ -33,6 +27,7 @@ from dpfl.learning.algorithms.private_knn_fl import (
     neighbour_count,
     neighbours_of,
 )
+from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.secagg import EncodingConfig, NoiseSpec, SeededRandomSource, centre, encode
 
 AGENTS = [f"agent-{i}" for i in range(10)]

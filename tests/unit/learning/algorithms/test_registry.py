@@ -31,7 +31,8 @@ from dpfl.accounting import (
 )
 from dpfl.client.policy import Policy, noise_multiplier
 from dpfl.learning.algorithms import registry
-from dpfl.learning.algorithms.base import AlgorithmError, get_algorithm
+from dpfl.learning.algorithms.base import AlgorithmError
+from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpecError, job_spec_union, parse_job
 from dpfl.server.store import Budget, Charge, JobStatus, open_store
