@@ -108,7 +108,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         token = enrollment_token(args.enrollment_token, args.enrollment_token_file)
     except AgentError as exc:
-        console.print(f"[red]dpfl-agent: {exc}[/red]", highlight=False)
+        console.print(f"[red]dpfl-agent: {exc}[/red]", highlight=False, soft_wrap=True)
         return exc.exit_code
     if args.enrollment_token:
         logging.getLogger("dpfl.agent").warning(
@@ -135,7 +135,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         asyncio.run(_main(options, observer))
     except AgentError as exc:
-        console.print(f"[red]dpfl-agent: {exc}[/red]", highlight=False)
+        console.print(f"[red]dpfl-agent: {exc}[/red]", highlight=False, soft_wrap=True)
         code = exc.exit_code
     _exit_if_training(code)
     return code
