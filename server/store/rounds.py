@@ -25,7 +25,6 @@ from dpfl.server.store.core import (
     check_count,
     check_id,
     check_ids,
-    check_json_object,
     check_number,
     check_text,
 )
@@ -46,6 +45,7 @@ from dpfl.server.store.records import (
     Round,
     RoundStatus,
 )
+from dpfl.server.store.round_setup import RoundSetup
 from dpfl.server.store.tx import NewRound, StoreTx
 
 __all__ = ["CHARGED_STAGES", "STAGES", "RoundsMixin"]
@@ -86,7 +86,7 @@ class RoundsMixin(StoreCore):
         number: int,
         *,
         invited: Iterable[str] = (),
-        noise: Mapping[str, Any] | None = None,
+        setup: RoundSetup | None = None,
     ) -> Round:
         """Begin an attempt at round ``number`` of a running job.
 
@@ -101,7 +101,6 @@ class RoundsMixin(StoreCore):
         """
         number = check_count(number, "round number")
         invited_ids = check_ids(invited, "invited")
-        noise_json = check_json_object(noise, "noise")
         with self._transaction(write=True) as tx:
             job = self._job_of(tx, job_id, lock=True)
             if job.status != JobStatus.RUNNING:
@@ -120,7 +119,9 @@ class RoundsMixin(StoreCore):
                     raise AlreadyExists(f"round {number} of job {job_id!r} is already completed")
             attempt = max((r.attempt for r in previous), default=0) + 1
             return tx.insert_round(
-                NewRound(job_id, number, attempt, self._now(), invited_ids, noise_json)
+                NewRound(
+                    job_id, number, attempt, self._now(), invited_ids, setup or RoundSetup.empty()
+                )
             )
 
     def get_round(self, round_id: int) -> Round:
@@ -147,9 +148,9 @@ class RoundsMixin(StoreCore):
         *,
         invited: Iterable[str] | None = None,
         accepted: Iterable[str] | None = None,
-        noise: Mapping[str, Any] | None = None,
+        setup: RoundSetup | None = None,
     ) -> Round:
-        """Record who was invited and who accepted, and the noise parameters, before the commit.
+        """Record who was invited and who accepted, and the attempt's setup, before the commit.
 
         Raises:
             NotFound: no such round or agent.
@@ -160,7 +161,7 @@ class RoundsMixin(StoreCore):
             rnd = self._round_of(tx, round_id, lock=True)
             if rnd.status != RoundStatus.RUNNING:
                 raise InvalidTransition(
-                    f"round {round_id} is {rnd.status.value}; participants and noise are fixed "
+                    f"round {round_id} is {rnd.status.value}; participants and setup are fixed "
                     "at the ledger commit"
                 )
             new_invited = rnd.invited if invited is None else check_ids(invited, "invited")
@@ -173,7 +174,7 @@ class RoundsMixin(StoreCore):
                 rnd,
                 invited=new_invited,
                 accepted=new_accepted,
-                noise=rnd.noise if noise is None else check_json_object(noise, "noise"),
+                setup=rnd.setup if setup is None else setup,
             )
             tx.update_round(rnd)
         return rnd
