@@ -162,13 +162,7 @@ class RoundEngine:
             population=population,
             previous=previous,
         )
-        record = round_record(
-            ctx.plan,
-            state,
-            sample=sample,
-            population=len(population),
-            excluded_over_budget=excluded,
-        )
+        record = round_record(ctx.plan, state, sample, population, excluded)
         rnd = await asyncio.to_thread(
             self.store.start_round, ctx.job_id, number, invited=list(sample.invited), setup=record
         )

@@ -26,7 +26,6 @@ from dpfl.server.store import JobStatus, Round, RoundStatus, Store
 from dpfl.server.store.round_setup import (
     ROUND_SETUP_VERSION,
     EncodingRecord,
-    NoiseShareRecord,
     PlanRecord,
     RoundSetup,
     SecAggRecord,
@@ -102,58 +101,35 @@ def state_from_record(record: StateRecord, *, store: Store, job_id: str) -> Coor
 
 def plan_record(plan: JobPlan) -> PlanRecord:
     """The job's plan as a round stores it (``JobPlan.to_json``)."""
-    return PlanRecord(
-        noise_multiplier=plan.noise_multiplier,
-        calibration=dict(plan.calibration),
-        population=plan.population,
-        details=plan.details.model_dump(mode="json"),
-    )
+    return PlanRecord.model_validate(plan.to_json())
 
 
 def round_record(
     plan: JobPlan,
     state: CoordinatorState,
-    *,
-    sample: AttemptSample | None = None,
-    population: int | None = None,
-    excluded_over_budget: Sequence[str] | None = None,
+    sample: AttemptSample,
+    population: Sequence[str],
+    excluded: Sequence[str],
 ) -> RoundSetup:
-    """The record of a new round attempt: what a restart resumes from, and the draw a later
-    attempt keeps (:func:`~dpfl.server.orchestrator.sampling.attempt_sample`)."""
-    record = RoundSetup(
-        version=ROUND_SETUP_VERSION, plan=plan_record(plan), state=state_record(state)
+    """The record of a new attempt: what a restart resumes from, the attempt's population (the
+    ``excluded`` left out, over budget), and the draw a later attempt keeps."""
+    return RoundSetup(
+        version=ROUND_SETUP_VERSION,
+        plan=plan_record(plan),
+        state=state_record(state),
+        population=len(population),
+        excluded_over_budget=list(excluded),
+        sample=list(sample.sample),
+        sample_population=list(sample.drawn_from),
+        sample_kept=sample.kept,
     )
-    if population is not None:
-        record = record.model_copy(update={"population": population})
-    if excluded_over_budget is not None:
-        record = record.model_copy(update={"excluded_over_budget": list(excluded_over_budget)})
-    if sample is not None:
-        record = record.model_copy(
-            update={
-                "sample": list(sample.sample),
-                "sample_population": list(sample.drawn_from),
-                "sample_kept": sample.kept,
-            }
-        )
-    return record
 
 
 def with_summation(record: RoundSetup, setup: SumSetup) -> RoundSetup:
     """``record`` with the round's summation: its encoding and its parameters."""
-    encoding = setup.encoding
-    stored_encoding = EncodingRecord(
-        clip=encoding.clip,
-        scale_bits=encoding.scale_bits,
-        ring_bits=encoding.ring_bits,
-        noise=NoiseShareRecord(kind=encoding.noise.kind.value, parameter=encoding.noise.parameter),
-        rounding_beta=encoding.rounding_beta,
-    )
-    p = setup.params
-    if p is None:
-        secagg = SecAggRecord(
-            enabled=False, num_clients=len(setup.accepted), ring_bits=encoding.ring_bits
-        )
-    else:
+    p, ring_bits = setup.params, setup.encoding.ring_bits
+    secagg = SecAggRecord(enabled=False, num_clients=len(setup.accepted), ring_bits=ring_bits)
+    if p is not None:
         secagg = SecAggRecord(
             num_clients=p.num_clients,
             degree=p.degree,
@@ -163,10 +139,9 @@ def with_summation(record: RoundSetup, setup: SumSetup) -> RoundSetup:
             min_survivors=p.min_survivors,
             threat_model=setup.threat_model,
         )
-    record = record.model_copy(update={"encoding": stored_encoding, "secagg": secagg})
-    if setup.kind is Summation.NOISE_ALONE:
-        record = record.model_copy(update={"noise_alone": True})
-    return record
+    encoding = EncodingRecord.model_validate(setup.encoding.to_dict())
+    alone = {"noise_alone": True} if setup.kind is Summation.NOISE_ALONE else {}
+    return record.model_copy(update={"encoding": encoding, "secagg": secagg, **alone})
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,15 +1,10 @@
-"""What a round attempt stores about itself: :class:`RoundSetup`, typed and versioned.
+"""What a round attempt stores about itself (column ``rounds.noise``): :class:`RoundSetup`.
 
-Every attempt keeps, in the ``rounds.noise`` column, what a restarted coordinator needs to redo
-it (the job's plan, the state before the round, the sample it drew) and what operators and
-auditors read back (declines, the summation's encoding and secure-aggregation parameters). The
-column is read and written only through this model, so that a stored record that is not one of
-these (an unknown version, a missing or misspelt field) is refused with the round and the field
-named instead of surfacing later as a missing key. Migration 0005 gave the stored rows their
-``version``; a change of shape takes a new version and a migration of the rows.
-
-Only the fields an attempt set are stored (``exclude_unset``), so a record reads back as the
-same JSON object it was written from.
+The plan, state and sample a restart resumes from, and what operators and auditors read back
+(declines, the summation). Read and written only through this typed, versioned model, so that
+a record this coordinator cannot read is refused naming the round and the field. Only the
+fields an attempt set are stored (``exclude_unset``): a record reads back as written. A change
+of shape takes a new version and a migration of the rows (0005 added the version).
 """
 
 from __future__ import annotations
@@ -21,15 +16,7 @@ from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from dpfl.server.errors import LedgerIntegrityError
 
-__all__ = [
-    "ROUND_SETUP_VERSION",
-    "EncodingRecord",
-    "NoiseShareRecord",
-    "PlanRecord",
-    "RoundSetup",
-    "SecAggRecord",
-    "StateRecord",
-]
+__all__ = ["ROUND_SETUP_VERSION", "EncodingRecord", "PlanRecord", "RoundSetup", "SecAggRecord"]
 
 #: The version of :class:`RoundSetup` this code writes and reads.
 ROUND_SETUP_VERSION: Final = 1
@@ -43,8 +30,7 @@ class _Record(BaseModel):
 
 
 class PlanRecord(_Record):
-    """The job's plan (``JobPlan.to_json``); ``details`` are the algorithm's, validated by its
-    ``parse_plan`` when the plan is used."""
+    """``JobPlan.to_json``; ``details`` are validated by the algorithm's ``parse_plan``."""
 
     noise_multiplier: Number
     calibration: dict[str, JsonValue]
@@ -53,8 +39,7 @@ class PlanRecord(_Record):
 
 
 class StateRecord(_Record):
-    """The coordinator state before the round, without its model bytes (kept as the store's
-    ``model_version``); ``blobs`` base64-encoded."""
+    """The coordinator state before the round: its model as a version, its blobs in base64."""
 
     model_version: int | None
     details: dict[str, JsonValue]
@@ -62,14 +47,12 @@ class StateRecord(_Record):
 
 
 class NoiseShareRecord(_Record):
-    """The integer noise each carrier of the sum adds (``NoiseSpec.to_dict``)."""
-
     kind: str
     parameter: Number
 
 
 class EncodingRecord(_Record):
-    """How the agents encode their vectors into the ring (``EncodingConfig.to_dict``)."""
+    """``EncodingConfig.to_dict``: how the agents encode their vectors, and their noise."""
 
     clip: Number
     scale_bits: int
@@ -93,21 +76,10 @@ class SecAggRecord(_Record):
 
 
 class RoundSetup(_Record):
-    """One attempt's stored record (``Round.setup``).
-
-    Attributes:
-        version: :data:`ROUND_SETUP_VERSION`.
-        plan, state: the job's plan and the state before the round (what a restart resumes from).
-        population: the size of the population the sample was drawn from.
-        excluded_over_budget: the clients left out of it, their budgets spent.
-        sample, sample_population, sample_kept: the round's draw, the population it was drawn
-            from, and whether it is an earlier attempt's (a round keeps its sample until one
-            attempt commits).
-        declined: each decliner's reason, by agent id.
-        encoding, secagg, noise_alone: the summation's setup.
-        restored_noise_shares: dropouts' noise shares the release carries (secure aggregation).
-        audit: an attempt of a privacy audit, not of a job's training.
-    """
+    """One attempt's stored record (``Round.setup``): ``population`` the attempt's size, less
+    the ``excluded_over_budget``; ``sample``, drawn from ``sample_population``, kept until an
+    attempt commits; ``declined`` each decliner's reason; ``restored_noise_shares`` dropouts'
+    noise carried by the release; ``audit`` an attempt of a privacy audit."""
 
     version: Literal[1]
     plan: PlanRecord | None = None
@@ -126,20 +98,12 @@ class RoundSetup(_Record):
 
     @classmethod
     def empty(cls) -> RoundSetup:
-        """The record of an attempt that stored nothing yet."""
         return cls(version=ROUND_SETUP_VERSION)
 
     @classmethod
     def from_stored(cls, data: object, *, where: str) -> RoundSetup:
-        """A stored record, validated.
-
-        Args:
-            where: the round it belongs to, for the error.
-
-        Raises:
-            LedgerIntegrityError: not a record of :data:`ROUND_SETUP_VERSION` (naming ``where``
-                and the first field at fault).
-        """
+        """A stored record, validated. Raises LedgerIntegrityError: not a record of
+        :data:`ROUND_SETUP_VERSION`, naming ``where`` (the round) and the field at fault."""
         if not isinstance(data, Mapping):
             raise LedgerIntegrityError(
                 f"the stored record of {where} is not an object: {type(data).__name__}"
@@ -160,14 +124,12 @@ class RoundSetup(_Record):
 
     def to_json(self) -> dict[str, JsonValue]:
         """The stored form: the fields this record set, and its version."""
-        data: dict[str, JsonValue] = self.model_dump(mode="json", exclude_unset=True)
-        data["version"] = self.version
-        return data
+        return {**self.document(), "version": self.version}
 
     def document(self) -> dict[str, JsonValue]:
         """The REST API's ``noise`` object of a round: the stored form without its version."""
-        data = self.to_json()
-        del data["version"]
+        data: dict[str, JsonValue] = self.model_dump(mode="json", exclude_unset=True)
+        data.pop("version", None)
         return data
 
     def kept_sample(self) -> tuple[tuple[str, ...], tuple[str, ...]] | None:

@@ -25,6 +25,7 @@ from dpfl.server.store.core import (
     check_count,
     check_id,
     check_ids,
+    check_json_object,
     check_number,
     check_text,
 )
@@ -66,6 +67,12 @@ CHARGED_STAGES = ("masked_input", "unmask")
 _UNFINISHED = (RoundStatus.RUNNING, RoundStatus.COMMITTED)
 
 
+def _checked(setup: RoundSetup) -> RoundSetup:
+    """Raises InvalidInput: a record that is not JSON with finite numbers (a NaN in a plan)."""
+    check_json_object(setup.to_json(), "round setup")
+    return setup
+
+
 def _identity(entry: LedgerEntry) -> tuple[Any, ...]:
     dd = entry.data_dependent_event
     return (
@@ -101,6 +108,7 @@ class RoundsMixin(StoreCore):
         """
         number = check_count(number, "round number")
         invited_ids = check_ids(invited, "invited")
+        record = _checked(setup or RoundSetup.empty())
         with self._transaction(write=True) as tx:
             job = self._job_of(tx, job_id, lock=True)
             if job.status != JobStatus.RUNNING:
@@ -119,9 +127,7 @@ class RoundsMixin(StoreCore):
                     raise AlreadyExists(f"round {number} of job {job_id!r} is already completed")
             attempt = max((r.attempt for r in previous), default=0) + 1
             return tx.insert_round(
-                NewRound(
-                    job_id, number, attempt, self._now(), invited_ids, setup or RoundSetup.empty()
-                )
+                NewRound(job_id, number, attempt, self._now(), invited_ids, record)
             )
 
     def get_round(self, round_id: int) -> Round:
@@ -174,7 +180,7 @@ class RoundsMixin(StoreCore):
                 rnd,
                 invited=new_invited,
                 accepted=new_accepted,
-                setup=rnd.setup if setup is None else setup,
+                setup=rnd.setup if setup is None else _checked(setup),
             )
             tx.update_round(rnd)
         return rnd

@@ -209,6 +209,7 @@ def test_restore_counts_only_the_attempts_the_round_aborted(coordinator_db: str)
     from datetime import timedelta
 
     from dpfl.learning.algorithms.base import CoordinatorState, get_algorithm
+    from dpfl.server.orchestrator.sampling import AttemptSample
     from dpfl.server.orchestrator.state import (
         COORDINATOR_RESTARTED,
         COORDINATOR_SHUT_DOWN,
@@ -233,7 +234,9 @@ def test_restore_counts_only_the_attempts_the_round_aborted(coordinator_db: str)
         store.set_job_status(stored.id, JobStatus.RUNNING)
 
         def attempt() -> int:
-            rnd = store.start_round(stored.id, 1, invited=ids, setup=round_record(plan, state))
+            everyone = AttemptSample(tuple(ids), tuple(ids), tuple(ids), kept=False)
+            record = round_record(plan, state, everyone, ids, [])
+            rnd = store.start_round(stored.id, 1, invited=ids, setup=record)
             return rnd.id
 
         def counted() -> int:

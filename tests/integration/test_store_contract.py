@@ -34,6 +34,7 @@ from dpfl.server.store import (
     RoundStatus,
     Store,
 )
+from dpfl.server.store.round_setup import PlanRecord
 
 SPEC = parse_job({"name": "demo", "algorithm": "dp-fedavg", "privacy": {"target_epsilon": 4.0}})
 
@@ -272,6 +273,9 @@ class StoreContract:
         declined = setup.model_copy(update={"declined": {c: "over budget"}})
         rnd = store.update_round(rnd.id, setup=declined)
         assert rnd.setup == declined
+        nan = PlanRecord(noise_multiplier=math.nan, calibration={}, population=3, details={})
+        with pytest.raises(InvalidInput, match=r"round setup .* finite numbers"):
+            store.update_round(rnd.id, setup=declined.model_copy(update={"plan": nan}))
         assert store.get_round(rnd.id).setup.to_json() == {
             "version": ROUND_SETUP_VERSION,
             "population": 3,

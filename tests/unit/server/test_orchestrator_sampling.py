@@ -49,7 +49,7 @@ def _plan(algorithm: DpFedAvg, job: JobSpec) -> JobPlan:
 def _record(plan: JobPlan, sample: AttemptSample) -> RoundSetup:
     """The record the coordinator stores for an attempt that invited ``sample``."""
     state = CoordinatorState(model=None, model_version=0, details={}, blobs={})
-    return round_record(plan, state, sample=sample)
+    return round_record(plan, state, sample, POPULATION, [])
 
 
 def _attempt(number: int, attempt: int, record: RoundSetup, *, committed: bool) -> Round:

@@ -79,7 +79,7 @@ def test_the_coordinator_writes_the_plan_state_sample_and_summation() -> None:
     plan = algorithm.plan(job, population=5)
     state = CoordinatorState(model=b"m", model_version=3, details={"round": 2}, blobs={"k": b"\1"})
     sample = AttemptSample(("a", "b"), ("a", "b", "c"), ("a", "b"), kept=True)
-    record = round_record(plan, state, sample=sample, population=3, excluded_over_budget=["d"])
+    record = round_record(plan, state, sample, ["a", "b", "c"], ["d"])
     stored = record.to_json()
     assert stored["version"] == ROUND_SETUP_VERSION
     assert stored["plan"] == plan.to_json()

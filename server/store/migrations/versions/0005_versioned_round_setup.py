@@ -1,11 +1,6 @@
-"""Round records carry their version: ``rounds.noise`` holds a versioned ``RoundSetup``.
-
-Every stored round record (the JSON object in ``rounds.noise``: plan, state, sample, declines,
-summation) gains ``"version": 1``, the version the coordinator reads it as
-(``dpfl.server.store.round_setup``); no key is renamed, so the record otherwise reads back as
-written. Rows are rewritten one at a time (a record holds the state's blobs, which may be large).
-A stored value that is not a JSON object is left as it is: reading it is refused, naming the
-round. The downgrade removes the version again.
+"""Round records carry their version: every JSON object in ``rounds.noise`` gains
+``"version": 1`` (``dpfl.server.store.round_setup``), no key renamed; the downgrade removes it.
+A stored value that is not an object is left as it is (reading it is refused, naming the round).
 
 Revision ID: 0005
 Revises: 0004
@@ -24,14 +19,13 @@ down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-#: The version of the round record this migration writes.
 VERSION = 1
 
 _ROUNDS = sa.table("rounds", sa.column("id", sa.Integer()), sa.column("noise", sa.JSON()))
 
 
 def _rewrite(change: Callable[[dict[str, object]], dict[str, object] | None]) -> None:
-    """Apply ``change`` to every stored record that is a JSON object; None leaves it as is."""
+    """``change`` every stored object (None: as it is), a row at a time (records hold blobs)."""
     conn = op.get_bind()
     ids = conn.execute(sa.select(_ROUNDS.c.id).order_by(_ROUNDS.c.id)).scalars().all()
     for round_id in ids:
