@@ -17,15 +17,8 @@ from dataclasses import dataclass
 from dpfl.learning.audit import AuditReport
 from dpfl.learning.jobs import JobSpec
 from dpfl.server.ledger_charges import store_charge
-from dpfl.server.store import (
-    ROUND_SETUP_VERSION,
-    Job,
-    JobStatus,
-    PrivacyAudit,
-    PrivacyAuditFigures,
-    RoundSetup,
-    Store,
-)
+from dpfl.server.store import Job, JobStatus, PrivacyAudit, PrivacyAuditFigures, Store
+from dpfl.server.store.round_setup import ROUND_SETUP_VERSION, RoundSetup
 
 __all__ = ["RecordedAudit", "record_audited_run"]
 
