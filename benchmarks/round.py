@@ -110,15 +110,15 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                 )
             }
             walls = [(r.finished_at - r.started_at).total_seconds() for r in measured]
-            secagg = measured[0].noise.get("secagg", {})
+            secagg = measured[0].setup.secagg
             out[str(dim)] = {
                 "stage_s": {k: round(v, 4) for k, v in stages.items()},
                 "round_s": round(statistics.median(walls), 4),
                 "round_s_all": [round(w, 4) for w in walls],
                 "coordinator_cpu_s_per_round": round(cpu, 4),
-                "degree": secagg.get("degree"),
-                "threshold": secagg.get("threshold"),
-                "ring_bits": secagg.get("ring_bits"),
+                "degree": None if secagg is None else secagg.degree,
+                "threshold": None if secagg is None else secagg.threshold,
+                "ring_bits": None if secagg is None else secagg.ring_bits,
             }
     finally:
         with open(switch, "w", encoding="utf-8") as f:

@@ -193,7 +193,7 @@ async def _points(
             measured = sorted(rounds, key=lambda r: r.number)[args.warmup : total]
             walls = [(r.finished_at - r.started_at).total_seconds() for r in measured]
             per_stage = {s: [r.stage_seconds.get(s, 0.0) for r in measured] for s in STAGES}
-            secagg = measured[0].noise.get("secagg", {})
+            secagg = measured[0].setup.secagg
             rss, peak = rss_mb()
             round_s = statistics.median(walls)
             target = TARGETS.get((n, dim))
@@ -216,8 +216,8 @@ async def _points(
                     "coordinator_rss_mb": rss,
                     "coordinator_peak_rss_mb": peak,
                     "bytes_per_agent_per_round": round(moved / n),
-                    "degree": secagg.get("degree"),
-                    "threshold": secagg.get("threshold"),
+                    "degree": None if secagg is None else secagg.degree,
+                    "threshold": None if secagg is None else secagg.threshold,
                     "setup_s": round(setup_s, 2),
                     "target_round_s": target,
                     "meets_target": None

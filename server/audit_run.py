@@ -18,6 +18,7 @@ from dpfl.learning.audit import AuditReport
 from dpfl.learning.jobs import JobSpec
 from dpfl.server.ledger_charges import store_charge
 from dpfl.server.store import Job, JobStatus, PrivacyAudit, PrivacyAuditFigures, Store
+from dpfl.server.store.round_setup import ROUND_SETUP_VERSION, RoundSetup
 
 __all__ = ["RecordedAudit", "record_audited_run"]
 
@@ -62,7 +63,10 @@ def record_audited_run(store: Store, job: JobSpec, report: AuditReport) -> Recor
     store.set_job_status(stored.id, JobStatus.RUNNING)
     for rnd in trace.rounds:
         started = store.start_round(
-            stored.id, rnd.number, invited=[ident(c) for c in rnd.invited], noise={"audit": True}
+            stored.id,
+            rnd.number,
+            invited=[ident(c) for c in rnd.invited],
+            setup=RoundSetup(version=ROUND_SETUP_VERSION, audit=True),
         )
         store.update_round(started.id, accepted=[ident(c) for c in rnd.participants])
         charges = [store_charge(ident(c), ch) for c, ch in sorted(rnd.charges.items())]

@@ -16,6 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from dpfl.learning.algorithms.registry import get_algorithm
+
 if TYPE_CHECKING:
     from dpfl.learning.jobs import JobSpec
     from dpfl.server.orchestrator import RoundReport
@@ -111,11 +113,10 @@ def invitations_from_rounds(
     example: dict[str, str] = {}
     sent = accepted = no_answer = excluded = 0
     for r in sorted(rounds, key=lambda r: (r.number, r.attempt)):
-        noise = r.noise if isinstance(r.noise, Mapping) else {}
-        left_out = len(noise.get("excluded_over_budget") or ())
+        left_out = len(r.setup.excluded_over_budget or ())
         excluded += left_out
         invited_now = len(r.invited) if "invitation" in r.survivors else 0
-        declines = noise.get("declined") or {}
+        declines = r.setup.declined or {}
         counts: Counter[str] = Counter()
         for reason in declines.values():
             rule = decline_rule(str(reason))
@@ -256,7 +257,10 @@ def collect_result(
     # marked approximate; docs/accounting.md#which-bound-each-ledger-figure-is); 0 for a
     # client the job never charged. One read of the job's entries for all clients.
     charged = store.job_epsilons(job_id, delta=delta)
-    plan = rounds[-1].noise.get("plan", {}) if rounds else {}
+    stored = rounds[-1].setup.plan if rounds else None
+    algorithm = get_algorithm(spec.algorithm)
+    plan = None if stored is None else algorithm.parse_plan(stored.model_dump(mode="json"))
+    shown = None if plan is None else algorithm.details(plan).shown_claim()
     completed = [r for r in reports if r.completed]
     skipped = {r.round.number for r in reports if r.skipped and r.round is not None} - {
         d.number for d in done
@@ -271,12 +275,12 @@ def collect_result(
         accuracy=last.accuracy if last is not None else None,
         epsilon={a: float(charged.get(a, 0.0)) for a in agents},
         delta=delta,
-        noise_multiplier=plan.get("noise_multiplier"),
+        noise_multiplier=None if plan is None else plan.noise_multiplier,
         wall_s=wall_s,
         metrics=dict(completed[-1].metrics) if completed else {},
         error=job.error,
-        claimed_epsilon=plan.get("details", {}).get("claimed_epsilon"),
-        claim=plan.get("details", {}).get("claim"),
+        claimed_epsilon=None if shown is None else shown[0],
+        claim=None if shown is None else shown[1],
         rounds_planned=spec.rounds,
         rounds_skipped=len(skipped),
         invitations=invitations,

@@ -97,31 +97,6 @@ class SumSetup:
     def min_survivors(self) -> int:
         return 1 if self.params is None else self.params.min_survivors
 
-    def record(self) -> dict[str, object]:
-        """The round record's entries for this setup (what a restarted coordinator and an
-        auditor read back)."""
-        out: dict[str, object] = {"encoding": self.encoding.to_dict()}
-        p = self.params
-        if p is None:
-            out["secagg"] = {
-                "enabled": False,
-                "num_clients": len(self.accepted),
-                "ring_bits": self.encoding.ring_bits,
-            }
-        else:
-            out["secagg"] = {
-                "num_clients": p.num_clients,
-                "degree": p.degree,
-                "threshold": p.threshold,
-                "ring_bits": p.ring_bits,
-                "vector_length": p.vector_length,
-                "min_survivors": p.min_survivors,
-                "threat_model": self.threat_model,
-            }
-        if self.kind is Summation.NOISE_ALONE:
-            out["noise_alone"] = True
-        return out
-
 
 @dataclass(frozen=True, slots=True)
 class Commitment:

@@ -267,12 +267,13 @@ def _plan_claim(store: Store, job_id: str) -> tuple[float | None, str | None]:
     from the latest round record holding a plan), or ``(None, None)``: also for a plan this
     coordinator cannot read (the figure is only shown, never charged)."""
     for rnd in reversed(store.list_rounds(job_id)):
-        stored = rnd.noise.get("plan")
-        if not isinstance(stored, dict):
+        stored = rnd.setup.plan
+        if stored is None:
             continue
         try:
             algorithm = get_algorithm(store.get_job(job_id).spec["algorithm"])
-            shown = algorithm.details(algorithm.parse_plan(stored)).shown_claim()
+            plan = algorithm.parse_plan(stored.model_dump(mode="json"))
+            shown = algorithm.details(plan).shown_claim()
         except LearningError:
             return None, None
         return (None, None) if shown is None else shown
@@ -301,7 +302,7 @@ def round_public(rnd: Round, *, approximate: bool = False) -> RoundPublic:
         survivors={k: list(v) for k, v in rnd.survivors.items()},
         dropped={k: list(v) for k, v in rnd.dropped.items()},
         stage_seconds=dict(rnd.stage_seconds),
-        noise=dict(rnd.noise),
+        noise=rnd.setup.document(),
         accuracy=rnd.accuracy,
         epsilon=rnd.epsilon,
         approximate=approximate and rnd.epsilon is not None,

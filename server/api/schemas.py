@@ -15,7 +15,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 __all__ = [
     "BudgetPublic",
@@ -272,7 +272,9 @@ class RoundPublic(_Public):
     survivors: dict[str, list[str]]
     dropped: dict[str, list[str]]
     stage_seconds: dict[str, float]
-    noise: dict[str, Any]
+    noise: dict[str, JsonValue] = Field(
+        description="The attempt's stored setup (its plan, sample, declines and summation)."
+    )
     accuracy: float | None
     epsilon: float | None = Field(
         description="Largest per-job RDP ε (at the job's δ) among the clients charged by this "

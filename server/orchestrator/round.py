@@ -45,11 +45,11 @@ from dpfl.server.ledger_charges import store_charge
 from dpfl.server.orchestrator.channel import RoundChannel, invitation_session_id
 from dpfl.server.orchestrator.hooks import NO_HOOKS, FaultHooks
 from dpfl.server.orchestrator.sampling import attempt_sample
-from dpfl.server.orchestrator.state import round_record
+from dpfl.server.orchestrator.state import round_record, with_summation
 from dpfl.server.orchestrator.wire_sum import sum_plainly, sum_securely
 from dpfl.server.sessions import SessionRegistry
 from dpfl.server.settings import StageDeadlines
-from dpfl.server.store import AgentStatus, Round, Store
+from dpfl.server.store import AgentStatus, Round, RoundSetup, Store
 
 __all__ = ["JobContext", "RoundEngine", "RoundReport"]
 
@@ -162,15 +162,9 @@ class RoundEngine:
             population=population,
             previous=previous,
         )
-        record = round_record(
-            ctx.plan,
-            state,
-            population=len(population),
-            excluded_over_budget=excluded,
-            **sample.record(),
-        )
+        record = round_record(ctx.plan, state, sample, population, excluded)
         rnd = await asyncio.to_thread(
-            self.store.start_round, ctx.job_id, number, invited=list(sample.invited), noise=record
+            self.store.start_round, ctx.job_id, number, invited=list(sample.invited), setup=record
         )
         run = WireRound(self, ctx, rnd, record)
         self.registry.add_route(run.channel)
@@ -192,10 +186,10 @@ class WireRound:
     """One attempt in flight, as the driver's cohort and ledger: the invitation and the
     summation carried over the round's channel, every step recorded in the store."""
 
-    def __init__(self, engine: RoundEngine, ctx: RoundJob, rnd: Round, record: dict[str, Any]):
+    def __init__(self, engine: RoundEngine, ctx: RoundJob, rnd: Round, record: RoundSetup):
         self.engine, self.store, self.registry = engine, engine.store, engine.registry
         self.deadlines, self.hooks = engine.deadlines, engine.hooks
-        self.ctx, self.rnd, self.noise = ctx, rnd, record
+        self.ctx, self.rnd, self.setup = ctx, rnd, record
         self.info = {"job_id": ctx.job_id, "round": rnd.number, "attempt": rnd.attempt}
         self.info["round_id"] = rnd.id
         self.accepted: tuple[str, ...] = ()
@@ -264,9 +258,9 @@ class WireRound:
         if self.engine.metrics is not None:
             self.engine.metrics.stage_latency(stage, seconds)
 
-    async def _note(self, **values: object) -> None:
-        self.noise = {**self.noise, **values}
-        self.rnd = await asyncio.to_thread(self.store.update_round, self.rnd.id, noise=self.noise)
+    async def _save(self, record: RoundSetup) -> None:
+        self.setup = record
+        self.rnd = await asyncio.to_thread(self.store.update_round, self.rnd.id, setup=record)
 
     # -- the driver's cohort and ledger --------------------------------------------------------
 
@@ -308,16 +302,16 @@ class WireRound:
         gone = self.channel.gone
         self.accepted = tuple(sorted(a for a, ok in answers.items() if ok and a not in gone))
         # what each decliner said (its local policy's rule first), for operators and reports
-        self.noise = {**self.noise, "declined": dict(sorted(declines.items()))}
+        self.setup = self.setup.model_copy(update={"declined": dict(sorted(declines.items()))})
         await self.record("invitation", self.accepted, invitation.invited, started)
         self.rnd = await asyncio.to_thread(
-            self.store.update_round, self.rnd.id, accepted=list(self.accepted), noise=self.noise
+            self.store.update_round, self.rnd.id, accepted=list(self.accepted), setup=self.setup
         )
         await self.hooks.at("invitations_closed", self.info)
         return Acceptance(self.accepted)
 
     async def set_up(self, setup: SumSetup) -> None:
-        await self._note(**setup.record())
+        await self._save(with_summation(self.setup, setup))
         if setup.kind is Summation.NOISE_ALONE:
             await self.record("invitation", [], [], time.monotonic())  # nobody was invited
 
@@ -328,7 +322,8 @@ class WireRound:
 
     async def commit(self, commitment: Commitment) -> None:
         if commitment.restored_noise_shares is not None:
-            await self._note(restored_noise_shares=commitment.restored_noise_shares)
+            restored = commitment.restored_noise_shares
+            await self._save(self.setup.model_copy(update={"restored_noise_shares": restored}))
         ledger = [store_charge(a, c) for a, c in sorted(commitment.charges.items())]
         try:
             result = await asyncio.to_thread(

@@ -10,9 +10,8 @@ Everything here is a pure function of its arguments and ``Algorithm.select``'s C
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from dpfl.learning.algorithms.base import Algorithm, JobPlan
 from dpfl.learning.algorithms.release import Release, minimum_accepted, release_for
@@ -38,29 +37,14 @@ class AttemptSample:
     invited: tuple[str, ...]
     kept: bool
 
-    def record(self) -> dict[str, Any]:
-        """What the round record keeps so that a later attempt (or a restarted coordinator)
-        invites the same sample."""
-        return {
-            "sample": list(self.sample),
-            "sample_population": list(self.drawn_from),
-            "sample_kept": self.kept,
-        }
 
-
-def _kept(previous: Sequence[Round]) -> tuple[list[str], list[str]] | None:
+def _kept(previous: Sequence[Round]) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
     if not previous:
         return None
     latest = max(previous, key=lambda r: r.attempt)
     if latest.committed_at is not None:
         return None  # charged as a release of its own sample: the next attempt is a new draw
-    noise: Mapping[str, Any] = latest.noise
-    sample, drawn = noise.get("sample"), noise.get("sample_population")
-    if not isinstance(sample, list) or not isinstance(drawn, list):
-        return None
-    if not all(isinstance(a, str) for a in [*sample, *drawn]):
-        return None
-    return sample, drawn
+    return latest.setup.kept_sample()
 
 
 def attempt_sample(
@@ -83,7 +67,7 @@ def attempt_sample(
         if set(population) <= set(drawn):
             members = set(population)
             invited = tuple(sorted(a for a in sample if a in members))
-            return AttemptSample(tuple(sample), tuple(drawn), invited, kept=True)
+            return AttemptSample(sample, drawn, invited, kept=True)
     drawn_sample = algorithm.select(spec, plan, round_number=round_number, population=population)
     return AttemptSample(
         sample=tuple(drawn_sample),

@@ -1,7 +1,7 @@
 """What a restarted coordinator needs to redo a round: the job's plan and the state before it.
 
-Every attempt stores, in its record's ``noise`` object before anything is sent, the job's
-:class:`~dpfl.learning.algorithms.base.JobPlan` and the
+Every attempt stores, in its :class:`~dpfl.server.store.round_setup.RoundSetup` before
+anything is sent, the job's :class:`~dpfl.learning.algorithms.base.JobPlan` and the
 :class:`~dpfl.learning.algorithms.base.CoordinatorState` before the round. :func:`restore`
 redoes an interrupted round from them, or continues after the last completed round
 (docs/architecture.md#round-attempts-in-the-store).
@@ -15,13 +15,22 @@ coordinator does not fail its jobs.
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from dpfl.learning.algorithms.base import Algorithm, CoordinatorState, JobPlan
+from dpfl.learning.rounds.state import Summation, SumSetup
 from dpfl.server.errors import LedgerIntegrityError
+from dpfl.server.orchestrator.sampling import AttemptSample
 from dpfl.server.store import JobStatus, Round, RoundStatus, Store
+from dpfl.server.store.round_setup import (
+    ROUND_SETUP_VERSION,
+    EncodingRecord,
+    PlanRecord,
+    RoundSetup,
+    SecAggRecord,
+    StateRecord,
+)
 
 __all__ = [
     "COORDINATOR_RESTARTED",
@@ -30,10 +39,12 @@ __all__ = [
     "Restored",
     "counts_toward_abort_limit",
     "halt_reason",
+    "plan_record",
     "restore",
     "round_record",
-    "state_from_json",
-    "state_to_json",
+    "state_from_record",
+    "state_record",
+    "with_summation",
 ]
 
 #: Why a coordinator at start-up aborts the attempts it finds unfinished (the default reason of
@@ -67,32 +78,70 @@ def counts_toward_abort_limit(rnd: Round) -> bool:
     return reason not in INTERRUPTIONS and not reason.endswith(": skipped")
 
 
-def state_to_json(state: CoordinatorState) -> dict[str, Any]:
+def state_record(state: CoordinatorState) -> StateRecord:
     """The state without its model bytes (kept as the store's model version)."""
-    return {
-        "model_version": state.model_version if state.model is not None else None,
-        "details": dict(state.details),
-        "blobs": {k: base64.b64encode(v).decode("ascii") for k, v in state.blobs.items()},
-    }
-
-
-def state_from_json(data: Mapping[str, Any], *, store: Store, job_id: str) -> CoordinatorState:
-    """Rebuild a state, fetching its model version's bytes from the store."""
-    version = data.get("model_version")
-    model = None
-    if version is not None:
-        model = store.get_model_version(job_id, int(version)).data
-    return CoordinatorState(
-        model=model,
-        model_version=int(version) if version is not None else 0,
-        details=dict(data.get("details", {})),
-        blobs={k: base64.b64decode(v) for k, v in dict(data.get("blobs", {})).items()},
+    return StateRecord(
+        model_version=state.model_version if state.model is not None else None,
+        details=dict(state.details),
+        blobs={k: base64.b64encode(v).decode("ascii") for k, v in state.blobs.items()},
     )
 
 
-def round_record(plan: JobPlan, state: CoordinatorState, **extra: Any) -> dict[str, Any]:
-    """The ``noise`` object of a new round attempt."""
-    return {"plan": plan.to_json(), "state": state_to_json(state), **extra}
+def state_from_record(record: StateRecord, *, store: Store, job_id: str) -> CoordinatorState:
+    """Rebuild a state, fetching its model version's bytes from the store."""
+    version = record.model_version
+    model = None if version is None else store.get_model_version(job_id, version).data
+    return CoordinatorState(
+        model=model,
+        model_version=version if version is not None else 0,
+        details=dict(record.details),
+        blobs={k: base64.b64decode(v) for k, v in record.blobs.items()},
+    )
+
+
+def plan_record(plan: JobPlan) -> PlanRecord:
+    """The job's plan as a round stores it (``JobPlan.to_json``)."""
+    return PlanRecord.model_validate(plan.to_json())
+
+
+def round_record(
+    plan: JobPlan,
+    state: CoordinatorState,
+    sample: AttemptSample,
+    population: Sequence[str],
+    excluded: Sequence[str],
+) -> RoundSetup:
+    """The record of a new attempt: what a restart resumes from, the attempt's population (the
+    ``excluded`` left out, over budget), and the draw a later attempt keeps."""
+    return RoundSetup(
+        version=ROUND_SETUP_VERSION,
+        plan=plan_record(plan),
+        state=state_record(state),
+        population=len(population),
+        excluded_over_budget=list(excluded),
+        sample=list(sample.sample),
+        sample_population=list(sample.drawn_from),
+        sample_kept=sample.kept,
+    )
+
+
+def with_summation(record: RoundSetup, setup: SumSetup) -> RoundSetup:
+    """``record`` with the round's summation: its encoding and its parameters."""
+    p, ring_bits = setup.params, setup.encoding.ring_bits
+    secagg = SecAggRecord(enabled=False, num_clients=len(setup.accepted), ring_bits=ring_bits)
+    if p is not None:
+        secagg = SecAggRecord(
+            num_clients=p.num_clients,
+            degree=p.degree,
+            threshold=p.threshold,
+            ring_bits=p.ring_bits,
+            vector_length=p.vector_length,
+            min_survivors=p.min_survivors,
+            threat_model=setup.threat_model,
+        )
+    encoding = EncodingRecord.model_validate(setup.encoding.to_dict())
+    alone = {"noise_alone": True} if setup.kind is Summation.NOISE_ALONE else {}
+    return record.model_copy(update={"encoding": encoding, "secagg": secagg, **alone})
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,11 +188,11 @@ def restore(store: Store, job_id: str, algorithm: Algorithm) -> Restored | None:
 def _from_record(
     store: Store, rnd: Round, algorithm: Algorithm
 ) -> tuple[JobPlan, CoordinatorState]:
-    noise = rnd.noise
-    if "plan" not in noise or "state" not in noise:
+    stored_plan, stored_state = rnd.setup.plan, rnd.setup.state
+    if stored_plan is None or stored_state is None:
         raise LedgerIntegrityError(
             f"round {rnd.number} (attempt {rnd.attempt}) of job {rnd.job_id!r} does not hold "
             "the plan and state needed to resume"
         )
-    plan = algorithm.parse_plan(noise["plan"])
-    return plan, state_from_json(noise["state"], store=store, job_id=rnd.job_id)
+    plan = algorithm.parse_plan(stored_plan.model_dump(mode="json"))
+    return plan, state_from_record(stored_state, store=store, job_id=rnd.job_id)

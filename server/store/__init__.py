@@ -37,11 +37,13 @@ from dpfl.server.store.records import (
     VerifyReport,
     to_json,
 )
+from dpfl.server.store.round_setup import ROUND_SETUP_VERSION, RoundSetup
 from dpfl.server.store.rounds import CHARGED_STAGES, STAGES
 
 __all__ = [
     "CHARGED_STAGES",
     "DEFAULT_URL",
+    "ROUND_SETUP_VERSION",
     "STAGES",
     "Agent",
     "AgentStatus",
@@ -66,6 +68,7 @@ __all__ = [
     "PrivacyAuditFigures",
     "ProtectedUnit",
     "Round",
+    "RoundSetup",
     "RoundStatus",
     "Store",
     "VerifyReport",

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
+from pydantic import JsonValue
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -182,7 +183,8 @@ class RoundRow(Base):
     survivors: Mapped[dict[str, Any]]
     dropped: Mapped[dict[str, Any]]
     stage_seconds: Mapped[dict[str, Any]]
-    noise: Mapped[dict[str, Any]]
+    #: The attempt's :class:`~dpfl.server.store.round_setup.RoundSetup` (column ``noise``).
+    setup: Mapped[dict[str, JsonValue]] = mapped_column("noise", sa.JSON())
     accuracy: Mapped[float | None]
     epsilon: Mapped[float | None]
     model_version: Mapped[int | None]

@@ -17,6 +17,7 @@ from typing import Any
 
 from dpfl.accounting import DpEvent
 from dpfl.server.errors import InvalidInput
+from dpfl.server.store.round_setup import RoundSetup
 
 __all__ = [
     "Agent",
@@ -210,7 +211,7 @@ class Round:
     survivors: dict[str, tuple[str, ...]]
     dropped: dict[str, tuple[str, ...]]
     stage_seconds: dict[str, float]
-    noise: dict[str, Any]
+    setup: RoundSetup
     accuracy: float | None
     epsilon: float | None
     model_version: int | None
@@ -399,6 +400,8 @@ def to_json(value: Any) -> Any:
                 continue  # secrets and blobs
             out[f.name] = to_json(item)
         return out
+    if isinstance(value, RoundSetup):
+        return value.to_json()
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, datetime):

@@ -46,6 +46,7 @@ from dpfl.server.store.records import (
     Round,
     RoundStatus,
 )
+from dpfl.server.store.round_setup import RoundSetup
 from dpfl.server.store.tx import NewRound, StoreTx
 
 __all__ = ["CHARGED_STAGES", "STAGES", "RoundsMixin"]
@@ -64,6 +65,12 @@ STAGES = (
 #: Stages whose survivors contributed to the aggregate: they must have been charged.
 CHARGED_STAGES = ("masked_input", "unmask")
 _UNFINISHED = (RoundStatus.RUNNING, RoundStatus.COMMITTED)
+
+
+def _checked(setup: RoundSetup) -> RoundSetup:
+    """Raises InvalidInput: a record that is not JSON with finite numbers (a NaN in a plan)."""
+    check_json_object(setup.to_json(), "round setup")
+    return setup
 
 
 def _identity(entry: LedgerEntry) -> tuple[Any, ...]:
@@ -86,7 +93,7 @@ class RoundsMixin(StoreCore):
         number: int,
         *,
         invited: Iterable[str] = (),
-        noise: Mapping[str, Any] | None = None,
+        setup: RoundSetup | None = None,
     ) -> Round:
         """Begin an attempt at round ``number`` of a running job.
 
@@ -101,7 +108,7 @@ class RoundsMixin(StoreCore):
         """
         number = check_count(number, "round number")
         invited_ids = check_ids(invited, "invited")
-        noise_json = check_json_object(noise, "noise")
+        record = _checked(setup or RoundSetup.empty())
         with self._transaction(write=True) as tx:
             job = self._job_of(tx, job_id, lock=True)
             if job.status != JobStatus.RUNNING:
@@ -120,7 +127,7 @@ class RoundsMixin(StoreCore):
                     raise AlreadyExists(f"round {number} of job {job_id!r} is already completed")
             attempt = max((r.attempt for r in previous), default=0) + 1
             return tx.insert_round(
-                NewRound(job_id, number, attempt, self._now(), invited_ids, noise_json)
+                NewRound(job_id, number, attempt, self._now(), invited_ids, record)
             )
 
     def get_round(self, round_id: int) -> Round:
@@ -147,9 +154,9 @@ class RoundsMixin(StoreCore):
         *,
         invited: Iterable[str] | None = None,
         accepted: Iterable[str] | None = None,
-        noise: Mapping[str, Any] | None = None,
+        setup: RoundSetup | None = None,
     ) -> Round:
-        """Record who was invited and who accepted, and the noise parameters, before the commit.
+        """Record who was invited and who accepted, and the attempt's setup, before the commit.
 
         Raises:
             NotFound: no such round or agent.
@@ -160,7 +167,7 @@ class RoundsMixin(StoreCore):
             rnd = self._round_of(tx, round_id, lock=True)
             if rnd.status != RoundStatus.RUNNING:
                 raise InvalidTransition(
-                    f"round {round_id} is {rnd.status.value}; participants and noise are fixed "
+                    f"round {round_id} is {rnd.status.value}; participants and setup are fixed "
                     "at the ledger commit"
                 )
             new_invited = rnd.invited if invited is None else check_ids(invited, "invited")
@@ -173,7 +180,7 @@ class RoundsMixin(StoreCore):
                 rnd,
                 invited=new_invited,
                 accepted=new_accepted,
-                noise=rnd.noise if noise is None else check_json_object(noise, "noise"),
+                setup=rnd.setup if setup is None else _checked(setup),
             )
             tx.update_round(rnd)
         return rnd

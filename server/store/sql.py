@@ -305,7 +305,7 @@ class _SqlTx(StoreTx):
             survivors={},
             dropped={},
             stage_seconds={},
-            noise=dict(new.noise),
+            setup=new.setup.to_json(),
         )
         self._add(row, f"attempt {new.attempt} of round {new.number}")
         return round_record(row)

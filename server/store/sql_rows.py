@@ -41,6 +41,7 @@ from dpfl.server.store.records import (
     Round,
     RoundStatus,
 )
+from dpfl.server.store.round_setup import RoundSetup
 from dpfl.server.store.tx import CredentialRow
 
 __all__ = [
@@ -139,7 +140,10 @@ def round_record(row: RoundRow) -> Round:
         survivors={k: tuple(v) for k, v in row.survivors.items()},
         dropped={k: tuple(v) for k, v in row.dropped.items()},
         stage_seconds={k: float(v) for k, v in row.stage_seconds.items()},
-        noise=dict(row.noise),
+        setup=RoundSetup.from_stored(
+            row.setup,
+            where=f"round {row.id} (job {row.job_id!r}, round {row.number}, attempt {row.attempt})",
+        ),
         accuracy=row.accuracy,
         epsilon=row.epsilon,
         model_version=row.model_version,
@@ -156,7 +160,7 @@ def set_round_row(row: RoundRow, rnd: Round) -> None:
     row.survivors = {k: list(v) for k, v in rnd.survivors.items()}
     row.dropped = {k: list(v) for k, v in rnd.dropped.items()}
     row.stage_seconds = dict(rnd.stage_seconds)
-    row.noise = dict(rnd.noise)
+    row.setup = rnd.setup.to_json()
     row.accuracy = rnd.accuracy
     row.epsilon = rnd.epsilon
     row.model_version = rnd.model_version

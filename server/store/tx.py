@@ -16,7 +16,6 @@ import abc
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from dpfl.server.store.ledger import Curve, CurveSum, PreparedCharge
 from dpfl.server.store.records import (
@@ -34,6 +33,7 @@ from dpfl.server.store.records import (
     Round,
     RoundStatus,
 )
+from dpfl.server.store.round_setup import RoundSetup
 
 __all__ = ["CredentialRow", "EnrollmentTokenRow", "EntryKey", "NewRound", "StoreTx"]
 
@@ -72,7 +72,7 @@ class NewRound:
     attempt: int
     started_at: datetime
     invited: tuple[str, ...]
-    noise: dict[str, Any]
+    setup: RoundSetup
 
 
 class StoreTx(abc.ABC):

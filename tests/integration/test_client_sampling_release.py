@@ -14,6 +14,7 @@ import asyncio
 from pathlib import Path
 
 from support.coordination import deadlines, small_job
+from support.stored_rounds import secagg_of
 
 from dpfl.accounting import PoissonSampledEvent, event_from_json
 from dpfl.learning.algorithms import common
@@ -73,7 +74,7 @@ def test_rounds_sampling_zero_or_one_client_complete_and_are_charged(tmp_path: P
             ids = {a.agent_id for a in sim.agents}
             for rnd, size in zip(rounds, sizes, strict=True):
                 assert rnd.committed_at is not None
-                assert rnd.noise["sample"] == list(rnd.invited) or size == 0
+                assert rnd.setup.sample == list(rnd.invited) or size == 0
                 entries = store.ledger_entries(round_id=rnd.id)
                 # the whole population pays the amplified event, sampled or not
                 assert {e.agent_id for e in entries} == ids
@@ -82,18 +83,20 @@ def test_rounds_sampling_zero_or_one_client_complete_and_are_charged(tmp_path: P
                     assert isinstance(event, PoissonSampledEvent)
                     assert event.sampling_rate == RATE
                 if size == 0:
-                    assert rnd.noise["noise_alone"] is True
+                    assert rnd.setup.noise_alone is True
                     assert rnd.invited == ()
                 elif size == 1:
-                    assert rnd.noise["secagg"]["enabled"] is False
-                    assert rnd.noise["secagg"]["num_clients"] == 1
+                    assert secagg_of(rnd).enabled is False
+                    assert secagg_of(rnd).num_clients == 1
                     # the lone agent's own noise is the sum's: total/(t(1−δ)) ≥ μ
-                    plan_total = rnd.noise["plan"]["details"]["noise_total"]
-                    share = rnd.noise["encoding"]["noise"]["parameter"]
+                    assert rnd.setup.plan is not None
+                    assert rnd.setup.encoding is not None
+                    plan_total = rnd.setup.plan.details["noise_total"]
+                    share = rnd.setup.encoding.noise.parameter
                     assert share >= plan_total
                     assert list(rnd.survivors["masked_input"]) == list(rnd.invited)
                 else:
-                    assert rnd.noise["secagg"]["num_clients"] == size
+                    assert secagg_of(rnd).num_clients == size
             # every agent recorded, in its own ledger, exactly the rounds it took part in
             for agent in sim.agents:
                 joined = [r.number for r in rounds if agent.agent_id in r.invited]

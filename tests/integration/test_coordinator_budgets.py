@@ -60,7 +60,7 @@ def test_client_over_budget_is_not_invited(coordinator_db: str, tmp_path: Path) 
             r1, r2 = store.list_rounds(sim.job_id)
             assert poor in r1.invited
             assert poor not in r2.invited
-            assert r2.noise["excluded_over_budget"] == [poor]
+            assert r2.setup.excluded_over_budget == [poor]
             assert len(store.ledger_entries(agent_id=poor)) == 1
             for agent in sim.agents[1:]:
                 assert len(store.ledger_entries(agent_id=agent.agent_id)) == 2

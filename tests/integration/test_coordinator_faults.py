@@ -96,7 +96,7 @@ def test_agents_killed_at_each_stage(tmp_path: Path) -> None:
             assert len(r3.survivors["masked_input"]) == 3
             # the released noise is every accepted agent's share: the coordinator drew the
             # shares of those whose vectors are missing (docs/accounting.md, (b))
-            restored = [r.noise["restored_noise_shares"] for r in (r1, r2, r3)]
+            restored = [r.setup.restored_noise_shares for r in (r1, r2, r3)]
             assert restored == [0, len(r2.accepted) - 4, len(r3.accepted) - 3] == [0, 1, 1]
             assert store.verify_ledger().ok
         finally:
@@ -210,6 +210,7 @@ def test_restore_counts_only_the_attempts_the_round_aborted(coordinator_db: str)
 
     from dpfl.learning.algorithms.base import CoordinatorState
     from dpfl.learning.algorithms.registry import get_algorithm
+    from dpfl.server.orchestrator.sampling import AttemptSample
     from dpfl.server.orchestrator.state import (
         COORDINATOR_RESTARTED,
         COORDINATOR_SHUT_DOWN,
@@ -234,7 +235,9 @@ def test_restore_counts_only_the_attempts_the_round_aborted(coordinator_db: str)
         store.set_job_status(stored.id, JobStatus.RUNNING)
 
         def attempt() -> int:
-            rnd = store.start_round(stored.id, 1, invited=ids, noise=round_record(plan, state))
+            everyone = AttemptSample(tuple(ids), tuple(ids), tuple(ids), kept=False)
+            record = round_record(plan, state, everyone, ids, [])
+            rnd = store.start_round(stored.id, 1, invited=ids, setup=record)
             return rnd.id
 
         def counted() -> int:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from support.coordination import deadlines, small_job
+from support.stored_rounds import secagg_of
 from support.wire_agent import WireAgent, enroll, run_wire_job, wire_agents
 
 from dpfl.accounting import (
@@ -68,7 +69,7 @@ def test_plain_round_is_summed_by_the_coordinator_and_charged_as_local_dp(tmp_pa
             final = await asyncio.wait_for(c.orchestrator.wait(created.id), 60)
             (rnd,) = c.store.list_rounds(created.id)
             assert final.status.value == "completed", final.error
-            assert rnd.noise["secagg"]["enabled"] is False
+            assert secagg_of(rnd).enabled is False
             assert "share_keys" not in rnd.survivors  # no key exchange, no unmasking
             assert "unmask" not in rnd.survivors
             summed = set(rnd.survivors["masked_input"])

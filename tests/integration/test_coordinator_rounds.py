@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from support.coordination import deadlines, small_job
+from support.stored_rounds import secagg_of
 
 from dpfl.accounting import epsilon_from_rdp, event_from_json, rdp_curve
 from dpfl.simulation import Simulation
@@ -54,7 +55,7 @@ def test_dp_fedavg_five_agents_three_rounds_over_grpc(coordinator_db: str, tmp_p
             assert store.verify_ledger().ok
             for rnd in rounds:
                 assert set(rnd.survivors["masked_input"]) == {a.agent_id for a in sim.agents}
-                assert rnd.noise["secagg"]["num_clients"] == 5
+                assert secagg_of(rnd).num_clients == 5
                 assert rnd.committed_at is not None
                 assert rnd.finished_at is not None
                 assert rnd.committed_at <= rnd.finished_at

@@ -29,6 +29,7 @@ import pytest
 from support.agent_kit import DIGITS, JOB, ExactSum, Setup, fedavg_job, federation, publish
 from support.coordination import deadlines, small_job
 from support.scripted_coordinator import ScriptedCoordinator
+from support.stored_rounds import secagg_of
 from support.wire_agent import run_wire_job, wire_agents
 
 from dpfl.accounting import (
@@ -383,7 +384,7 @@ def test_simulate_without_secure_aggregation_charges_local_dp_in_both_ledgers(
             entries = store.ledger_entries(job_id=sim.job_id)
             assert len(entries) == 2 * 4
             for rnd in rounds:
-                assert rnd.noise["secagg"]["enabled"] is False
+                assert secagg_of(rnd).enabled is False
                 assert {"share_keys", "unmask"}.isdisjoint(rnd.survivors)
             for entry in entries:
                 assert entry.secure_aggregation is False
@@ -448,7 +449,7 @@ def test_the_coordinator_refuses_malformed_and_repeated_plain_vectors(tmp_path: 
             job_id, final = await run_wire_job(c, job, agents)
             assert final.status.value == "completed", final.error
             (rnd,) = c.store.list_rounds(job_id)
-            assert rnd.noise["secagg"]["enabled"] is False
+            assert secagg_of(rnd).enabled is False
             summed = sorted(a.agent_id for a in agents[1:])
             assert sorted(rnd.survivors["masked_input"]) == summed
             entries = c.store.ledger_entries(job_id=job_id)

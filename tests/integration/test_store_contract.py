@@ -24,14 +24,17 @@ from dpfl.server.errors import (
     NotFound,
 )
 from dpfl.server.store import (
+    ROUND_SETUP_VERSION,
     AgentStatus,
     Budget,
     CredentialKind,
     JobStatus,
     PrivacyAuditFigures,
+    RoundSetup,
     RoundStatus,
     Store,
 )
+from dpfl.server.store.round_setup import PlanRecord
 
 SPEC = parse_job({"name": "demo", "algorithm": "dp-fedavg", "privacy": {"target_epsilon": 4.0}})
 
@@ -254,7 +257,8 @@ class StoreContract:
     def test_round_bookkeeping(self, store: Store, clock: FakeClock) -> None:
         a, b, c = (store.create_agent(name=n).id for n in "abc")
         job_id = running_job(store, [a, b, c])
-        rnd = store.start_round(job_id, 1, invited=[a, b, c], noise={"noise_multiplier": 1.1})
+        setup = RoundSetup(version=ROUND_SETUP_VERSION, population=3, sample=[a, b, c])
+        rnd = store.start_round(job_id, 1, invited=[a, b, c], setup=setup)
         assert (rnd.number, rnd.attempt, rnd.status) == (1, 1, RoundStatus.RUNNING)
         rnd = store.update_round(rnd.id, accepted=[a, b])
         rnd = store.record_stage(rnd.id, "advertise_keys", survivors=[a, b], seconds=0.25)
@@ -265,7 +269,19 @@ class StoreContract:
         assert rnd.survivors == {"advertise_keys": (a, b), "share_keys": (a,)}
         assert rnd.dropped == {"advertise_keys": (), "share_keys": (b,)}
         assert rnd.stage_seconds == {"advertise_keys": 0.25, "share_keys": 0.5}
-        assert rnd.noise == {"noise_multiplier": 1.1}
+        assert rnd.setup == setup
+        declined = setup.model_copy(update={"declined": {c: "over budget"}})
+        rnd = store.update_round(rnd.id, setup=declined)
+        assert rnd.setup == declined
+        nan = PlanRecord(noise_multiplier=math.nan, calibration={}, population=3, details={})
+        with pytest.raises(InvalidInput, match=r"round setup .* finite numbers"):
+            store.update_round(rnd.id, setup=declined.model_copy(update={"plan": nan}))
+        assert store.get_round(rnd.id).setup.to_json() == {
+            "version": ROUND_SETUP_VERSION,
+            "population": 3,
+            "sample": [a, b, c],
+            "declined": {c: "over budget"},
+        }
         with pytest.raises(InvalidInput, match="not invited"):
             store.update_round(rnd.id, invited=[a], accepted=[a, b])
         with pytest.raises(InvalidInput, match="unknown stage"):

@@ -36,6 +36,7 @@ from dpfl.server.jobs_control import StoreJobControl
 from dpfl.server.metrics import Metrics
 from dpfl.server.settings import Settings
 from dpfl.server.store import (
+    ROUND_SETUP_VERSION,
     STAGES,
     Budget,
     Charge,
@@ -44,6 +45,7 @@ from dpfl.server.store import (
     JobStatus,
     ProtectedUnit,
     Round,
+    RoundSetup,
     Store,
     open_store,
 )
@@ -100,6 +102,17 @@ class FinishedJob:
         return self.enrollments[client_id].api_token
 
 
+def _setup(ids: list[str]) -> RoundSetup:
+    """A round record holding the whole population as its sample."""
+    return RoundSetup(
+        version=ROUND_SETUP_VERSION,
+        population=len(ids),
+        sample=ids,
+        sample_population=ids,
+        sample_kept=False,
+    )
+
+
 def _stage_times(base: float) -> dict[str, float]:
     return {stage: round(base * (i + 1) * 0.01, 4) for i, stage in enumerate(STAGES)}
 
@@ -148,7 +161,7 @@ def build_finished_job(store: Store, *, agents: int = 5) -> FinishedJob:
     charges = [Charge(a, FEDAVG_EVENT, ProtectedUnit.AGENT) for a in ids]
     for number in (1, 2, 3):
         if number == 3:  # first attempt: two agents gone before advertising keys -> aborted
-            rnd = store.start_round(job.id, number, invited=ids, noise={"z": 2.0})
+            rnd = store.start_round(job.id, number, invited=ids, setup=_setup(ids))
             store.update_round(rnd.id, accepted=ids)
             _run_stages(
                 store, rnd, ids, {"advertise_keys": ids[-2:]}, seconds=1.0, until="advertise_keys"
@@ -156,7 +169,8 @@ def build_finished_job(store: Store, *, agents: int = 5) -> FinishedJob:
             rounds.append(
                 store.abort_round(rnd.id, reason="too few survivors after advertise_keys (3 < 4)")
             )
-        rnd = store.start_round(job.id, number, invited=ids, noise={"z": 2.0, "mu": 40.0})
+        setup = _setup(ids).model_copy(update={"declined": {}, "restored_noise_shares": 0})
+        rnd = store.start_round(job.id, number, invited=ids, setup=setup)
         store.update_round(rnd.id, accepted=ids)
         drops = {"share_keys": [ids[1]]} if number == 2 else {}
         alive = _run_stages(store, rnd, ids, drops, seconds=float(number))

@@ -20,13 +20,14 @@ import numpy as np
 import pytest
 from support.algorithm_harness import make_job
 
-from dpfl.learning.algorithms.base import CoordinatorData, JobPlan
+from dpfl.learning.algorithms.base import CoordinatorData, CoordinatorState, JobPlan
 from dpfl.learning.algorithms.dp_fed_ls import DpFedLs
 from dpfl.learning.algorithms.dp_fedavg import DpFedAvg
 from dpfl.learning.jobs import JobSpec
 from dpfl.secagg import SeededRandomSource
-from dpfl.server.orchestrator.sampling import Release, attempt_sample, release_for
-from dpfl.server.store import Round, RoundStatus
+from dpfl.server.orchestrator.sampling import AttemptSample, Release, attempt_sample, release_for
+from dpfl.server.orchestrator.state import round_record
+from dpfl.server.store import ROUND_SETUP_VERSION, Round, RoundSetup, RoundStatus
 
 N, Q, ROUNDS = 10, 0.3, 4000
 POPULATION = [f"agent-{i:02d}" for i in range(N)]
@@ -45,7 +46,13 @@ def _plan(algorithm: DpFedAvg, job: JobSpec) -> JobPlan:
     return algorithm.plan(job, population=N, data=DIGITS)
 
 
-def _attempt(number: int, attempt: int, record: dict[str, Any], *, committed: bool) -> Round:
+def _record(plan: JobPlan, sample: AttemptSample) -> RoundSetup:
+    """The record the coordinator stores for an attempt that invited ``sample``."""
+    state = CoordinatorState(model=None, model_version=0, details={}, blobs={})
+    return round_record(plan, state, sample, POPULATION, [])
+
+
+def _attempt(number: int, attempt: int, record: RoundSetup, *, committed: bool) -> Round:
     now = datetime.now(UTC)
     return Round(
         id=number * 10 + attempt,
@@ -56,12 +63,12 @@ def _attempt(number: int, attempt: int, record: dict[str, Any], *, committed: bo
         started_at=now,
         committed_at=now if committed else None,
         finished_at=now,
-        invited=tuple(record["sample"]),
+        invited=tuple(record.sample or ()),
         accepted=(),
         survivors={},
         dropped={},
         stage_seconds={},
-        noise=record,
+        setup=record,
         accuracy=None,
         epsilon=None,
         model_version=None,
@@ -94,7 +101,7 @@ def _released_inclusion(
             if mode is Release.SKIP:
                 break
             if coin.random() < abort_rate:
-                previous.append(_attempt(number, attempt, sample.record(), committed=False))
+                previous.append(_attempt(number, attempt, _record(plan, sample), committed=False))
                 continue
             released += 1
             for agent in sample.invited:
@@ -168,21 +175,22 @@ def test_a_sample_is_kept_until_an_attempt_commits_and_only_within_its_populatio
     first = draw([])
     assert not first.kept
     assert first.drawn_from == tuple(POPULATION)
-    aborted = _attempt(4, 1, first.record(), committed=False)
+    aborted = _attempt(4, 1, _record(plan, first), committed=False)
     again = draw([aborted])
     assert again.kept
     assert again.sample == first.sample
     # a member of the sample now over budget is left out; the others are invited again
     smaller = [a for a in POPULATION if a != POPULATION[0]]
-    forced = replace(aborted, noise={**first.record(), "sample": [POPULATION[0], POPULATION[1]]})
+    forced_sample = _record(plan, first).model_copy(update={"sample": POPULATION[:2]})
+    forced = replace(aborted, setup=forced_sample)
     assert draw([forced], smaller).invited == (POPULATION[1],)
     # a committed attempt was charged as a release of its own sample: the next draws afresh
-    assert not draw([aborted, _attempt(4, 2, first.record(), committed=True)]).kept
+    assert not draw([aborted, _attempt(4, 2, _record(plan, first), committed=True)]).kept
     # a population that grew since the draw would lower the charged ratio: draw afresh
     grown = [*POPULATION, "agent-new"]
     assert not draw([aborted], grown).kept
     # a record without a sample (written before samples were kept) is not trusted
-    assert not draw([replace(aborted, noise={})]).kept
+    assert not draw([replace(aborted, setup=RoundSetup(version=ROUND_SETUP_VERSION))]).kept
 
 
 def test_small_samples_are_released_not_skipped() -> None:

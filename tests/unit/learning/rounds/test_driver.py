@@ -162,11 +162,8 @@ def test_without_secure_aggregation_every_sum_is_plain() -> None:
     cohort = Scripted()
     end = _run(job, AGENTS[:4], cohort, Ledger())
     assert cohort.setups[0].kind is Summation.PLAIN
-    assert cohort.setups[0].record()["secagg"] == {
-        "enabled": False,
-        "num_clients": 4,
-        "ring_bits": cohort.setups[0].encoding.ring_bits,
-    }
+    assert cohort.setups[0].params is None
+    assert cohort.setups[0].accepted == tuple(AGENTS[:4])
     assert end.summed == tuple(AGENTS[:4])
 
 

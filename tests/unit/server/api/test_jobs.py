@@ -14,7 +14,8 @@ from support.paths import ROOT
 
 from dpfl.learning.jobs import JobSpecError, job_to_dict, parse_job
 from dpfl.server.api.routes.jobs import MAX_JOB_BYTES
-from dpfl.server.store import AgentStatus, JobStatus, Store
+from dpfl.server.orchestrator.state import plan_record
+from dpfl.server.store import ROUND_SETUP_VERSION, AgentStatus, JobStatus, RoundSetup, Store
 
 pytestmark = pytest.mark.anyio
 
@@ -221,7 +222,8 @@ async def test_a_claim_that_is_not_a_bound_is_shown_apart_from_the_charged_epsil
     plan = ALGORITHM.plan(spec, population=len(ids))
     job = store.create_job(spec, members=ids)
     store.set_job_status(job.id, JobStatus.RUNNING)
-    rnd = store.start_round(job.id, 1, invited=ids, noise={"plan": plan.to_json()})
+    setup = RoundSetup(version=ROUND_SETUP_VERSION, plan=plan_record(plan))
+    rnd = store.start_round(job.id, 1, invited=ids, setup=setup)
     store.update_round(rnd.id, accepted=ids)
     charges = ALGORITHM.charges(spec, plan, round_number=1, population=ids, participants=ids)
     store.commit_round(

@@ -34,6 +34,10 @@ async def test_rounds_show_participants_dropouts_timings_epsilon_accuracy(
         assert sorted(x["accepted"]) == ids
         assert x["stage_seconds"] == pytest.approx(stored.stage_seconds)
         assert x["epsilon"] == (None if stored.epsilon is None else pytest.approx(stored.epsilon))
+        # the stored record, as the coordinator wrote it (the API shows it without its version)
+        assert x["noise"] == {k: v for k, v in stored.setup.to_json().items() if k != "version"}
+        assert x["noise"]["sample"] == finished.client_ids
+        assert "version" not in x["noise"]
     # a dropout at share_keys: four contributed, all five were charged (DP-FedAvg population)
     second = by_key[(2, 1)]
     assert second["dropped"]["share_keys"] == [finished.client_ids[1]]
