@@ -106,7 +106,9 @@ class ScriptedCoordinator:
         return credential
 
     def issue_token(self) -> str:
-        token = secrets.token_urlsafe(12)
+        # prefixed as the coordinator's are: a bare URL-safe token starts with "-" one time in
+        # 64, and a command line then reads it as an option
+        token = "dpfl_enroll_" + secrets.token_urlsafe(12)
         self.tokens.add(token)
         return token
 
