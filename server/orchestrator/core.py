@@ -25,6 +25,7 @@ from typing import Any
 from dpfl.learning.algorithms.base import Algorithm
 from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.server.data_access import DataAccess
+from dpfl.server.errors import InvalidTransition
 from dpfl.server.jobs_control import StoreJobControl
 from dpfl.server.orchestrator.hooks import NO_HOOKS, FaultHooks
 from dpfl.server.orchestrator.round import RoundEngine
@@ -217,7 +218,10 @@ class Orchestrator(StoreJobControl):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
             for rnd in await asyncio.to_thread(self.store.interrupted_rounds, job_id=job_id):
-                await asyncio.to_thread(self.store.abort_round, rnd.id, reason=reason)
+                # a store call of the cancelled task still runs in its thread and may finish the
+                # round after the listing: a completed round is done, not interrupted
+                with contextlib.suppress(InvalidTransition):
+                    await asyncio.to_thread(self.store.abort_round, rnd.id, reason=reason)
         finally:
             if owned:
                 self._halting.discard(job_id)
