@@ -14,10 +14,12 @@ every round before the kill and every ledger entry intact. Every client's ε is 
 ``dpfl budget --ca`` and the REST API, and both must equal the ε recomputed from the ledger's
 entries, whose cached curves ``verify_ledger`` recomputes from the stored events. Last, the
 HEALTHCHECK is run against this coordinator (HTTPS) and a plaintext one, and neither may log a
-bad request.
+bad request. Then the same job runs on the Kubernetes manifests, played with podman
+(``scripts/kube_test.py``).
 
 Prints one JSON line (build seconds and image sizes from ``make image``, job seconds, ε per
-client, the restart's figures); exits 1 on any failure, naming it.
+client, the restart's figures, the podman kube play run's figures); exits 1 on any failure,
+naming it.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ from pathlib import Path
 from typing import TypeVar
 
 import httpx
+import kube_podman
+import kube_test
 import numpy as np
 import podman_env
 import yaml
@@ -94,6 +98,8 @@ class Report:
     restart: dict[str, float] = field(default_factory=dict)
     #: whether the coordinator's process had loaded libtorch by the end of the job
     coordinator_loads_torch: bool = False
+    #: the same job on deploy/k8s played with podman (scripts/kube_test.py)
+    kube: dict[str, object] = field(default_factory=dict)
 
 
 def wait_for(what: str, check: Callable[[], T | None], timeout: float, every: float = 1.0) -> T:
@@ -578,6 +584,8 @@ def run(keep: bool) -> Report:
                     f"{silo} is {state} after the job: {podman('logs', f'{PREFIX}-{silo}')}"
                 )
         check_healthchecks(fed)
+    images = {"dpfl-coordinator": COORDINATOR, "dpfl-agent": AGENT, "postgres": postgres}
+    report.kube = asdict(kube_test.run(JOB, images, keep))
     return report
 
 
@@ -587,7 +595,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         report = run(args.keep)
-    except (FederationError, PodmanError, httpx.HTTPError) as exc:
+    except (
+        FederationError,
+        PodmanError,
+        httpx.HTTPError,
+        kube_test.KubeTestError,
+        kube_podman.KubePlayError,
+    ) as exc:
         print(f"image-test: FAILED: {exc}", file=sys.stderr)
         return 1
     print(json.dumps(asdict(report), sort_keys=True))
