@@ -128,7 +128,7 @@ def make_pki(coordinator_image: str, agent_image: str, address: str) -> Path:
 
 
 def _base_copy(part: str, target: Path) -> Path:
-    """The committed manifests of ``deploy/k8s/PART``, unchanged, as an overlay's base."""
+    """The committed manifests of one part of deploy/k8s, unchanged, as an overlay's base."""
     base = target / "base"
     base.mkdir(parents=True)
     for source in (ROOT / "deploy" / "k8s" / part).glob("*.yaml"):

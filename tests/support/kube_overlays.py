@@ -17,14 +17,14 @@ SCRIPTS = ROOT / "scripts"
 
 
 def script(name: str) -> ModuleType:
-    """``scripts/NAME.py`` as a module; its sibling scripts import by bare name."""
+    """The script NAME of scripts/ as a module; its sibling scripts import by bare name."""
     if str(SCRIPTS) not in sys.path:
         sys.path.insert(0, str(SCRIPTS))
     return load_script(SCRIPTS / f"{name}.py", name, register=True)
 
 
 def base(part: str, target: Path, files: dict[str, str]) -> Path:
-    """A copy of ``deploy/k8s/PART`` with ``secrets/`` files written."""
+    """A copy of one part of deploy/k8s with ``secrets/`` files written."""
     folder = target / "base"
     folder.mkdir(parents=True)
     for source in (ROOT / "deploy" / "k8s" / part).glob("*.yaml"):
