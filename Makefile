@@ -91,11 +91,12 @@ BASE            ?= auto
 TORCH_INDEX_URL ?= https://download.pytorch.org/whl/cpu
 
 podman:
-	@if ! command -v podman >/dev/null 2>&1 || ! command -v mmdebstrap >/dev/null 2>&1; then \
+	@if ! command -v podman >/dev/null 2>&1 || ! command -v mmdebstrap >/dev/null 2>&1 \
+		|| { ! command -v iptables >/dev/null 2>&1 && [ ! -x /usr/sbin/iptables ]; }; then \
 		if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive nice -n 15 apt-get install -y -qq \
-				podman buildah runc mmdebstrap uidmap netavark aardvark-dns >/dev/null; \
-		else echo "podman and mmdebstrap are needed: apt-get install podman runc mmdebstrap"; exit 1; fi; \
+				podman buildah runc mmdebstrap uidmap netavark aardvark-dns iptables >/dev/null; \
+		else echo "podman, mmdebstrap and iptables are needed: apt-get install podman runc mmdebstrap iptables"; exit 1; fi; \
 	fi
 
 image: podman | $(PY)

@@ -8,7 +8,11 @@
 ARG DEBIAN_IMAGE=localhost/dpfl-debian:bookworm
 FROM ${DEBIAN_IMAGE}
 
-RUN apt-get update \
+# uid and gid 999, as in the official image, which deploy/k8s/coordinator/postgres.yaml runs as
+# (runAsUser: 999); the package keeps an existing postgres user
+RUN groupadd --system --gid 999 postgres \
+ && useradd --system --uid 999 --gid postgres --home-dir /var/lib/postgresql --shell /bin/sh postgres \
+ && apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql-15 \
  && rm -rf /var/lib/apt/lists/* \
  && mkdir -p /var/lib/postgresql/data /run/postgresql \

@@ -7,7 +7,9 @@ command, containers that listen have startup/liveness/readiness probes on ports 
 Secret, ConfigMap (generated or not), PVC and Service exists in the set; ``$(VAR)`` references
 in env values and args refer to variables defined earlier in the container's env (Kubernetes
 expands nothing else); the database URL names the PostgreSQL Service; generated Secrets come from
-files git ignores. ``kubectl`` is not on these machines, so nothing is applied.
+files git ignores. Nothing is applied here: ``make image-test`` plays the manifests with
+``podman kube play`` (scripts/kube_test.py), and test_kustomize.py / test_kube_podman.py check
+the render and the translation for podman.
 """
 
 from __future__ import annotations
