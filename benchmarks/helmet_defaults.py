@@ -51,7 +51,7 @@ def validation_accuracy(regularization: float, radius: float, epochs: int = 10) 
         }
     )
     plan = ALGORITHM.plan(job, population=AGENTS)
-    sigma, s = plan.noise_multiplier, ALGORITHM.details(plan).sensitivity
+    sigma, s = plan.noise_multiplier, plan.details.sensitivity
     models = [
         train(
             augment_and_clip(x[idx], 1.0),

@@ -125,7 +125,7 @@ def evaluate(
     shape, classes = tuple(dataset.input_shape), dataset.num_classes
     coordinator = CoordinatorData(shape, classes, public_x=x[parts.public])
     plan = ALGORITHM.plan(job, population=len(parts.shares), data=coordinator)
-    details = ALGORITHM.details(plan)
+    details = plan.details
     features = details.features
     artifact, learned = (
         fit_artifact(features, coordinator) if is_learned(features) else (None, None)

@@ -73,24 +73,24 @@ def run(job: PateFlJob, data: CoordinatorData, agents: dict[str, AgentData]) -> 
     them (same job name, recipe and data)."""
     start = time.perf_counter()
     plan = ALGORITHM.plan(job, population=len(agents), data=data)
-    state = ALGORITHM.initial_state(job, plan, data)
-    sigma = plan.noise_multiplier * math.ldexp(1.0, ALGORITHM.details(plan).scale_bits)
+    state = ALGORITHM.bind(job, plan).initial_state(data)
+    sigma = plan.noise_multiplier * math.ldexp(1.0, plan.details.scale_bits)
     noise = np.random.default_rng([job.seed, 7])
     events: list[DpEvent] = []
     teachers_s, metrics = 0.0, {}
     for r in range(1, job.rounds + 1):
-        task = ALGORITHM.round_task(job, plan, state, round_number=r)
+        task = ALGORITHM.bind(job, plan).round_task(state, round_number=r)
         params = ALGORITHM.parse_task(task.params.to_json())
         t = time.perf_counter()
         total = sum(
-            ALGORITHM.agent_compute(params, a, model=None, public_x=data.public_x, device="cpu")
+            ALGORITHM.agent(params).compute(a, model=None, public_x=data.public_x, device="cpu")
             for a in agents.values()
         )
         teachers_s += time.perf_counter() - t
         noisy = np.asarray(total) + noise.normal(0.0, sigma, size=task.vector_length)
-        events.append(ALGORITHM.round_event(plan, queries=len(params.queries)))
-        outcome = ALGORITHM.finish_round(
-            job, plan, state, data, round_number=r, aggregate=noisy, survivors=len(agents)
+        events.append(ALGORITHM.bind(job, plan).round_event(queries=len(params.queries)))
+        outcome = ALGORITHM.bind(job, plan).finish_round(
+            state, data, round_number=r, aggregate=noisy, survivors=len(agents)
         )
         state, metrics = outcome.state, outcome.metrics
     assert state.model is not None

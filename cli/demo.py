@@ -57,7 +57,7 @@ def demo_job() -> DpFedAvgJob:
     """The demo's DP-FedAvg job, validated as that variant."""
     from dpfl.learning.algorithms.dp_fedavg import ALGORITHM
 
-    return ALGORITHM.spec(parse_job(DEMO_JOB))
+    return ALGORITHM.narrow(parse_job(DEMO_JOB))
 
 
 def register(subparsers: Subparsers) -> None:

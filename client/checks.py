@@ -19,7 +19,7 @@ from dpfl.accounting import AccountingError, DpEvent, event_from_json
 from dpfl.client.errors import AgentError
 from dpfl.client.gate import InvitationReview
 from dpfl.client.summation import ModeMismatchError, PlainParameters, check_mode, is_plain_setup
-from dpfl.learning.algorithms.base import Algorithm
+from dpfl.learning.algorithms.base import Algorithm, AnyAgent
 from dpfl.learning.errors import LearningError
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.secagg import RoundParameters
@@ -52,8 +52,8 @@ class SetupRefused(AgentError):  # noqa: N818 (reads as the answer it becomes)
 
 def parse_invitation(
     invitation: pb.Invitation, *, job_id: str, algorithms: Callable[[str], Algorithm]
-) -> tuple[InvitationReview, Algorithm]:
-    """The invitation as the gate reviews it, and its algorithm.
+) -> tuple[InvitationReview, AnyAgent]:
+    """The invitation as the gate reviews it, and its algorithm's agent side for its task.
 
     Raises:
         InvitationDeclined: naming what is unsupported or malformed.
@@ -64,6 +64,7 @@ def parse_invitation(
         raise InvitationDeclined(f"unsupported algorithm {invitation.algorithm!r}: {exc}") from None
     try:
         task = algorithm.parse_task(invitation.params_json)
+        side = algorithm.agent(task)
     except LearningError as exc:
         raise InvitationDeclined(f"the task does not fit {invitation.algorithm}: {exc}") from None
     try:
@@ -78,7 +79,7 @@ def parse_invitation(
     if not claimed:
         raise InvitationDeclined("the invitation claims no privacy events")
     try:
-        charge = tuple(algorithm.agent_charge(task, claimed))
+        charge = side.charge(claimed)
     except TASK_ERRORS as exc:
         raise InvitationDeclined(f"the task does not fit {invitation.algorithm}: {exc}") from None
     review = InvitationReview(
@@ -90,21 +91,21 @@ def parse_invitation(
         claimed=claimed,
         charge=charge,
     )
-    return review, algorithm
+    return review, side
 
 
 def check_setup(
     request: sm.AdvertiseKeysRequest,
     *,
     review: InvitationReview,
-    algorithm: Algorithm,
+    side: AnyAgent,
     alone_unmasked: bool = True,
 ) -> RoundParameters | PlainParameters:
     """The round's validated parameters (masked or plain), or a refusal; see the module
     docstring. Runs before anything is trained or sent.
 
     A plain setup for ONE agent of a task with secure aggregation (:func:`check_mode`) makes
-    ``Algorithm.agent_check`` run with ``min_survivors = 1``: the agent's own noise, over
+    ``AgentSide.check`` run with ``min_survivors = 1``: the agent's own noise, over
     ``t·1 ≤ 1`` honest agents, must carry the whole claimed noise, so its vector alone is the
     mechanism its local ledger records.
 
@@ -132,8 +133,7 @@ def check_setup(
     try:
         # without secure aggregation the task's flag makes the algorithm demand the whole noise
         # from this agent alone and refuse any client-sampling amplification
-        algorithm.agent_check(
-            review.task,
+        side.check(
             review.claimed,
             params.encoding,
             num_clients=params.num_clients,

@@ -38,7 +38,7 @@ class InvitationReview:
         algorithm: the algorithm tag (``dp-fedavg``...).
         task: the task (the invitation's ``params_json``, parsed by ``Algorithm.parse_task``).
         claimed: the events the coordinator says the round charges this agent.
-        charge: the events the agent records (``Algorithm.agent_charge(task, claimed)``).
+        charge: the events the agent records (``AgentSide.charge(claimed)``).
     """
 
     job_id: str

@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from dpfl.client.errors import DownloadError
 from dpfl.client.transport import CoordinatorLink
-from dpfl.learning.algorithms.base import AgentData, Algorithm, TaskParams
+from dpfl.learning.algorithms.base import AgentData, AnyAgent
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.secagg import EncodingConfig
 from dpfl.secagg.errors import SecAggError
@@ -93,8 +93,7 @@ def parse_public(data: bytes, *, input_shape: tuple[int, ...]) -> npt.NDArray[np
 
 
 def contribution(
-    algorithm: Algorithm,
-    task: TaskParams,
+    side: AnyAgent,
     data: AgentData,
     *,
     fetched: Fetched,
@@ -112,8 +111,7 @@ def contribution(
     """
     model, public_x = fetched
     encoded = np.asarray(
-        algorithm.agent_contribution(
-            task,
+        side.contribution(
             data,
             model=model,
             public_x=public_x,

@@ -38,7 +38,7 @@ from dpfl.client.local_work import Fetched, contribution, fetch_blobs
 from dpfl.client.progress import EventKind
 from dpfl.client.summation import Summation, start_summation
 from dpfl.client.transport import CoordinatorLink
-from dpfl.learning.algorithms.base import AgentData, Algorithm
+from dpfl.learning.algorithms.base import AgentData, Algorithm, AnyAgent
 from dpfl.protos import secagg_wire
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.protos.enums import enum_name
@@ -152,7 +152,7 @@ class RoundAttempt:
     """
 
     review: InvitationReview
-    algorithm: Algorithm
+    side: AnyAgent  # the algorithm's agent side for the task
     invitation: bytes  # serialized: an exact repeat is a duplicate, anything else a new attempt
     model_version: int
     prefetch: asyncio.Task[Fetched]
@@ -292,7 +292,7 @@ class JobWorker:
         self.agent.emit(EventKind.INVITED, self.job_id, header.round, invitation.algorithm or "?")
         review: InvitationReview | None = None
         try:
-            review, algorithm = parse_invitation(
+            review, side = parse_invitation(
                 invitation, job_id=self.job_id, algorithms=self.agent.algorithms
             )
             decision = await self._ask_gate(review)
@@ -319,7 +319,7 @@ class JobWorker:
         prefetch.add_done_callback(_retrieve)
         self.current = RoundAttempt(
             review=review,
-            algorithm=algorithm,
+            side=side,
             invitation=raw,
             model_version=invitation.model_version,
             prefetch=prefetch,
@@ -350,8 +350,7 @@ class JobWorker:
             self.agent.executor,
             functools.partial(
                 contribution,
-                attempt.algorithm,
-                attempt.review.task,
+                attempt.side,
                 self.agent.data,
                 fetched=fetched,
                 device=self.agent.device,
@@ -449,7 +448,7 @@ class JobWorker:
             params = check_setup(
                 request,
                 review=attempt.review,
-                algorithm=attempt.algorithm,
+                side=attempt.side,
                 alone_unmasked=self.agent.gate.alone_unmasked(),
             )
         except SetupRefused as exc:

@@ -260,7 +260,7 @@ def collect_result(
     stored = rounds[-1].setup.plan if rounds else None
     algorithm = get_algorithm(spec.algorithm)
     plan = None if stored is None else algorithm.parse_plan(stored.model_dump(mode="json"))
-    shown = None if plan is None else algorithm.details(plan).shown_claim()
+    shown = None if plan is None else plan.details.shown_claim()
     completed = [r for r in reports if r.completed]
     skipped = {r.round.number for r in reports if r.skipped and r.round is not None} - {
         d.number for d in done

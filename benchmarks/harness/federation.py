@@ -19,12 +19,15 @@ import numpy as np
 from dpfl.accounting import SkellamEvent
 from dpfl.learning.algorithms.base import (
     AgentData,
+    AgentSide,
     Algorithm,
     ClientCharge,
     CoordinatorData,
+    CoordinatorSide,
     CoordinatorState,
     JobPlan,
     PlanDetails,
+    RoundCharge,
     RoundOutcome,
     RoundTask,
     TaskParams,
@@ -52,6 +55,77 @@ class BenchTask(TaskParams):
     dimension: int
 
 
+class RawVectorCoordinator(CoordinatorSide[JobSpec, BenchPlan, BenchTask]):
+    """The benchmark's coordinator side: everyone takes part, a fixed Skellam encoding."""
+
+    def initial_state(self, data: Any) -> CoordinatorState:
+        model = bytes(4 * self.details.dimension) if self.algorithm.with_model else None
+        return CoordinatorState(model=model, model_version=0)
+
+    def select(self, *, round_number: int, population: Sequence[str]) -> list[str]:
+        return list(population)
+
+    def round_task(self, state: CoordinatorState, *, round_number: int) -> RoundTask:
+        params = BenchTask(
+            algorithm=self.name,
+            job=self.spec.name,
+            round=round_number,
+            noise="skellam",
+            noise_total=MU_TOTAL,
+            noise_multiplier=1.0,
+            scale_bits=SCALE_BITS,
+            secure_aggregation=True,
+            honest_fraction=1.0,
+            unit="agent",
+            delta=self.spec.privacy.delta,
+            dimension=self.details.dimension,
+        )
+        return RoundTask(params=params, vector_length=self.details.dimension)
+
+    def encoding(self, task: RoundTask, *, participants: int, min_survivors: int) -> EncodingConfig:
+        noise = NoiseSpec.skellam_share(
+            total_mu=MU_TOTAL, honest_fraction=1.0, participants=min_survivors
+        )
+        return EncodingConfig.for_summands(
+            clip=CLIP, scale_bits=SCALE_BITS, summands=participants, noise=noise
+        )
+
+    def round_charge(self, *, round_number: int, population: Sequence[str]) -> RoundCharge:
+        config = EncodingConfig(clip=CLIP, scale_bits=SCALE_BITS, ring_bits=64)
+        dimension = self.details.dimension
+        event = SkellamEvent(
+            mu=MU_TOTAL,
+            l1_sensitivity=config.rounded_l1_bound(dimension),
+            l2_sensitivity=config.rounded_l2_bound(dimension),
+            dimension=dimension,
+        )
+        return RoundCharge(ClientCharge(event=event, unit="agent"), tuple(population))
+
+    def finish_round(
+        self,
+        state: CoordinatorState,
+        data: CoordinatorData,
+        *,
+        round_number: int,
+        aggregate: Any,
+        survivors: int,
+    ) -> RoundOutcome:
+        if aggregate.shape != (self.details.dimension,):
+            raise ValueError("wrong aggregate length")
+        return RoundOutcome(state=state, metrics={"survivors": float(survivors)})
+
+
+class RawVectorAgent(AgentSide[BenchTask]):
+    """The benchmark's agent side: a random unit vector, no checks."""
+
+    def check(self, events: Any, encoding: Any, **_: Any) -> None:
+        return None
+
+    def compute(self, data: AgentData, *, model: Any, public_x: Any, device: str) -> np.ndarray:
+        v = np.random.default_rng().standard_normal(self.task.dimension)
+        return v / np.linalg.norm(v)
+
+
 class RawVectorSum(Algorithm[JobSpec, BenchPlan, BenchTask]):
     """Benchmark-only: every agent contributes a random unit vector of ``dimension`` floats."""
 
@@ -59,8 +133,11 @@ class RawVectorSum(Algorithm[JobSpec, BenchPlan, BenchTask]):
     spec_type = JobSpec
     plan_type = BenchPlan
     task_type = BenchTask
+    coordinator_type = RawVectorCoordinator
+    agent_type = RawVectorAgent
 
     def __init__(self, dimension: int, *, with_model: bool = False) -> None:
+        super().__init__()
         self.dimension = dimension
         #: keep a model of ``dimension`` float32s that every agent downloads each round, as in
         #: a real job (without it the agents' model downloads answer NOT_FOUND)
@@ -77,94 +154,6 @@ class RawVectorSum(Algorithm[JobSpec, BenchPlan, BenchTask]):
             dimension=self.dimension,
         )
         return JobPlan(1.0, {}, population, details)
-
-    def initial_state(self, job: JobSpec, plan: JobPlan, data: Any) -> CoordinatorState:
-        model = bytes(4 * self.dimension) if self.with_model else None
-        return CoordinatorState(model=model, model_version=0)
-
-    def select(
-        self, job: JobSpec, plan: JobPlan, *, round_number: int, population: Sequence[str]
-    ) -> list[str]:
-        return list(population)
-
-    def round_task(
-        self, job: JobSpec, plan: JobPlan, state: CoordinatorState, *, round_number: int
-    ) -> RoundTask:
-        params = BenchTask(
-            algorithm=self.name,
-            job=job.name,
-            round=round_number,
-            noise="skellam",
-            noise_total=MU_TOTAL,
-            noise_multiplier=1.0,
-            scale_bits=SCALE_BITS,
-            secure_aggregation=True,
-            honest_fraction=1.0,
-            unit="agent",
-            delta=job.privacy.delta,
-            dimension=self.dimension,
-        )
-        return RoundTask(params=params, vector_length=self.dimension)
-
-    def encoding(
-        self, job: JobSpec, plan: JobPlan, task: RoundTask, *, participants: int, min_survivors: int
-    ) -> EncodingConfig:
-        noise = NoiseSpec.skellam_share(
-            total_mu=MU_TOTAL, honest_fraction=1.0, participants=min_survivors
-        )
-        return EncodingConfig.for_summands(
-            clip=CLIP, scale_bits=SCALE_BITS, summands=participants, noise=noise
-        )
-
-    def _event(self) -> SkellamEvent:
-        config = EncodingConfig(clip=CLIP, scale_bits=SCALE_BITS, ring_bits=64)
-        return SkellamEvent(
-            mu=MU_TOTAL,
-            l1_sensitivity=config.rounded_l1_bound(self.dimension),
-            l2_sensitivity=config.rounded_l2_bound(self.dimension),
-            dimension=self.dimension,
-        )
-
-    def charges(
-        self,
-        job: JobSpec,
-        plan: JobPlan,
-        *,
-        round_number: int,
-        population: Sequence[str],
-        participants: Sequence[str],
-    ) -> dict[str, ClientCharge]:
-        charge = ClientCharge(event=self._event(), unit="agent")
-        return dict.fromkeys(participants, charge)
-
-    def invitation_events(
-        self, job: JobSpec, plan: JobPlan, *, round_number: int, population: Sequence[str]
-    ) -> tuple[Any, ...]:
-        return (self._event(),)
-
-    def finish_round(
-        self,
-        job: JobSpec,
-        plan: JobPlan,
-        state: CoordinatorState,
-        data: CoordinatorData,
-        *,
-        round_number: int,
-        aggregate: Any,
-        survivors: int,
-    ) -> RoundOutcome:
-        if aggregate.shape != (self.dimension,):
-            raise ValueError("wrong aggregate length")
-        return RoundOutcome(state=state, metrics={"survivors": float(survivors)})
-
-    def agent_check(self, params: TaskParams, events: Any, encoding: Any, **_: Any) -> None:
-        return None
-
-    def agent_compute(
-        self, params: TaskParams, data: AgentData, *, model: Any, public_x: Any, device: str
-    ) -> np.ndarray:
-        v = np.random.default_rng().standard_normal(self.task(params).dimension)
-        return v / np.linalg.norm(v)
 
 
 def bench_job(dimension: int, name: str = "bench-round") -> JobSpec:

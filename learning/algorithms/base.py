@@ -28,19 +28,24 @@ from dpfl.accounting import DpEvent
 from dpfl.learning.errors import AlgorithmError
 from dpfl.learning.jobs import JobSpec, describe_error
 from dpfl.secagg.encoding import EncodingConfig, encode
-from dpfl.secagg.randomness import RandomSource, RandomStream
+from dpfl.secagg.randomness import RandomSource, RandomStream, SystemRandomSource
 
 __all__ = [
     "AgentData",
+    "AgentSide",
     "Algorithm",
     "AlgorithmError",
+    "AnyAgent",
     "AnyAlgorithm",
+    "AnyCoordinator",
     "ClientCharge",
     "Contract",
     "CoordinatorData",
+    "CoordinatorSide",
     "CoordinatorState",
     "JobPlan",
     "PlanDetails",
+    "RoundCharge",
     "RoundOutcome",
     "RoundTask",
     "TaskParams",
@@ -314,122 +319,69 @@ class RoundOutcome:
     done: bool = False  # the job has nothing left to do (e.g. all queries answered)
 
 
+@dataclass(frozen=True, slots=True)
+class RoundCharge:
+    """What a committed round charges: one charge, paid by every participant, and by every
+    member of ``population`` when the charge credits amplification by client sampling (a
+    population-level guarantee). Computed once per round; the invitation announces its event,
+    the ledger commits :meth:`charges`.
+
+    Attributes:
+        charge: what each charged client pays.
+        population: the clients of the job still within budget.
+        population_wide: every member of ``population`` pays, not only the participants.
+    """
+
+    charge: ClientCharge
+    population: tuple[str, ...] = ()
+    population_wide: bool = False
+
+    @property
+    def events(self) -> tuple[DpEvent, ...]:
+        """What an invitation announces (``Invitation.privacy_events_json``)."""
+        return (self.charge.event,)
+
+    def charges(self, participants: Sequence[str]) -> dict[str, ClientCharge]:
+        """Who pays if the round commits with ``participants`` (never under-count: a participant
+        outside the population pays too)."""
+        payers = [*self.population, *participants] if self.population_wide else participants
+        return dict.fromkeys(payers, self.charge)
+
+
 SpecT = TypeVar("SpecT", bound=JobSpec, covariant=True, default=JobSpec)
 PlanT = TypeVar("PlanT", bound=PlanDetails, covariant=True, default=PlanDetails)
 TaskT = TypeVar("TaskT", bound=TaskParams, covariant=True, default=TaskParams)
 
 
-class Algorithm(abc.ABC, Generic[SpecT, PlanT, TaskT]):
-    """One algorithm; see the module docstring for the contract.
-
-    ``spec_type``, ``plan_type`` and ``task_type`` are its job variant, plan details and task:
-    the shells hand the methods the erased types (:data:`JobSpec`, :class:`JobPlan`,
-    :class:`TaskParams`), and :meth:`spec`, :meth:`details` and :meth:`task` narrow them to
-    the algorithm's own, refusing another algorithm's. :meth:`parse_task` and
-    :meth:`parse_plan` validate JSON once, at the boundary.
+class CoordinatorSide(abc.ABC, Generic[SpecT, PlanT, TaskT]):
+    """An algorithm bound to one job and its plan (:meth:`Algorithm.bind`): what the
+    coordinator asks of it during the job's rounds, with the job and plan already narrowed to
+    the algorithm's own types (``spec``, ``details``).
     """
 
-    #: The job's ``algorithm`` tag, e.g. "dp-fedavg".
-    name: ClassVar[str]
-    #: The sign with which the released model moves along each decoded sum (black-box audits
-    #: score canaries by it); None when the model is not a running sum of the aggregates.
-    model_direction: ClassVar[float | None] = None
-    spec_type: type[SpecT]
-    plan_type: type[PlanT]
-    task_type: type[TaskT]
-
-    # -- typed views ---------------------------------------------------------------------------
-
-    def spec(self, job: JobSpec) -> SpecT:
-        """``job`` as this algorithm's variant.
-
-        Raises:
-            AlgorithmError: another algorithm's job.
-        """
-        if not isinstance(job, self.spec_type):
-            raise AlgorithmError(f"{self.name} cannot run a {type(job).__name__}")
-        return job
-
-    def details(self, plan: JobPlan) -> PlanT:
-        """``plan.details`` as this algorithm's plan.
-
-        Raises:
-            AlgorithmError: another algorithm's plan.
-        """
-        details = plan.details
-        if not isinstance(details, self.plan_type):
-            raise AlgorithmError(f"{self.name} cannot use a {type(details).__name__}")
-        return details
-
-    def task(self, params: TaskParams) -> TaskT:
-        """``params`` as this algorithm's task.
-
-        Raises:
-            AlgorithmError: another algorithm's task.
-        """
-        if not isinstance(params, self.task_type):
-            raise AlgorithmError(f"{self.name} cannot compute a {type(params).__name__}")
-        return params
-
-    def parse_task(self, data: object) -> TaskT:
-        """The task of an invitation (``params_json``, text or parsed), validated once.
-
-        Raises:
-            AlgorithmError: naming ``params.<field>`` and the problem.
-        """
-        return parse_contract(self.task_type, data, where="params", unknown=_UNKNOWN_TASK_FIELD)
-
-    def parse_plan(self, data: Mapping[str, Any]) -> JobPlan:
-        """A plan stored in a round record (:meth:`JobPlan.to_json`), validated once.
-
-        Raises:
-            AlgorithmError: naming ``plan.details.<field>`` and the problem.
-        """
-        return JobPlan.from_json(data, self.plan_type)
-
-    # -- coordinator side --------------------------------------------------------------------
+    def __init__(
+        self, algorithm: Algorithm[SpecT, PlanT, TaskT], spec: SpecT, plan: JobPlan, details: PlanT
+    ) -> None:
+        self.algorithm, self.name = algorithm, algorithm.name
+        self.spec, self.plan, self.details = spec, plan, details
 
     @abc.abstractmethod
-    def plan(
-        self, job: JobSpec, *, population: int, data: CoordinatorData | None = None
-    ) -> JobPlan:
-        """Calibrate the noise for the whole job (all rounds) and this population size.
-
-        ``data`` (added, optional): the coordinator's data, whose input shape and number of
-        classes fix the vector length that the integer (Skellam) sensitivities depend on. When
-        None, an algorithm that needs them loads the job's data set spec
-        (``job.data.dataset``) to learn them, which works for the built-in sets and for
-        simulations; a coordinator that does not hold the data passes them here.
-
-        Raises:
-            AlgorithmError: the target cannot be met (e.g. a population too small).
-        """
-
-    @abc.abstractmethod
-    def initial_state(self, job: JobSpec, plan: JobPlan, data: CoordinatorData) -> CoordinatorState:
+    def initial_state(self, data: CoordinatorData) -> CoordinatorState:
         """The state before round 1 (an initialised model from the job's seed, say)."""
 
     @abc.abstractmethod
-    def select(
-        self, job: JobSpec, plan: JobPlan, *, round_number: int, population: Sequence[str]
-    ) -> list[str]:
+    def select(self, *, round_number: int, population: Sequence[str]) -> list[str]:
         """The clients invited to this round (Poisson sampling, all, a fixed-size sample...).
 
         Must draw from a CSPRNG (amplification by sampling rests on the secrecy of the sample).
         """
 
-    def with_random_source(self, source: RandomSource) -> Self:
-        """This algorithm drawing its coordinator-side randomness (the client sample of
-        :meth:`select`) from ``source``: a simulation passes a seeded source so that one seed
-        replays the whole run. The default, for algorithms that draw nothing: ``self``."""
-        del source
-        return self
-
-    def releases_every_sample(self, job: JobSpec, plan: JobPlan) -> bool:
+    @property
+    def releases_every_sample(self) -> bool:
         """Whether every sample :meth:`select` draws must be released, even one of 0 or 1
         clients (docs/accounting.md, "Client sampling: every sample is released").
 
-        True when :meth:`charges` credits amplification by client sampling: the charged
+        True when the round's charge credits amplification by client sampling: the charged
         ``PoissonSampledEvent``/``SampledWithoutReplacementEvent`` bounds the release of
         ``M(S)`` for EVERY sample S, so a round skipped on a small sample would be another
         mechanism. Then the shells run a one-client sample in the plain transport (the agent's
@@ -437,37 +389,24 @@ class Algorithm(abc.ABC, Generic[SpecT, PlanT, TaskT]):
         noise alone. False (the default): a sample too small for secure aggregation is skipped,
         which is sound when the charge does not rest on the secrecy of the sample.
         """
-        del job, plan
         return False
 
-    def noise_alone_encoding(self, job: JobSpec, plan: JobPlan, task: RoundTask) -> EncodingConfig:
+    def noise_alone_encoding(self, task: RoundTask) -> EncodingConfig:
         """The encoding whose noise is the whole noise of the released sum of a round without
         dropouts: what the coordinator adds alone to release an empty sample as ``M(∅)``.
-
-        Only algorithms whose :meth:`releases_every_sample` is True implement it.
 
         Raises:
             AlgorithmError: the algorithm never releases an empty sample.
         """
-        del job, plan, task
+        del task
         raise AlgorithmError(f"{self.name} never releases an empty sample")
 
     @abc.abstractmethod
-    def round_task(
-        self, job: JobSpec, plan: JobPlan, state: CoordinatorState, *, round_number: int
-    ) -> RoundTask:
+    def round_task(self, state: CoordinatorState, *, round_number: int) -> RoundTask:
         """What this round's invitees compute."""
 
     @abc.abstractmethod
-    def encoding(
-        self,
-        job: JobSpec,
-        plan: JobPlan,
-        task: RoundTask,
-        *,
-        participants: int,
-        min_survivors: int,
-    ) -> EncodingConfig:
+    def encoding(self, task: RoundTask, *, participants: int, min_survivors: int) -> EncodingConfig:
         """The ring encoding, with each agent's share of the noise, for ``participants`` agents
         of which at least ``min_survivors`` will be summed.
 
@@ -475,28 +414,20 @@ class Algorithm(abc.ABC, Generic[SpecT, PlanT, TaskT]):
         """
 
     @abc.abstractmethod
-    def charges(
-        self,
-        job: JobSpec,
-        plan: JobPlan,
-        *,
-        round_number: int,
-        population: Sequence[str],
-        participants: Sequence[str],
-    ) -> dict[str, ClientCharge]:
-        """What each affected client pays if the round commits.
+    def round_charge(self, *, round_number: int, population: Sequence[str]) -> RoundCharge:
+        """What a committed round charges, ``population`` being all clients of the job still
+        within budget (DP-FedAvg charges all of them: amplification by sampling is a
+        population-level guarantee)."""
 
-        ``participants`` are the clients whose masked inputs were received (without secure
-        aggregation: those about to be asked for their vector, charged first); ``population`` all
-        clients of the job still within budget (DP-FedAvg charges all of them: amplification by
-        sampling is a population-level guarantee).
-        """
+    def invitation_events(
+        self, *, round_number: int, population: Sequence[str]
+    ) -> tuple[DpEvent, ...]:
+        """The events an invitation announces: what a participant pays if the round commits."""
+        return self.round_charge(round_number=round_number, population=population).events
 
     @abc.abstractmethod
     def finish_round(
         self,
-        job: JobSpec,
-        plan: JobPlan,
         state: CoordinatorState,
         data: CoordinatorData,
         *,
@@ -510,50 +441,17 @@ class Algorithm(abc.ABC, Generic[SpecT, PlanT, TaskT]):
             AlgorithmError: the aggregate has the wrong length.
         """
 
-    def invitation_events(
-        self, job: JobSpec, plan: JobPlan, *, round_number: int, population: Sequence[str]
-    ) -> tuple[DpEvent, ...]:
-        """The events an invitation announces (``Invitation.privacy_events_json``).
 
-        What :meth:`charges` will charge a participant of this round if it commits, known before
-        the participants are: the default asks :meth:`charges` with every member of
-        ``population`` taking part and returns the charge of the first one. Algorithms whose
-        participants pay different events override it.
+class AgentSide(abc.ABC, Generic[TaskT]):
+    """An algorithm bound to one task an agent received (:meth:`Algorithm.agent`): its checks of
+    the claim, what it records, and what it contributes."""
 
-        Raises:
-            AlgorithmError: an empty population.
-        """
-        members = list(population)
-        if not members:
-            raise AlgorithmError("an invitation needs a non-empty population")
-        charges = self.charges(
-            job, plan, round_number=round_number, population=members, participants=members
-        )
-        return (charges[members[0]].event,)
-
-    # -- agent side --------------------------------------------------------------------------
-
-    def agent_charge(self, task: TaskParams, events: Sequence[DpEvent]) -> tuple[DpEvent, ...]:
-        """What the AGENT records in its own local ledger for ``events`` (default: them as is).
-
-        The agent does not trust the coordinator
-        (docs/architecture.md#rule-3-budgets-are-enforced-on-both-sides): an algorithm whose
-        claimed events rest on something only the coordinator does (e.g. amplification by client
-        sampling, which the agent cannot verify and which does not hold against the coordinator
-        that knows the sample) returns here the conservative event the agent can stand behind.
-        Amplification that the agent performs itself (Poisson sampling of its own records)
-        stays. The result must be an upper bound on the agent's true cost given that it took part.
-
-        Raises:
-            AlgorithmError: events of a shape this algorithm never charges.
-        """
-        self.task(task)
-        return tuple(events)
+    def __init__(self, algorithm: Algorithm[JobSpec, PlanDetails, TaskT], task: TaskT) -> None:
+        self.algorithm, self.name, self.task = algorithm, algorithm.name, task
 
     @abc.abstractmethod
-    def agent_check(
+    def check(
         self,
-        task: TaskParams,
         events: Sequence[DpEvent],
         encoding: EncodingConfig,
         *,
@@ -571,9 +469,24 @@ class Algorithm(abc.ABC, Generic[SpecT, PlanT, TaskT]):
             AlgorithmError: naming the mismatch.
         """
 
-    def agent_compute(
+    def charge(self, events: Sequence[DpEvent]) -> tuple[DpEvent, ...]:
+        """What the AGENT records in its own local ledger for ``events`` (default: them as is).
+
+        The agent does not trust the coordinator
+        (docs/architecture.md#rule-3-budgets-are-enforced-on-both-sides): an algorithm whose
+        claimed events rest on something only the coordinator does (e.g. amplification by client
+        sampling, which the agent cannot verify and which does not hold against the coordinator
+        that knows the sample) returns here the conservative event the agent can stand behind.
+        Amplification that the agent performs itself (Poisson sampling of its own records)
+        stays. The result must be an upper bound on the agent's true cost given that it took part.
+
+        Raises:
+            AlgorithmError: events of a shape this algorithm never charges.
+        """
+        return tuple(events)
+
+    def compute(
         self,
-        task: TaskParams,
         data: AgentData,
         *,
         model: bytes | None,
@@ -582,21 +495,20 @@ class Algorithm(abc.ABC, Generic[SpecT, PlanT, TaskT]):
     ) -> npt.NDArray[np.float64]:
         """The real vector this agent contributes, L2-clipped to the task's bound.
 
-        Every algorithm overrides this or :meth:`agent_contribution` (the default of which
-        encodes what this returns); the base version refuses.
+        Every algorithm overrides this or :meth:`contribution` (the default of which encodes
+        what this returns); the base version refuses.
 
         Raises:
             AlgorithmError: malformed params, or a model/public blob that does not fit.
         """
-        del task, data, model, public_x, device
+        del data, model, public_x, device
         raise AlgorithmError(
-            f"{self.name} computes its contribution in agent_contribution (with the round's "
+            f"{self.name} computes its contribution in contribution (with the round's "
             "encoding), not as a real vector"
         )
 
-    def agent_contribution(
+    def contribution(
         self,
-        task: TaskParams,
         data: AgentData,
         *,
         model: bytes | None,
@@ -607,23 +519,14 @@ class Algorithm(abc.ABC, Generic[SpecT, PlanT, TaskT]):
     ) -> npt.NDArray[np.uint64]:
         """What this agent puts into the secure sum: its vector in Z_{2^r}, noise included.
 
-        Called by the shells once the round's setup is known (after :meth:`agent_check`
-        accepted ``encoding``), on the agent's device. The default encodes
-        :meth:`agent_compute`'s real vector with ``encoding`` (clip, scale, conditional
-        stochastic rounding, the agent's share of the integer noise, mod 2^r) drawing from
-        ``stream``. An algorithm that adds its noise inside the computation overrides this, and
-        then owns the whole guarantee: the returned vector must carry at least the noise its
-        events claim, and the sum of ``num_clients`` such vectors must not wrap the ring.
-
-        Args:
-            task: the task (parsed by :meth:`parse_task`).
-            data: the agent's private data.
-            model: the downloaded model, or None.
-            public_x: the job's public data, or None.
-            device: where to compute.
-            encoding: the round's encoding (``SecAggSetup.encoding_json``): scale, ring and
-                this agent's share of the noise.
-            stream: a CSPRNG stream private to this agent and round (rounding and noise).
+        Called once the round's setup is known (after :meth:`check` accepted ``encoding``), on
+        the agent's ``device``, with the downloaded ``model`` and ``public_x`` (or None). The
+        default encodes :meth:`compute`'s real vector with ``encoding`` (clip, scale,
+        conditional stochastic rounding, the agent's share of the integer noise, mod 2^r)
+        drawing from the CSPRNG ``stream``. An algorithm that adds its noise inside the
+        computation overrides this, and then owns the whole guarantee: the returned vector must
+        carry at least the noise its events claim, and the sum of ``num_clients`` such vectors
+        must not wrap the ring.
 
         Returns:
             A uint64 vector of the round's vector length, every value below 2^r.
@@ -631,9 +534,113 @@ class Algorithm(abc.ABC, Generic[SpecT, PlanT, TaskT]):
         Raises:
             AlgorithmError: malformed params, data or blobs.
         """
-        vector = self.agent_compute(task, data, model=model, public_x=public_x, device=device)
+        vector = self.compute(data, model=model, public_x=public_x, device=device)
         return encode(vector, config=encoding, stream=stream)
+
+
+class Algorithm(abc.ABC, Generic[SpecT, PlanT, TaskT]):
+    """One algorithm: its types, its plan, and its two sides; see the module docstring.
+
+    ``spec_type``, ``plan_type`` and ``task_type`` are its job variant, plan details and task.
+    :meth:`bind` narrows a job and its plan once and hands out the ``coordinator_type`` side;
+    :meth:`agent` narrows a task once and hands out the ``agent_type`` side.
+    :meth:`parse_task` and :meth:`parse_plan` validate JSON once, at the boundary.
+
+    Args:
+        random_source: the CSPRNG of the coordinator side's choices (client sampling; default:
+            the system CSPRNG): a simulation passes a seeded source so that one seed replays
+            the whole run.
+    """
+
+    #: The job's ``algorithm`` tag, e.g. "dp-fedavg".
+    name: ClassVar[str]
+    #: The sign with which the released model moves along each decoded sum (black-box audits
+    #: score canaries by it); None when the model is not a running sum of the aggregates.
+    model_direction: ClassVar[float | None] = None
+    spec_type: type[SpecT]
+    plan_type: type[PlanT]
+    task_type: type[TaskT]
+    coordinator_type: ClassVar[type[CoordinatorSide[Any, Any, Any]]]
+    agent_type: ClassVar[type[AgentSide[Any]]]
+
+    def __init__(self, *, random_source: RandomSource | None = None) -> None:
+        self.random = random_source if random_source is not None else SystemRandomSource()
+
+    def with_random_source(self, source: RandomSource) -> Self:
+        """This algorithm drawing its coordinator-side randomness from ``source``."""
+        return type(self)(random_source=source)
+
+    def narrow(self, job: JobSpec) -> SpecT:
+        """``job`` as this algorithm's variant.
+
+        Raises:
+            AlgorithmError: another algorithm's job.
+        """
+        if not isinstance(job, self.spec_type):
+            raise AlgorithmError(f"{self.name} cannot run a {type(job).__name__}")
+        return job
+
+    def bind(self, job: JobSpec, plan: JobPlan) -> CoordinatorSide[SpecT, PlanT, TaskT]:
+        """The coordinator side of ``job`` under ``plan``.
+
+        Raises:
+            AlgorithmError: another algorithm's job or plan.
+        """
+        spec, details = self.narrow(job), plan.details
+        if not isinstance(details, self.plan_type):
+            raise AlgorithmError(f"{self.name} cannot use a {type(details).__name__}")
+        side: CoordinatorSide[SpecT, PlanT, TaskT] = self.coordinator_type(
+            self, spec, plan, details
+        )
+        return side
+
+    def agent(self, task: TaskParams) -> AgentSide[TaskT]:
+        """The agent side of ``task`` (parsed by :meth:`parse_task`).
+
+        Raises:
+            AlgorithmError: another algorithm's task.
+        """
+        if not isinstance(task, self.task_type):
+            raise AlgorithmError(f"{self.name} cannot compute a {type(task).__name__}")
+        side: AgentSide[TaskT] = self.agent_type(self, task)
+        return side
+
+    def parse_task(self, data: object) -> TaskT:
+        """The task of an invitation (``params_json``, text or parsed), validated once.
+
+        Raises:
+            AlgorithmError: naming ``params.<field>`` and the problem.
+        """
+        return parse_contract(self.task_type, data, where="params", unknown=_UNKNOWN_TASK_FIELD)
+
+    def parse_plan(self, data: Mapping[str, Any]) -> JobPlan:
+        """A plan stored in a round record (:meth:`JobPlan.to_json`), validated once.
+
+        Raises:
+            AlgorithmError: naming ``plan.details.<field>`` and the problem.
+        """
+        return JobPlan.from_json(data, self.plan_type)
+
+    @abc.abstractmethod
+    def plan(
+        self, job: JobSpec, *, population: int, data: CoordinatorData | None = None
+    ) -> JobPlan:
+        """Calibrate the noise for the whole job (all rounds) and this population size.
+
+        ``data`` (optional): the coordinator's data, whose input shape and number of classes
+        fix the vector length that the integer (Skellam) sensitivities depend on. When None, an
+        algorithm that needs them loads the job's data set spec (``job.data.dataset``) to learn
+        them, which works for the built-in sets and for simulations; a coordinator that does
+        not hold the data passes them here.
+
+        Raises:
+            AlgorithmError: the target cannot be met (e.g. a population too small).
+        """
 
 
 #: What the shells hold: any algorithm, seen through the erased types.
 AnyAlgorithm = Algorithm[JobSpec, PlanDetails, TaskParams]
+#: Any algorithm's coordinator side, seen through the erased types.
+AnyCoordinator = CoordinatorSide[JobSpec, PlanDetails, TaskParams]
+#: Any algorithm's agent side, seen through the erased task type.
+AnyAgent = AgentSide[TaskParams]

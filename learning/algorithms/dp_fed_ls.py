@@ -27,9 +27,11 @@ from dpfl.accounting import (
     compute_epsilon,
     fedls_noise_multiplier,
 )
-from dpfl.learning.algorithms.base import AlgorithmError, CoordinatorData, JobPlan, TaskParams
+from dpfl.learning.algorithms.base import AlgorithmError, CoordinatorData, JobPlan
 from dpfl.learning.algorithms.dp_fedavg import (
     DpFedAvgParams,
+    FedAvgAgent,
+    FedAvgCoordinator,
     FedAvgFamily,
     FedAvgJobBase,
     FedAvgPlanBase,
@@ -44,6 +46,8 @@ from dpfl.secagg.randomness import RandomStream
 __all__ = [
     "ALGORITHM",
     "DpFedLs",
+    "DpFedLsAgent",
+    "DpFedLsCoordinator",
     "DpFedLsJob",
     "DpFedLsParams",
     "DpFedLsPlan",
@@ -74,6 +78,22 @@ class DpFedLsPlan(FedAvgPlanBase):
     smoothing_scope: Literal["tensor", "vector"]
     sample_size: int | None = Field(default=None, ge=1)
 
+    def round_event(self, population: int) -> DpEvent:
+        """Under uniform sampling, ``SampledWithoutReplacementEvent(n, m, ·)`` with replace-one
+        sensitivities 2Δ (docs/accounting.md); DP-FedAvg's event otherwise."""
+        if self.client_sampling != "uniform" or self.sample_size is None:
+            return super().round_event(population)
+        inner = mechanism_event(
+            noise=self.noise,
+            total=self.noise_total,
+            l1=REPLACE_ONE * self.l1_sensitivity,
+            l2=REPLACE_ONE * self.l2_sensitivity,
+            dimension=self.dimension,
+        )
+        if self.secure_aggregation and self.sample_size < population:
+            return SampledWithoutReplacementEvent(population, self.sample_size, inner)
+        return inner
+
 
 class DpFedLsTask(FedAvgTaskBase):
     """DP-FedAvg's task plus the sampling and the smoothing (``sample_size``: uniform only)."""
@@ -83,6 +103,26 @@ class DpFedLsTask(FedAvgTaskBase):
     sigma_ls: float = Field(ge=0)
     smoothing_scope: Literal["tensor", "vector"]
     sample_size: int | None = Field(default=None, ge=1)
+
+    def claimed_release(self, event: DpEvent) -> tuple[DpEvent, float]:
+        """Under uniform sampling, exactly the fixed-size wrapper at this task's sample size
+        (or the bare release), with replace-one sensitivities; DP-FedAvg's check otherwise."""
+        if self.client_sampling != "uniform":
+            return super().claimed_release(event)
+        if self.sample_size is None:
+            raise AlgorithmError("params.sample_size: a uniform sample states its size")
+        if isinstance(event, PoissonSampledEvent):
+            raise AlgorithmError("the task samples a fixed number of clients, not Poisson")
+        if isinstance(event, SampledWithoutReplacementEvent):
+            if not self.secure_aggregation or event.sample_size != self.sample_size:
+                raise AlgorithmError(
+                    f"the event claims {event.sample_size} of {event.population} clients "
+                    f"sampled; the task samples {self.sample_size} "
+                    f"{'with' if self.secure_aggregation else 'without'} secure aggregation"
+                )
+            return event.event, REPLACE_ONE
+        # no amplification claimed: the bare release (replace-one) is never below the truth
+        return event, REPLACE_ONE
 
 
 #: The replace-one sensitivity of fixed-size sampling is twice the add/remove one.
@@ -110,6 +150,49 @@ def uniform_sample(population: Sequence[str], size: int, stream: RandomStream) -
     return members[:take]
 
 
+class DpFedLsCoordinator(FedAvgCoordinator[DpFedLsJob, DpFedLsPlan, DpFedLsTask]):
+    """DP-FedAvg's coordinator side with the fixed-size sample and the smoothing."""
+
+    def _task_extras(self) -> dict[str, Any]:
+        d = self.details
+        return {
+            "client_sampling": d.client_sampling,
+            "sigma_ls": d.sigma_ls,
+            "smoothing_scope": d.smoothing_scope,
+            "sample_size": d.sample_size,
+        }
+
+    def _post_process(self, net: Any, update: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        p = self.spec.params
+        sizes = None
+        if p.smoothing_scope == "tensor":
+            from dpfl.learning.params import model_signature
+
+            sizes = [t.size for t in model_signature(net).tensors]
+        return smooth_pieces(update, p.sigma_ls, sizes)
+
+    def select(self, *, round_number: int, population: Sequence[str]) -> list[str]:
+        d = self.details
+        if d.client_sampling != "uniform" or d.sample_size is None:
+            return super().select(round_number=round_number, population=population)
+        stream = self.algorithm.random.stream(f"{self.name}/select/{self.spec.name}/{round_number}")
+        return uniform_sample(population, d.sample_size, stream)
+
+
+class DpFedLsAgent(FedAvgAgent[DpFedLsTask]):
+    """DP-FedAvg's agent side; the agent records its rounds without the sampling it cannot
+    verify."""
+
+    def charge(self, events: Sequence[DpEvent]) -> tuple[DpEvent, ...]:
+        """The claimed events without client-sampling amplification, Poisson or fixed-size
+        (see :meth:`FedAvgAgent.charge`); fixed-size rounds keep their replace-one
+        sensitivity, which bounds the add/remove one too."""
+        return tuple(
+            e.event if isinstance(e, PoissonSampledEvent | SampledWithoutReplacementEvent) else e
+            for e in events
+        )
+
+
 class DpFedLs(FedAvgFamily[DpFedLsJob, DpFedLsPlan, DpFedLsTask]):
     """DP-Fed-LS; see the module docstring."""
 
@@ -117,8 +200,8 @@ class DpFedLs(FedAvgFamily[DpFedLsJob, DpFedLsPlan, DpFedLsTask]):
     spec_type = DpFedLsJob
     plan_type = DpFedLsPlan
     task_type = DpFedLsTask
-
-    # -- hooks -------------------------------------------------------------------------------
+    coordinator_type = DpFedLsCoordinator
+    agent_type = DpFedLsAgent
 
     def _expected_participants(self, job: DpFedLsJob, population: int) -> float:
         p = job.params
@@ -136,59 +219,6 @@ class DpFedLs(FedAvgFamily[DpFedLsJob, DpFedLsPlan, DpFedLsTask]):
             "sample_size": sample_size(p.sampling_rate, population) if uniform else None,
         }
 
-    def _task_extras(self, details: DpFedLsPlan) -> dict[str, Any]:
-        return {
-            "client_sampling": details.client_sampling,
-            "sigma_ls": details.sigma_ls,
-            "smoothing_scope": details.smoothing_scope,
-            "sample_size": details.sample_size,
-        }
-
-    def _round_event_from(self, details: DpFedLsPlan, population: int) -> DpEvent:
-        if details.client_sampling != "uniform" or details.sample_size is None:
-            return super()._round_event_from(details, population)
-        inner = mechanism_event(
-            noise=details.noise,
-            total=details.noise_total,
-            l1=REPLACE_ONE * details.l1_sensitivity,
-            l2=REPLACE_ONE * details.l2_sensitivity,
-            dimension=details.dimension,
-        )
-        if details.secure_aggregation and details.sample_size < population:
-            return SampledWithoutReplacementEvent(population, details.sample_size, inner)
-        return inner
-
-    def _unwrap_claim(self, event: DpEvent, task: DpFedLsTask) -> tuple[DpEvent, float]:
-        if task.client_sampling != "uniform":
-            return super()._unwrap_claim(event, task)
-        if task.sample_size is None:
-            raise AlgorithmError("params.sample_size: a uniform sample states its size")
-        if isinstance(event, PoissonSampledEvent):
-            raise AlgorithmError("the task samples a fixed number of clients, not Poisson")
-        if isinstance(event, SampledWithoutReplacementEvent):
-            if not task.secure_aggregation or event.sample_size != task.sample_size:
-                raise AlgorithmError(
-                    f"the event claims {event.sample_size} of {event.population} clients "
-                    f"sampled; the task samples {task.sample_size} "
-                    f"{'with' if task.secure_aggregation else 'without'} secure aggregation"
-                )
-            return event.event, REPLACE_ONE
-        # no amplification claimed: the bare release (replace-one) is never below the truth
-        return event, REPLACE_ONE
-
-    def _post_process(
-        self, job: DpFedLsJob, net: Any, update: npt.NDArray[np.float64]
-    ) -> npt.NDArray[np.float64]:
-        p = job.params
-        sizes = None
-        if p.smoothing_scope == "tensor":
-            from dpfl.learning.params import model_signature
-
-            sizes = [t.size for t in model_signature(net).tensors]
-        return smooth_pieces(update, p.sigma_ls, sizes)
-
-    # -- coordinator side --------------------------------------------------------------------
-
     def plan(
         self, job: JobSpec, *, population: int, data: CoordinatorData | None = None
     ) -> JobPlan:
@@ -196,14 +226,14 @@ class DpFedLs(FedAvgFamily[DpFedLsJob, DpFedLsPlan, DpFedLsTask]):
         docstring) in ``calibration["closed_form"]``."""
         plan = super().plan(job, population=population, data=data)
         calibration = dict(plan.calibration)
-        calibration["closed_form"] = self._closed_forms(self.spec(job), plan, population)
+        calibration["closed_form"] = self._closed_forms(self.narrow(job), plan, population)
         return JobPlan(plan.noise_multiplier, calibration, plan.population, plan.details)
 
     def _closed_forms(self, job: DpFedLsJob, plan: JobPlan, population: int) -> dict[str, Any]:
         delta = job.privacy.delta
         epsilon = float(plan.calibration["epsilon"])
         target = job.privacy.target_epsilon if job.privacy.target_epsilon else epsilon
-        d = self.details(plan)
+        d = self.bind(job, plan).details
         out: dict[str, Any] = {"target_epsilon": target}
         for sampling in ("uniform", "poisson"):
             size = sample_size(job.params.sampling_rate, population)
@@ -222,7 +252,7 @@ class DpFedLs(FedAvgFamily[DpFedLsJob, DpFedLsPlan, DpFedLsTask]):
                     "noise_total": noise_total(d.noise, bound.noise_multiplier, d.l2_sensitivity),
                 }
             )
-            event = self._round_event_from(shape, population)
+            event = shape.round_event(population)
             job_event = event if job.rounds == 1 else SelfComposedEvent(event, job.rounds)
             try:
                 at: float | None = compute_epsilon(job_event, delta=delta, tight=True).epsilon
@@ -234,27 +264,6 @@ class DpFedLs(FedAvgFamily[DpFedLsJob, DpFedLsPlan, DpFedLsTask]):
                 "accountant_epsilon": at if at is None or math.isfinite(at) else None,
             }
         return out
-
-    def select(
-        self, job: JobSpec, plan: JobPlan, *, round_number: int, population: Sequence[str]
-    ) -> list[str]:
-        spec, d = self.spec(job), self.details(plan)
-        if d.client_sampling != "uniform" or d.sample_size is None:
-            return super().select(job, plan, round_number=round_number, population=population)
-        stream = self._random.stream(f"{self.name}/select/{spec.name}/{round_number}")
-        return uniform_sample(population, d.sample_size, stream)
-
-    # -- agent side --------------------------------------------------------------------------
-
-    def agent_charge(self, task: TaskParams, events: Sequence[DpEvent]) -> tuple[DpEvent, ...]:
-        """The claimed events without client-sampling amplification, Poisson or fixed-size
-        (see :meth:`DpFedAvg.agent_charge`); fixed-size rounds keep their replace-one
-        sensitivity, which bounds the add/remove one too."""
-        self.task(task)
-        return tuple(
-            e.event if isinstance(e, PoissonSampledEvent | SampledWithoutReplacementEvent) else e
-            for e in events
-        )
 
 
 ALGORITHM = DpFedLs()

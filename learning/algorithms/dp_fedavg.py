@@ -49,7 +49,6 @@ from dpfl.learning.algorithms.base import (
     JobPlan,
     RoundOutcome,
     RoundTask,
-    TaskParams,
 )
 from dpfl.learning.algorithms.extractors import (
     FeatureParams,
@@ -62,7 +61,9 @@ from dpfl.learning.algorithms.frozen_features import (
     model_input_shape,
 )
 from dpfl.learning.algorithms.model_update import (
+    ModelUpdateAgent,
     ModelUpdateAlgorithm,
+    ModelUpdateCoordinator,
     ModelUpdatePlan,
     ModelUpdateTask,
     initial_model_state,
@@ -86,6 +87,8 @@ __all__ = [
     "DpFedAvgParams",
     "DpFedAvgPlan",
     "DpFedAvgTask",
+    "FedAvgAgent",
+    "FedAvgCoordinator",
     "FedAvgFamily",
     "mechanism_event",
     "noise_total",
@@ -210,6 +213,23 @@ class FedAvgPlanBase(ModelUpdatePlan, FeaturePlanFields):
         """The model's parameter count (the vector's length without the count)."""
         return self.dimension - (0 if self.adaptive_clipping is None else 1)
 
+    def round_event(self, population: int) -> DpEvent:
+        """One round's event: the release of the noisy sum, wrapped in Poisson client sampling
+        under secure aggregation (add/remove one agent). ``population``: the size of the
+        population the round's participants were drawn from (only fixed-size sampling, DP-Fed-LS,
+        depends on it)."""
+        del population
+        inner = mechanism_event(
+            noise=self.noise,
+            total=self.noise_total,
+            l1=self.l1_sensitivity,
+            l2=self.l2_sensitivity,
+            dimension=self.dimension,
+        )
+        if self.secure_aggregation and self.sampling_rate < 1.0:
+            return PoissonSampledEvent(self.sampling_rate, inner)
+        return inner
+
 
 class DpFedAvgPlan(FedAvgPlanBase):
     """DP-FedAvg's plan."""
@@ -258,6 +278,27 @@ class FedAvgTaskBase(ModelUpdateTask, FeatureTaskFields):
         """The model's parameter count (the vector's length without the count)."""
         return self.dimension - (0 if self.adaptive_clipping is None else 1)
 
+    def claimed_release(self, event: DpEvent) -> tuple[DpEvent, float]:
+        """The claimed release inside its client-sampling wrapper, checked against this task,
+        and the factor its sensitivities carry over the encoding's rounded bounds (1:
+        add/remove).
+
+        Raises:
+            AlgorithmError: a wrapper the task does not sample with.
+        """
+        sampled = self.secure_aggregation and self.sampling_rate < 1.0
+        if isinstance(event, PoissonSampledEvent):
+            if not sampled or event.sampling_rate != self.sampling_rate:
+                raise AlgorithmError(
+                    f"the event claims client sampling at rate {event.sampling_rate:g}; "
+                    f"the task samples at {self.sampling_rate:g} "
+                    f"{'with' if self.secure_aggregation else 'without'} secure aggregation"
+                )
+            return event.event, 1.0
+        if sampled:
+            raise AlgorithmError("the task samples clients but the event does not say so")
+        return event, 1.0
+
 
 class DpFedAvgTask(FedAvgTaskBase):
     """DP-FedAvg's task."""
@@ -289,111 +330,29 @@ FP = TypeVar("FP", bound=FedAvgPlanBase, default=FedAvgPlanBase)
 FT = TypeVar("FT", bound=FedAvgTaskBase, default=FedAvgTaskBase)
 
 
-class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
-    """DP-FedAvg and its variants; see the module docstring."""
+class FedAvgCoordinator(ModelUpdateCoordinator[FS, FP, FT]):
+    """The coordinator side of the DP-FedAvg family."""
 
     unit = "agent"
-    model_direction = 1.0  # the mean update is added
 
-    # -- coordinator side --------------------------------------------------------------------
-
-    def plan(
-        self, job: JobSpec, *, population: int, data: CoordinatorData | None = None
-    ) -> JobPlan:
-        spec = self.spec(job)
-        if isinstance(population, bool) or not isinstance(population, int) or population < 1:
-            raise AlgorithmError(f"population must be an integer >= 1, got {population!r}")
-        p, privacy = spec.params, spec.privacy
-        expected = self._expected_participants(spec, population)
-        if expected < 1.0:
-            raise AlgorithmError(
-                f"sampling_rate {p.sampling_rate:g} x population {population} expects "
-                f"{expected:.3g} participants per round; at least 1 is needed"
-            )
-        shape, classes = common.data_shape(spec, data)
-        features = p.feature_spec()
-        shape, width = model_input_shape(features, shape, spec.model)
-        dimension = common.model_dimension(spec.model, shape, classes)
-        adaptive = p.adaptive_clipping
-        vector = dimension + (0 if adaptive is None else 1)
-
-        def make(clip: float, weight: float | None, bits: int) -> JobPlan:
-            l1, l2 = _sensitivities(clip, bits, vector)
-            fields: dict[str, Any] = {
-                **self._plan_extras(spec, population),
-                "model": spec.model,
-                "features": features,
-                "feature_dim": width,
-                "dimension": vector,
-                "scale_bits": bits,
-                "l1_sensitivity": l1,
-                "l2_sensitivity": l2,
-                "noise": privacy.noise,
-                "sampling_rate": p.sampling_rate,
-                "expected_participants": expected,
-                "secure_aggregation": spec.secagg.enabled,
-                "honest_fraction": privacy.honest_fraction,
-                "corrupt_fraction": spec.secagg.corrupt_fraction,
-            }
-
-            def job_event(z: float) -> DpEvent:
-                shape = self.plan_type(**fields, noise_total=noise_total(privacy.noise, z, l2))
-                event = self._round_event_from(shape, population)
-                return event if spec.rounds == 1 else SelfComposedEvent(event, spec.rounds)
-
-            z, record = common.calibrate_or_check(
-                job_event,
-                given=privacy.noise_multiplier,
-                target_epsilon=privacy.target_epsilon,
-                delta=privacy.delta,
-            )
-            if adaptive is not None and weight is not None:
-                fields["adaptive_clipping"] = AdaptiveClippingPlan(
-                    update_clip=p.clip,
-                    count_weight=weight,
-                    count_noise=z * l2 / math.ldexp(weight, bits),
-                    target_quantile=adaptive.target_quantile,
-                    clip_learning_rate=adaptive.clip_learning_rate,
-                )
-            details = self.plan_type(**fields, noise_total=noise_total(privacy.noise, z, l2))
-            return JobPlan(z, record, population, details)
-
-        def fitted(clip: float, weight: float | None) -> JobPlan:
-            bits = spec.secagg.scale_bits
-            if bits is None:
-                bits = common.choose_scale_bits(
-                    clip=clip, dimension=vector, inflation=self.scale_inflation
-                )
-            return self._fit_scale(spec, population, bits, lambda b: make(clip, weight, b))
-
-        plan = fitted(p.clip, None)
-        if adaptive is None:
-            return plan
-        # w comes from z, and z (calibrated on the vector's sensitivity) hardly depends on w: the
-        # scale search keeps the rounding within 0.1 %, so the count's std lands within that of
-        # what the job asked (docs/algorithms.md#adaptive-clipping)
-        weight = count_weight(
-            p.clip, noise_multiplier=plan.noise_multiplier, count_noise=adaptive.count_std(expected)
-        )
-        return fitted(encoding_clip(p.clip, weight), weight)
-
-    def initial_state(self, job: JobSpec, plan: JobPlan, data: CoordinatorData) -> CoordinatorState:
-        spec, d = self.spec(job), self.details(plan)
-        front = front_for(d.features, data)
+    def initial_state(self, data: CoordinatorData) -> CoordinatorState:
+        front = front_for(self.details.features, data)
         return initial_model_state(
-            spec, data, algorithm=self.name, dimension=d.model_dimension, front=front
+            self.spec,
+            data,
+            algorithm=self.name,
+            dimension=self.details.model_dimension,
+            front=front,
         )
 
-    def round_task(
-        self, job: JobSpec, plan: JobPlan, state: CoordinatorState, *, round_number: int
-    ) -> RoundTask:
+    def round_task(self, state: CoordinatorState, *, round_number: int) -> RoundTask:
         """The base task, with the round's clip under adaptive clipping; with DANN local steps,
         agents download the public images first."""
-        task = super().round_task(job, plan, state, round_number=round_number)
-        adaptive = self.details(plan).adaptive_clipping
+        task = super().round_task(state, round_number=round_number)
+        adaptive = self.details.adaptive_clipping
         if adaptive is not None:
             round_clip = _round_clip(adaptive, state)
-            params = self.task_type.model_validate(
+            params = self.algorithm.task_type.model_validate(
                 {
                     **task.params.model_dump(),
                     "adaptive_clipping": {
@@ -404,135 +363,80 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
                 }
             )
             task = replace(task, params=params)
-        if self.spec(job).params.local_domain_adaptation.method == "none":
+        if self.spec.params.local_domain_adaptation.method == "none":
             return task
         return replace(task, needs_public_data=True)
 
-    def _sampling_rate(self, spec: FS) -> float:
-        return spec.params.sampling_rate
+    def _sampling_rate(self) -> float:
+        return self.spec.params.sampling_rate
 
-    def _clip(self, spec: FS, details: FP) -> float:
+    def _clip(self) -> float:
         """The encoding's clip: the job's, or the norm bound of the vector with its count."""
-        adaptive = details.adaptive_clipping
-        return spec.params.clip if adaptive is None else adaptive.clip
+        adaptive = self.details.adaptive_clipping
+        return self.spec.params.clip if adaptive is None else adaptive.clip
 
-    def _task(self, spec: FS, plan: JobPlan, fields: dict[str, Any]) -> FT:
-        p, d = spec.params, self.details(plan)
-        return self.task_type(
+    def _task(self, fields: dict[str, Any]) -> FT:
+        spec, p, d = self.spec, self.spec.params, self.details
+        return self.algorithm.task_type(
             **fields,
-            **self._task_extras(d),
+            **self._task_extras(),
             model=spec.model,
             features=d.features,
             domain_adaptation=p.local_domain_adaptation,
-            clip=self._clip(spec, d),
+            clip=self._clip(),
             local_steps=p.local_work()[0],
             local_epochs=p.local_work()[1],
             learning_rate=p.round_learning_rate(fields["round"]),
             batch_size=p.batch_size,
             train_seed=(spec.seed * 1_000_003 + fields["round"]) % 2**31,
             sampling_rate=p.sampling_rate,
-            population=plan.population,
+            population=self.plan.population,
             expected_participants=d.expected_participants,
         )
 
-    def round_event(self, plan: JobPlan, *, population: int | None = None) -> DpEvent:
+    def round_event(self, *, population: int | None = None) -> DpEvent:
         """The event one committed round charges (see the module docstring).
 
         ``population``: the size of the population the round's participants were drawn from
         (default: the plan's); only fixed-size sampling (DP-Fed-LS) depends on it.
         """
-        return self._round_event_from(
-            self.details(plan), plan.population if population is None else population
-        )
+        return self.details.round_event(self.plan.population if population is None else population)
 
-    def releases_every_sample(self, job: JobSpec, plan: JobPlan) -> bool:
+    @property
+    def releases_every_sample(self) -> bool:
         """Under secure aggregation the whole population is charged the client-sampled event,
         which bounds the release of ``M(S)`` for every sample S, so every sample is released
         (docs/accounting.md, "Client sampling: every sample is released")."""
-        self.spec(job)
-        return self.details(plan).secure_aggregation
+        return self.details.secure_aggregation
 
-    def noise_alone_encoding(self, job: JobSpec, plan: JobPlan, task: RoundTask) -> EncodingConfig:
+    def noise_alone_encoding(self, task: RoundTask) -> EncodingConfig:
         """One agent's encoding of a one-agent round: its noise, ``total/(t·(1−δ))``
         (:func:`~dpfl.learning.algorithms.common.per_agent_noise` with N = m_s = 1), is the law
         of the N shares' sum in every round without dropouts, whatever N is."""
-        if not self.releases_every_sample(job, plan):
+        if not self.releases_every_sample:
             raise AlgorithmError(
                 f"{self.name} without secure aggregation never releases noise alone"
             )
-        return self.encoding(job, plan, task, participants=1, min_survivors=1)
+        return self.encoding(task, participants=1, min_survivors=1)
 
-    def _charged(
-        self, details: FP, population: Sequence[str], participants: Sequence[str]
-    ) -> list[str]:
+    def _population_wide(self) -> bool:
         """Under secure aggregation every client of the population (and any participant outside
         it: never under-count); without it the participants only."""
-        if details.secure_aggregation:
-            return list(dict.fromkeys([*population, *participants]))
-        return list(participants)
+        return self.details.secure_aggregation
 
-    # -- hooks of variants (DP-Fed-LS: fixed-size client sampling, smoothing) ----------------
+    # -- hooks of variants (DP-Fed-LS: smoothing) ----------------------------------------------
 
-    def _expected_participants(self, job: FS, population: int) -> float:
-        """m, the divisor of the summed update: q·n under Poisson sampling."""
-        return job.params.sampling_rate * population
-
-    def _plan_extras(self, job: FS, population: int) -> dict[str, Any]:
-        """Further plan fields of a variant."""
-        del job, population
-        return {}
-
-    def _task_extras(self, details: FP) -> dict[str, Any]:
+    def _task_extras(self) -> dict[str, Any]:
         """Further task fields of a variant."""
-        del details
         return {}
 
-    def _round_event_from(self, details: FP, population: int) -> DpEvent:
-        """One round's event from the plan: the release of the noisy sum, wrapped in Poisson
-        client sampling under secure aggregation (add/remove one agent)."""
-        del population
-        inner = mechanism_event(
-            noise=details.noise,
-            total=details.noise_total,
-            l1=details.l1_sensitivity,
-            l2=details.l2_sensitivity,
-            dimension=details.dimension,
-        )
-        if details.secure_aggregation and details.sampling_rate < 1.0:
-            return PoissonSampledEvent(details.sampling_rate, inner)
-        return inner
-
-    def _unwrap_claim(self, event: DpEvent, task: FT) -> tuple[DpEvent, float]:
-        """The claimed release inside its client-sampling wrapper, checked against the task, and
-        the factor its sensitivities carry over the encoding's rounded bounds (1: add/remove).
-
-        Raises:
-            AlgorithmError: a wrapper the task does not sample with.
-        """
-        sampled = task.secure_aggregation and task.sampling_rate < 1.0
-        if isinstance(event, PoissonSampledEvent):
-            if not sampled or event.sampling_rate != task.sampling_rate:
-                raise AlgorithmError(
-                    f"the event claims client sampling at rate {event.sampling_rate:g}; "
-                    f"the task samples at {task.sampling_rate:g} "
-                    f"{'with' if task.secure_aggregation else 'without'} secure aggregation"
-                )
-            return event.event, 1.0
-        if sampled:
-            raise AlgorithmError("the task samples clients but the event does not say so")
-        return event, 1.0
-
-    def _post_process(
-        self, job: FS, net: Any, update: npt.NDArray[np.float64]
-    ) -> npt.NDArray[np.float64]:
+    def _post_process(self, net: Any, update: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         """Post-processing of the averaged noisy update before the model step (identity)."""
-        del job, net
+        del net
         return update
 
     def finish_round(
         self,
-        job: JobSpec,
-        plan: JobPlan,
         state: CoordinatorState,
         data: CoordinatorData,
         *,
@@ -540,7 +444,7 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
         aggregate: npt.NDArray[np.float64],
         survivors: int,
     ) -> RoundOutcome:
-        spec, d = self.spec(job), self.details(plan)
+        spec, d = self.spec, self.details
         total = common.checked_aggregate(aggregate, length=d.dimension, survivors=max(survivors, 1))
         adaptive = d.adaptive_clipping
         if adaptive is not None:
@@ -552,7 +456,7 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
                 expected_participants=d.expected_participants,
             )
         net = load_model(spec, state, data)
-        update = self._post_process(spec, net, total / d.expected_participants)
+        update = self._post_process(net, total / d.expected_participants)
         outcome = optimizer_round(
             spec,
             state,
@@ -578,11 +482,12 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
             },
         )
 
-    # -- agent side --------------------------------------------------------------------------
 
-    def agent_check(
+class FedAvgAgent(ModelUpdateAgent[FT]):
+    """The agent side of the DP-FedAvg family."""
+
+    def check(
         self,
-        task: TaskParams,
         events: Sequence[DpEvent],
         encoding: EncodingConfig,
         *,
@@ -599,9 +504,8 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
         without secure aggregation), reaches the event's noise; the ring holds the sum of
         ``num_clients`` vectors.
         """
-        t = self.task(task)
+        t = self.task
         event = self._claimed(
-            t,
             events,
             encoding,
             clip=t.clip,
@@ -609,7 +513,7 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
             min_survivors=min_survivors,
             honest_fraction=honest_fraction,
         )
-        inner, factor = self._unwrap_claim(event, t)
+        inner, factor = t.claimed_release(event)
         total = common.claimed_total(
             inner,
             noise=t.noise,
@@ -628,16 +532,15 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
             num_clients=num_clients,
         )
 
-    def agent_compute(
+    def compute(
         self,
-        task: TaskParams,
         data: AgentData,
         *,
         model: bytes | None,
         public_x: npt.NDArray[np.float32] | None,
         device: str,
     ) -> npt.NDArray[np.float64]:
-        t = self.task(task)
+        t = self.task
         if model is None:
             raise AlgorithmError(f"{self.name} needs the global model")
         from dpfl.learning.params import model_from_bytes
@@ -693,7 +596,7 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
         norm = float(np.linalg.norm(delta))
         return delta * (t.clip / norm) if norm > t.clip else delta
 
-    def agent_charge(self, task: TaskParams, events: Sequence[DpEvent]) -> tuple[DpEvent, ...]:
+    def charge(self, events: Sequence[DpEvent]) -> tuple[DpEvent, ...]:
         """The claimed events without client-sampling amplification.
 
         Amplification by sampling (``PoissonSampledEvent(q, M)``) is a guarantee over the
@@ -708,7 +611,6 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
         so each recorded round costs at least its amplified share. Sampling the agent performs
         itself on its own records (DP-FedSGD) is verifiable and stays amplified there.
         """
-        self.task(task)
         return tuple(common.strip_client_sampling(e) for e in events)
 
 
@@ -724,6 +626,103 @@ def _round_clip(adaptive: AdaptiveClippingPlan, state: CoordinatorState) -> floa
     if not (math.isfinite(stored) and stored > 0):
         raise AlgorithmError(f"the coordinator state's {CLIP_KEY} must be > 0, got {stored!r}")
     return float(stored)
+
+
+class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
+    """DP-FedAvg and its variants; see the module docstring."""
+
+    model_direction = 1.0  # the mean update is added
+    coordinator_type = FedAvgCoordinator
+    agent_type = FedAvgAgent
+
+    def plan(
+        self, job: JobSpec, *, population: int, data: CoordinatorData | None = None
+    ) -> JobPlan:
+        spec = self.narrow(job)
+        if isinstance(population, bool) or not isinstance(population, int) or population < 1:
+            raise AlgorithmError(f"population must be an integer >= 1, got {population!r}")
+        p, privacy = spec.params, spec.privacy
+        expected = self._expected_participants(spec, population)
+        if expected < 1.0:
+            raise AlgorithmError(
+                f"sampling_rate {p.sampling_rate:g} x population {population} expects "
+                f"{expected:.3g} participants per round; at least 1 is needed"
+            )
+        shape, classes = common.data_shape(spec, data)
+        features = p.feature_spec()
+        shape, width = model_input_shape(features, shape, spec.model)
+        dimension = common.model_dimension(spec.model, shape, classes)
+        adaptive = p.adaptive_clipping
+        vector = dimension + (0 if adaptive is None else 1)
+
+        def make(clip: float, weight: float | None, bits: int) -> JobPlan:
+            l1, l2 = _sensitivities(clip, bits, vector)
+            fields: dict[str, Any] = {
+                **self._plan_extras(spec, population),
+                "model": spec.model,
+                "features": features,
+                "feature_dim": width,
+                "dimension": vector,
+                "scale_bits": bits,
+                "l1_sensitivity": l1,
+                "l2_sensitivity": l2,
+                "noise": privacy.noise,
+                "sampling_rate": p.sampling_rate,
+                "expected_participants": expected,
+                "secure_aggregation": spec.secagg.enabled,
+                "honest_fraction": privacy.honest_fraction,
+                "corrupt_fraction": spec.secagg.corrupt_fraction,
+            }
+
+            def job_event(z: float) -> DpEvent:
+                shape = self.plan_type(**fields, noise_total=noise_total(privacy.noise, z, l2))
+                event = shape.round_event(population)
+                return event if spec.rounds == 1 else SelfComposedEvent(event, spec.rounds)
+
+            z, record = common.calibrate_or_check(
+                job_event,
+                given=privacy.noise_multiplier,
+                target_epsilon=privacy.target_epsilon,
+                delta=privacy.delta,
+            )
+            if adaptive is not None and weight is not None:
+                fields["adaptive_clipping"] = AdaptiveClippingPlan(
+                    update_clip=p.clip,
+                    count_weight=weight,
+                    count_noise=z * l2 / math.ldexp(weight, bits),
+                    target_quantile=adaptive.target_quantile,
+                    clip_learning_rate=adaptive.clip_learning_rate,
+                )
+            details = self.plan_type(**fields, noise_total=noise_total(privacy.noise, z, l2))
+            return JobPlan(z, record, population, details)
+
+        def fitted(clip: float, weight: float | None) -> JobPlan:
+            bits = spec.secagg.scale_bits
+            if bits is None:
+                bits = common.choose_scale_bits(
+                    clip=clip, dimension=vector, inflation=self.scale_inflation
+                )
+            return self._fit_scale(spec, population, bits, lambda b: make(clip, weight, b))
+
+        plan = fitted(p.clip, None)
+        if adaptive is None:
+            return plan
+        # w comes from z, and z (calibrated on the vector's sensitivity) hardly depends on w: the
+        # scale search keeps the rounding within 0.1 %, so the count's std lands within that of
+        # what the job asked (docs/algorithms.md#adaptive-clipping)
+        weight = count_weight(
+            p.clip, noise_multiplier=plan.noise_multiplier, count_noise=adaptive.count_std(expected)
+        )
+        return fitted(encoding_clip(p.clip, weight), weight)
+
+    def _expected_participants(self, job: FS, population: int) -> float:
+        """m, the divisor of the summed update: q·n under Poisson sampling."""
+        return job.params.sampling_rate * population
+
+    def _plan_extras(self, job: FS, population: int) -> dict[str, Any]:
+        """Further plan fields of a variant."""
+        del job, population
+        return {}
 
 
 class DpFedAvg(FedAvgFamily[DpFedAvgJob, DpFedAvgPlan, DpFedAvgTask]):

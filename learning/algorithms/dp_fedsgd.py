@@ -36,7 +36,6 @@ from dpfl.learning.algorithms.base import (
     CoordinatorState,
     JobPlan,
     RoundOutcome,
-    TaskParams,
 )
 from dpfl.learning.algorithms.dp_fedavg import noise_total
 from dpfl.learning.algorithms.extractors import FeatureParams
@@ -65,7 +64,9 @@ from dpfl.learning.algorithms.integer_dpsgd import (
     step_sensitivities,
 )
 from dpfl.learning.algorithms.model_update import (
+    ModelUpdateAgent,
     ModelUpdateAlgorithm,
+    ModelUpdateCoordinator,
     ModelUpdatePlan,
     ModelUpdateTask,
     initial_model_state,
@@ -176,6 +177,33 @@ class DpFedSgdPlan(ModelUpdatePlan, FeaturePlanFields):
             return None
         return self.claimed_epsilon, self.claim
 
+    def claimed_round_event(self) -> DpEvent:
+        """One round: S compositions of the Poisson-subsampled step release with the plan's
+        whole μ (in the sum-dominating mode: the claim, never charged)."""
+        d = self
+        step = step_event(
+            noise=d.noise,
+            total=d.noise_total,
+            l1=d.l1_sensitivity,
+            l2=d.l2_sensitivity,
+            dimension=d.dimension,
+            rate=d.batch_sampling_rate,
+        )
+        return SelfComposedEvent(step, d.local_steps)
+
+    def guaranteed_round_event(self) -> DpEvent:
+        """What a participant is charged for one round: :meth:`claimed_round_event`, or in the
+        sum-dominating mode the same S steps of its own share ``agent_noise`` alone
+        (:func:`~dpfl.learning.algorithms.fedsgd_accounting.agent_event`)."""
+        d = self
+        (event,) = agent_event(
+            (self.claimed_round_event(),),
+            mode=d.accounting_mode,
+            steps=d.local_steps,
+            agent_noise=d.agent_noise,
+        )
+        return event
+
 
 class DpFedSgdTask(ModelUpdateTask, FeatureTaskFields):
     """What a DP-FedSGD agent runs; its accounting ``mode`` is derived, never sent."""
@@ -211,6 +239,266 @@ class DpFedSgdTask(ModelUpdateTask, FeatureTaskFields):
         )
 
 
+class DpFedSgdCoordinator(ModelUpdateCoordinator[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
+    """DP-FedSGD's coordinator side."""
+
+    unit = "record"
+
+    def initial_state(self, data: CoordinatorData) -> CoordinatorState:
+        front = front_for(self.details.features, data)
+        return initial_model_state(
+            self.spec, data, algorithm=self.name, dimension=self.details.dimension, front=front
+        )
+
+    def _sampling_rate(self) -> float:
+        return self.spec.params.client_sampling_rate
+
+    def _clip(self) -> float:
+        return self.details.clip
+
+    def _credits_others(self) -> bool:
+        return self.details.accounting_mode == CENTRAL
+
+    def _task(self, fields: dict[str, Any]) -> DpFedSgdTask:
+        spec, d = self.spec, self.details
+        return DpFedSgdTask(
+            **fields,
+            model=spec.model,
+            features=d.features,
+            clip=d.clip,
+            local_steps=d.local_steps,
+            batch_sampling_rate=d.batch_sampling_rate,
+            learning_rate=d.learning_rate,
+            expected_batch_size=d.expected_batch_size,
+            max_local_size=d.max_local_size,
+            accounting=spec.privacy.accounting,
+            agent_noise=d.agent_noise if d.accounting_mode == SUM_DOMINATING else None,
+        )
+
+    def ring(self, *, participants: int, min_survivors: int) -> EncodingConfig:
+        """Clip C per record, scale 2^b, the agent's per-step noise share, and a ring wide
+        enough for the S steps of ``participants`` agents of at most M_max records.
+
+        The share is split over the honest agents in the central and sum-dominating modes
+        (``common.per_agent_noise``; sum-dominating: never below the plan's ``agent_noise``,
+        which the agent's own ledger records), and the whole step noise in the local mode."""
+        d = self.details
+        noise = common.split_noise(
+            d,
+            dropout_fraction=self.spec.secagg.dropout_fraction,
+            participants=participants,
+            min_survivors=min_survivors,
+            secure_aggregation=shares_noise(d.accounting_mode),
+        )
+        if d.agent_noise is not None and noise.parameter < d.agent_noise:
+            noise = NoiseSpec(noise.kind, d.agent_noise)  # more participants than planned
+        probe = EncodingConfig(
+            clip=d.clip, scale_bits=d.scale_bits, ring_bits=64, noise=noise, rounding_beta=0.0
+        )
+        bits = required_ring_bits(
+            participants=participants,
+            steps=d.local_steps,
+            max_local_size=d.max_local_size,
+            config=probe,
+        )
+        if bits > MAX_RING_BITS:
+            raise AlgorithmError(
+                f"{participants} agents × {d.local_steps} steps × {d.max_local_size} "
+                f"records at scale 2^{d.scale_bits} need a {bits}-bit ring (> 64)"
+            )
+        return EncodingConfig(
+            clip=d.clip, scale_bits=d.scale_bits, ring_bits=bits, noise=noise, rounding_beta=0.0
+        )
+
+    def round_event(self, *, population: int = 0) -> DpEvent:
+        """What a committed round charges each participant:
+        :meth:`DpFedSgdPlan.guaranteed_round_event` (a record is only touched when its agent
+        takes part, so nobody else pays)."""
+        return self.details.guaranteed_round_event()
+
+    def finish_round(
+        self,
+        state: CoordinatorState,
+        data: CoordinatorData,
+        *,
+        round_number: int,
+        aggregate: npt.NDArray[np.float64],
+        survivors: int,
+    ) -> RoundOutcome:
+        spec, d = self.spec, self.details
+        total = common.checked_aggregate(aggregate, length=d.dimension, survivors=survivors)
+        scale = -d.learning_rate / (d.expected_batch_size * survivors)
+        return optimizer_round(
+            spec,
+            state,
+            data,
+            update=scale * total,  # the mean of the agents' local model deltas
+            optimizer=spec.params.optimizer(),
+            algorithm=self.name,
+            round_number=round_number,
+            survivors=survivors,
+        )
+
+    # -- agent side --------------------------------------------------------------------------
+
+
+class DpFedSgdAgent(ModelUpdateAgent[DpFedSgdTask]):
+    """DP-FedSGD's agent side: S integer DP-SGD steps, and the checks of their claim."""
+
+    def check(
+        self,
+        events: Sequence[DpEvent],
+        encoding: EncodingConfig,
+        *,
+        num_clients: int,
+        min_survivors: int,
+        honest_fraction: float,
+    ) -> None:
+        """Refuse unless the claim is exactly S steps of this task's release and the noise
+        delivers it.
+
+        Checks: the setup's honest fraction is the task's, ``1 ≤ min_survivors ≤ num_clients``;
+        the encoding's clip and scale are the task's C and b; one event
+        ``SelfComposedEvent(step, S)`` whose step is Poisson-subsampled at the task's p (bare
+        when p = 1), with the encoding's rounded sensitivities for d coordinates; the per-agent
+        per-step noise of the encoding reaches the step's noise summed over ``t·min_survivors``
+        honest agents in the central mode, and ALONE in the local and sum-dominating modes (so a
+        task with S > 1 whose claimed event rests on split noise is refused: the sum-dominating
+        figure is a claim, never the charged event); in the sum-dominating mode it also
+        reaches, alone, the ``agent_noise`` this agent's own ledger records; the ring holds S
+        steps of ``num_clients`` agents of M_max records.
+        """
+        t = self.task
+        event = self._claimed(
+            events,
+            encoding,
+            clip=t.clip,
+            num_clients=num_clients,
+            min_survivors=min_survivors,
+            honest_fraction=honest_fraction,
+        )
+        if not isinstance(event, SelfComposedEvent) or event.count != t.local_steps:
+            raise AlgorithmError(
+                f"expected {t.local_steps} compositions of one step, got {event!r}"
+            )
+        step = event.event
+        if isinstance(step, PoissonSampledEvent):
+            if step.sampling_rate != t.batch_sampling_rate:
+                raise AlgorithmError(
+                    f"the event samples records at rate {step.sampling_rate:g}, the task at "
+                    f"{t.batch_sampling_rate:g}"
+                )
+            step = step.event
+        elif t.batch_sampling_rate < 1.0:
+            raise AlgorithmError("the task samples records but the event does not say so")
+        l1, l2 = step_sensitivities(clip=t.clip, scale_bits=t.scale_bits, dimension=t.dimension)
+        total = common.claimed_total(
+            step,
+            noise=t.noise,
+            l1=l1,
+            l2=l2,
+            dimension=t.dimension,
+            source=_SOURCE,
+        )
+        kind, mode = common.NOISE_KINDS[t.noise], t.mode
+        try:
+            common.check_noise(
+                encoding.noise,
+                kind=kind,
+                total=total,
+                secure_aggregation=mode == CENTRAL,
+                honest_fraction=honest_fraction,
+                min_survivors=min_survivors,
+            )
+        except AlgorithmError as exc:
+            if mode == CENTRAL or not t.secure_aggregation:
+                raise
+            raise AlgorithmError(
+                f"{t.local_steps} local steps are accounted as local DP "
+                f"(privacy.accounting: {t.accounting}): this agent's own noise must carry "
+                f"the claimed event alone, but the encoding only gives it a share ({exc})"
+            ) from exc
+        if t.agent_noise is not None and mode == SUM_DOMINATING:  # what its own ledger records
+            common.check_noise(
+                encoding.noise,
+                kind=kind,
+                total=t.agent_noise,
+                secure_aggregation=False,
+                honest_fraction=honest_fraction,
+                min_survivors=min_survivors,
+            )
+        need = required_ring_bits(
+            participants=num_clients,
+            steps=t.local_steps,
+            max_local_size=t.max_local_size,
+            config=encoding,
+        )
+        if need > encoding.ring_bits:
+            raise AlgorithmError(
+                f"the ring would wrap: {num_clients} agents need {need} bits, the encoding has "
+                f"{encoding.ring_bits}"
+            )
+
+    def charge(self, events: Sequence[DpEvent]) -> tuple[DpEvent, ...]:
+        """The claimed event, or, when the job opted in to the sum-dominating accounting, the
+        local-DP event of this agent's own noise share (``agent_noise``, checked against the
+        round's encoding by :meth:`check`; the coordinator announces the same event):
+        what this agent's view proves
+        (:func:`~dpfl.learning.algorithms.fedsgd_accounting.agent_event`). The record sampling
+        is the agent's own, so the amplification stays.
+
+        Raises:
+            AlgorithmError: not one S-fold step event.
+        """
+        t = self.task
+        return agent_event(events, mode=t.mode, steps=t.local_steps, agent_noise=t.agent_noise)
+
+    def contribution(
+        self,
+        data: AgentData,
+        *,
+        model: bytes | None,
+        public_x: npt.NDArray[np.float32] | None,
+        device: str,
+        encoding: EncodingConfig,
+        stream: RandomStream,
+    ) -> npt.NDArray[np.uint64]:
+        """S integer DP-SGD steps from the global model; ``Z_i`` in the ring (module docs)."""
+        t = self.task
+        if model is None:
+            raise AlgorithmError(f"{self.name} needs the global model")
+        if encoding.clip != t.clip or encoding.scale_bits != t.scale_bits:
+            raise AlgorithmError("the encoding's clip or scale differs from the task's")
+        from dpfl.learning.params import model_from_bytes
+
+        x, shape, model = agent_inputs(t, data, model)
+        net = common.build_model(t.model, shape, data.num_classes, seed=0)
+        try:
+            model_from_bytes(model, model=net)
+        except LearningError as exc:
+            raise AlgorithmError(f"the global model does not load: {exc}") from exc
+        result = integer_dp_sgd(
+            net,
+            x,
+            data.y,
+            steps=t.local_steps,
+            sampling_rate=t.batch_sampling_rate,
+            clip=t.clip,
+            learning_rate=t.learning_rate,
+            normalizer=t.expected_batch_size,
+            scale_bits=t.scale_bits,
+            noise=encoding.noise,
+            stream=stream,
+            device=device,
+            coordinate_limit=t.max_local_size * encoding.coordinate_bound,
+        )
+        if result.total.shape != (t.dimension,):
+            raise AlgorithmError(
+                f"the model has {result.total.size} parameters, the task {t.dimension}"
+            )
+        return to_ring(result.total, encoding.ring_bits)
+
+
 class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
     """DP-FedSGD; see the module docstring.
 
@@ -222,8 +510,9 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
     spec_type = DpFedSgdJob
     plan_type = DpFedSgdPlan
     task_type = DpFedSgdTask
-    unit = "record"
     model_direction = -1.0  # the model steps against the summed gradients
+    coordinator_type = DpFedSgdCoordinator
+    agent_type = DpFedSgdAgent
     #: One rounding per step costs √d over c (docs/accounting.md#dp-fedsgd-one-rounding-per-step);
     #: keeping that within 0.1 % would need b with μ ∝ 4^b so large that the exact Poisson
     #: sampler's rare exact fallback takes seconds per call (docs/secagg.md#integer-noise).
@@ -243,7 +532,7 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
     def plan(
         self, job: JobSpec, *, population: int, data: CoordinatorData | None = None
     ) -> JobPlan:
-        spec = self.spec(job)
+        spec = self.narrow(job)
         if isinstance(population, bool) or not isinstance(population, int) or population < 1:
             raise AlgorithmError(f"population must be an integer >= 1, got {population!r}")
         p, privacy = spec.params, spec.privacy
@@ -328,11 +617,13 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
 
     def _with_claim_apart(self, job: DpFedSgdJob, plan: JobPlan) -> JobPlan:
         """The sum-dominating plan: the calibration record's ε, event and method become the
-        guaranteed ones (each agent's own share, :meth:`guaranteed_round_event`, over all
-        rounds), and the calibrated sum-dominating figure moves to ``calibration["claim"]`` and
-        the plan's ``claimed_epsilon`` under :data:`CLAIM_LABEL`: shown, never charged."""
+        guaranteed ones (each agent's own share, :meth:`DpFedSgdPlan.guaranteed_round_event`,
+        over all rounds), and the calibrated sum-dominating figure moves to
+        ``calibration["claim"]`` and the plan's ``claimed_epsilon`` under :data:`CLAIM_LABEL`:
+        shown, never charged."""
         record = dict(plan.calibration)
-        per_round = self.guaranteed_round_event(plan)
+        details = self.bind(job, plan).details
+        per_round = details.guaranteed_round_event()
         whole = per_round if job.rounds == 1 else SelfComposedEvent(per_round, job.rounds)
         try:
             report = compute_epsilon(whole, delta=job.privacy.delta, tight=True)
@@ -352,294 +643,10 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
             tight_epsilon=report.tight_epsilon,
             event=event_to_json(whole),
         )
-        details = self.details(plan).model_copy(
+        details = details.model_copy(
             update={"claimed_epsilon": float(record["claim"]["epsilon"]), "claim": CLAIM_LABEL}
         )
         return JobPlan(plan.noise_multiplier, record, plan.population, details)
-
-    def initial_state(self, job: JobSpec, plan: JobPlan, data: CoordinatorData) -> CoordinatorState:
-        spec, d = self.spec(job), self.details(plan)
-        front = front_for(d.features, data)
-        return initial_model_state(
-            spec, data, algorithm=self.name, dimension=d.dimension, front=front
-        )
-
-    def _sampling_rate(self, spec: DpFedSgdJob) -> float:
-        return spec.params.client_sampling_rate
-
-    def _clip(self, spec: DpFedSgdJob, details: DpFedSgdPlan) -> float:
-        return details.clip
-
-    def _credits_others(self, details: DpFedSgdPlan) -> bool:
-        return details.accounting_mode == CENTRAL
-
-    def _task(self, spec: DpFedSgdJob, plan: JobPlan, fields: dict[str, Any]) -> DpFedSgdTask:
-        d = self.details(plan)
-        return DpFedSgdTask(
-            **fields,
-            model=spec.model,
-            features=d.features,
-            clip=d.clip,
-            local_steps=d.local_steps,
-            batch_sampling_rate=d.batch_sampling_rate,
-            learning_rate=d.learning_rate,
-            expected_batch_size=d.expected_batch_size,
-            max_local_size=d.max_local_size,
-            accounting=spec.privacy.accounting,
-            agent_noise=d.agent_noise if d.accounting_mode == SUM_DOMINATING else None,
-        )
-
-    def _encoding(
-        self, spec: DpFedSgdJob, details: DpFedSgdPlan, *, participants: int, min_survivors: int
-    ) -> EncodingConfig:
-        """Clip C per record, scale 2^b, the agent's per-step noise share, and a ring wide
-        enough for the S steps of ``participants`` agents of at most M_max records.
-
-        The share is split over the honest agents in the central and sum-dominating modes
-        (``common.per_agent_noise``; sum-dominating: never below the plan's ``agent_noise``,
-        which the agent's own ledger records), and the whole step noise in the local mode."""
-        d = details
-        noise = common.split_noise(
-            d,
-            dropout_fraction=spec.secagg.dropout_fraction,
-            participants=participants,
-            min_survivors=min_survivors,
-            secure_aggregation=shares_noise(d.accounting_mode),
-        )
-        if d.agent_noise is not None and noise.parameter < d.agent_noise:
-            noise = NoiseSpec(noise.kind, d.agent_noise)  # more participants than planned
-        probe = EncodingConfig(
-            clip=d.clip, scale_bits=d.scale_bits, ring_bits=64, noise=noise, rounding_beta=0.0
-        )
-        bits = required_ring_bits(
-            participants=participants,
-            steps=d.local_steps,
-            max_local_size=d.max_local_size,
-            config=probe,
-        )
-        if bits > MAX_RING_BITS:
-            raise AlgorithmError(
-                f"{participants} agents × {d.local_steps} steps × {d.max_local_size} "
-                f"records at scale 2^{d.scale_bits} need a {bits}-bit ring (> 64)"
-            )
-        return EncodingConfig(
-            clip=d.clip, scale_bits=d.scale_bits, ring_bits=bits, noise=noise, rounding_beta=0.0
-        )
-
-    def claimed_round_event(self, plan: JobPlan) -> DpEvent:
-        """One round: S compositions of the Poisson-subsampled step release with the plan's
-        whole μ (in the sum-dominating mode: the claim, never charged)."""
-        d = self.details(plan)
-        step = step_event(
-            noise=d.noise,
-            total=d.noise_total,
-            l1=d.l1_sensitivity,
-            l2=d.l2_sensitivity,
-            dimension=d.dimension,
-            rate=d.batch_sampling_rate,
-        )
-        return SelfComposedEvent(step, d.local_steps)
-
-    def guaranteed_round_event(self, plan: JobPlan) -> DpEvent:
-        """What a participant is charged for one round: :meth:`claimed_round_event`, or in the
-        sum-dominating mode the same S steps of its own share ``agent_noise`` alone
-        (:func:`~dpfl.learning.algorithms.fedsgd_accounting.agent_event`)."""
-        d = self.details(plan)
-        (event,) = agent_event(
-            (self.claimed_round_event(plan),),
-            mode=d.accounting_mode,
-            steps=d.local_steps,
-            agent_noise=d.agent_noise,
-        )
-        return event
-
-    def round_event(self, plan: JobPlan, *, population: int = 0) -> DpEvent:
-        """What :meth:`charges` charges each participant: :meth:`guaranteed_round_event` (a
-        record is only touched when its agent takes part, so nobody else pays)."""
-        return self.guaranteed_round_event(plan)
-
-    def finish_round(
-        self,
-        job: JobSpec,
-        plan: JobPlan,
-        state: CoordinatorState,
-        data: CoordinatorData,
-        *,
-        round_number: int,
-        aggregate: npt.NDArray[np.float64],
-        survivors: int,
-    ) -> RoundOutcome:
-        spec, d = self.spec(job), self.details(plan)
-        total = common.checked_aggregate(aggregate, length=d.dimension, survivors=survivors)
-        scale = -d.learning_rate / (d.expected_batch_size * survivors)
-        return optimizer_round(
-            spec,
-            state,
-            data,
-            update=scale * total,  # the mean of the agents' local model deltas
-            optimizer=spec.params.optimizer(),
-            algorithm=self.name,
-            round_number=round_number,
-            survivors=survivors,
-        )
-
-    # -- agent side --------------------------------------------------------------------------
-
-    def agent_check(
-        self,
-        task: TaskParams,
-        events: Sequence[DpEvent],
-        encoding: EncodingConfig,
-        *,
-        num_clients: int,
-        min_survivors: int,
-        honest_fraction: float,
-    ) -> None:
-        """Refuse unless the claim is exactly S steps of this task's release and the noise
-        delivers it.
-
-        Checks: the setup's honest fraction is the task's, ``1 ≤ min_survivors ≤ num_clients``;
-        the encoding's clip and scale are the task's C and b; one event
-        ``SelfComposedEvent(step, S)`` whose step is Poisson-subsampled at the task's p (bare
-        when p = 1), with the encoding's rounded sensitivities for d coordinates; the per-agent
-        per-step noise of the encoding reaches the step's noise summed over ``t·min_survivors``
-        honest agents in the central mode, and ALONE in the local and sum-dominating modes (so a
-        task with S > 1 whose claimed event rests on split noise is refused: the sum-dominating
-        figure is a claim, never the charged event); in the sum-dominating mode it also
-        reaches, alone, the ``agent_noise`` this agent's own ledger records; the ring holds S
-        steps of ``num_clients`` agents of M_max records.
-        """
-        t = self.task(task)
-        event = self._claimed(
-            t,
-            events,
-            encoding,
-            clip=t.clip,
-            num_clients=num_clients,
-            min_survivors=min_survivors,
-            honest_fraction=honest_fraction,
-        )
-        if not isinstance(event, SelfComposedEvent) or event.count != t.local_steps:
-            raise AlgorithmError(
-                f"expected {t.local_steps} compositions of one step, got {event!r}"
-            )
-        step = event.event
-        if isinstance(step, PoissonSampledEvent):
-            if step.sampling_rate != t.batch_sampling_rate:
-                raise AlgorithmError(
-                    f"the event samples records at rate {step.sampling_rate:g}, the task at "
-                    f"{t.batch_sampling_rate:g}"
-                )
-            step = step.event
-        elif t.batch_sampling_rate < 1.0:
-            raise AlgorithmError("the task samples records but the event does not say so")
-        l1, l2 = step_sensitivities(clip=t.clip, scale_bits=t.scale_bits, dimension=t.dimension)
-        total = common.claimed_total(
-            step,
-            noise=t.noise,
-            l1=l1,
-            l2=l2,
-            dimension=t.dimension,
-            source=_SOURCE,
-        )
-        kind, mode = common.NOISE_KINDS[t.noise], t.mode
-        try:
-            common.check_noise(
-                encoding.noise,
-                kind=kind,
-                total=total,
-                secure_aggregation=mode == CENTRAL,
-                honest_fraction=honest_fraction,
-                min_survivors=min_survivors,
-            )
-        except AlgorithmError as exc:
-            if mode == CENTRAL or not t.secure_aggregation:
-                raise
-            raise AlgorithmError(
-                f"{t.local_steps} local steps are accounted as local DP "
-                f"(privacy.accounting: {t.accounting}): this agent's own noise must carry "
-                f"the claimed event alone, but the encoding only gives it a share ({exc})"
-            ) from exc
-        if t.agent_noise is not None and mode == SUM_DOMINATING:  # what its own ledger records
-            common.check_noise(
-                encoding.noise,
-                kind=kind,
-                total=t.agent_noise,
-                secure_aggregation=False,
-                honest_fraction=honest_fraction,
-                min_survivors=min_survivors,
-            )
-        need = required_ring_bits(
-            participants=num_clients,
-            steps=t.local_steps,
-            max_local_size=t.max_local_size,
-            config=encoding,
-        )
-        if need > encoding.ring_bits:
-            raise AlgorithmError(
-                f"the ring would wrap: {num_clients} agents need {need} bits, the encoding has "
-                f"{encoding.ring_bits}"
-            )
-
-    def agent_charge(self, task: TaskParams, events: Sequence[DpEvent]) -> tuple[DpEvent, ...]:
-        """The claimed event, or, when the job opted in to the sum-dominating accounting, the
-        local-DP event of this agent's own noise share (``agent_noise``, checked against the
-        round's encoding by :meth:`agent_check`; the coordinator announces the same event):
-        what this agent's view proves
-        (:func:`~dpfl.learning.algorithms.fedsgd_accounting.agent_event`). The record sampling
-        is the agent's own, so the amplification stays.
-
-        Raises:
-            AlgorithmError: not one S-fold step event.
-        """
-        t = self.task(task)
-        return agent_event(events, mode=t.mode, steps=t.local_steps, agent_noise=t.agent_noise)
-
-    def agent_contribution(
-        self,
-        task: TaskParams,
-        data: AgentData,
-        *,
-        model: bytes | None,
-        public_x: npt.NDArray[np.float32] | None,
-        device: str,
-        encoding: EncodingConfig,
-        stream: RandomStream,
-    ) -> npt.NDArray[np.uint64]:
-        """S integer DP-SGD steps from the global model; ``Z_i`` in the ring (module docs)."""
-        t = self.task(task)
-        if model is None:
-            raise AlgorithmError(f"{self.name} needs the global model")
-        if encoding.clip != t.clip or encoding.scale_bits != t.scale_bits:
-            raise AlgorithmError("the encoding's clip or scale differs from the task's")
-        from dpfl.learning.params import model_from_bytes
-
-        x, shape, model = agent_inputs(t, data, model)
-        net = common.build_model(t.model, shape, data.num_classes, seed=0)
-        try:
-            model_from_bytes(model, model=net)
-        except LearningError as exc:
-            raise AlgorithmError(f"the global model does not load: {exc}") from exc
-        result = integer_dp_sgd(
-            net,
-            x,
-            data.y,
-            steps=t.local_steps,
-            sampling_rate=t.batch_sampling_rate,
-            clip=t.clip,
-            learning_rate=t.learning_rate,
-            normalizer=t.expected_batch_size,
-            scale_bits=t.scale_bits,
-            noise=encoding.noise,
-            stream=stream,
-            device=device,
-            coordinate_limit=t.max_local_size * encoding.coordinate_bound,
-        )
-        if result.total.shape != (t.dimension,):
-            raise AlgorithmError(
-                f"the model has {result.total.size} parameters, the task {t.dimension}"
-            )
-        return to_ring(result.total, encoding.ring_bits)
 
 
 ALGORITHM = DpFedSgd()

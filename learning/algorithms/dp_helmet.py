@@ -38,7 +38,6 @@ from dpfl.learning.algorithms.base import (
     JobPlan,
     RoundOutcome,
     RoundTask,
-    TaskParams,
 )
 from dpfl.learning.algorithms.extractors import (
     SHA256_PATTERN,
@@ -62,7 +61,9 @@ from dpfl.learning.algorithms.helmet_training import (
     train,
 )
 from dpfl.learning.algorithms.model_update import (
+    ModelUpdateAgent,
     ModelUpdateAlgorithm,
+    ModelUpdateCoordinator,
     ModelUpdatePlan,
     ModelUpdateTask,
 )
@@ -163,6 +164,211 @@ def _release_event(noise: str, sigma: float, s: float, bits: int, width: int) ->
     return GaussianEvent(sigma=std, sensitivity=l2)
 
 
+class DpHelmetCoordinator(ModelUpdateCoordinator[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
+    """DP-Helmet's coordinator side: one round, the averaged models."""
+
+    def initial_state(self, data: CoordinatorData) -> CoordinatorState:
+        d = self.details
+        if data.num_classes != d.num_classes:
+            raise AlgorithmError(
+                f"the data has {data.num_classes} classes, the plan {d.num_classes}"
+            )
+        if not is_learned(d.features):
+            return CoordinatorState(model=None, model_version=0, details={"round": 0})
+        # fitted on the public pool only and shipped as model version 0 (docs/features.md)
+        artifact, learned = fit_artifact(d.features, data)
+        return CoordinatorState(
+            model=artifact,
+            model_version=0,
+            details={"round": 0, "features": learned.model_dump()},
+        )
+
+    def round_task(self, state: CoordinatorState, *, round_number: int) -> RoundTask:
+        """The base task, naming the learned map's SHA-256 when there is one."""
+        task = super().round_task(state, round_number=round_number)
+        learned = _learned(state)
+        if learned is None:
+            return task
+        params = self.algorithm.task_type.model_validate(
+            {**task.params.model_dump(), "features_sha256": learned.sha256}
+        )
+        return replace(task, params=params)
+
+    def _clip(self) -> float:
+        return _block_clip(self.spec.params.radius, self.details.num_classes)
+
+    def _task(self, fields: dict[str, Any]) -> DpHelmetTask:
+        if fields["round"] != 1:
+            raise AlgorithmError(f"{self.name} has one round, not round {fields['round']}")
+        spec, d = self.spec, self.details
+        p = spec.params
+        return DpHelmetTask(
+            **fields,
+            num_classes=d.num_classes,
+            features=d.features,
+            feature_dim=d.feature_dim,
+            input_clip=p.input_clip,
+            regularization=p.regularization,
+            radius=p.radius,
+            huber_h=p.huber_h,
+            loss=p.loss,
+            epochs=p.epochs,
+            train_seed=spec.seed % 2**31,
+            min_local_size=d.min_local_size,
+        )
+
+    def round_event(self, *, population: int = 0) -> DpEvent:
+        """The event of the (only) round: the job's releases (K classes, or one block) composed."""
+        d, plan = self.details, self.plan
+        count, width = releases(d.loss, d.num_classes, d.feature_dim + 1)
+        release = _release_event(d.noise, plan.noise_multiplier, d.sensitivity, d.scale_bits, width)
+        return SelfComposedEvent(release, count)
+
+    def finish_round(
+        self,
+        state: CoordinatorState,
+        data: CoordinatorData,
+        *,
+        round_number: int,
+        aggregate: npt.NDArray[np.float64],
+        survivors: int,
+    ) -> RoundOutcome:
+        spec, d, plan = self.spec, self.details, self.plan
+        total = common.checked_aggregate(aggregate, length=d.dimension, survivors=survivors)
+        models = total.reshape(d.num_classes, d.feature_dim + 1) / survivors  # post-processing
+        metrics: dict[str, float] = {
+            "survivors": float(survivors),
+            "simple_bound_epsilon": float(plan.calibration["simple_bound"]["epsilon"]),
+        }
+        learned = _learned(state)
+        if data.test_x is not None and data.test_y is not None and len(data.test_y):
+            extractor = build_extractor(
+                d.features,
+                data.input_shape,
+                artifact=state.model,
+                sha256=learned.sha256 if learned else None,
+            )
+            inputs = augment_and_clip(extractor(data.test_x), spec.params.input_clip)
+            metrics["accuracy"] = float(np.mean(predict(models, inputs) == data.test_y))
+        return RoundOutcome(
+            state=CoordinatorState(
+                model=model_bytes(
+                    models,
+                    features=d.features,
+                    input_clip=spec.params.input_clip,
+                    features_sha256=learned.sha256 if learned else None,
+                    softmax=d.loss == "softmax",
+                ),
+                model_version=state.model_version + 1,
+                details={"round": round_number},
+            ),
+            metrics=metrics,
+            done=True,
+        )
+
+    # -- agent side --------------------------------------------------------------------------
+
+
+class DpHelmetAgent(ModelUpdateAgent[DpHelmetTask]):
+    """DP-Helmet's agent side: K trained models, and the checks of their claim."""
+
+    def check(
+        self,
+        events: Sequence[DpEvent],
+        encoding: EncodingConfig,
+        *,
+        num_clients: int,
+        min_survivors: int,
+        honest_fraction: float,
+    ) -> None:
+        """Refuse unless the one claimed event is the task's releases (K classes, or the softmax
+        block) with the sensitivity the agent recomputes itself from the task's loss, c, R, Λ and
+        M (or the radius), at the encoding's scale,
+        and the per-agent noise (over ``t·min_survivors`` honest agents, alone without secure
+        aggregation) carries it."""
+        t = self.task
+        classes = t.num_classes
+        count, width = releases(t.loss, classes, t.feature_dim + 1)
+        event = self._claimed(
+            events,
+            encoding,
+            clip=_block_clip(t.radius, classes),
+            num_clients=num_clients,
+            min_survivors=min_survivors,
+            honest_fraction=honest_fraction,
+            clip_from=f" of {classes} models of radius {t.radius:g}",
+        )
+        if not isinstance(event, SelfComposedEvent) or event.count != count:
+            raise AlgorithmError(f"expected {count} {t.loss} releases, got {event!r}")
+        s = sensitivity(
+            unit=t.unit,
+            clip=t.input_clip,
+            radius=t.radius,
+            regularization=t.regularization,
+            local_size=t.min_local_size,
+            loss=t.loss,
+            classes=classes,
+        )
+        l1, l2 = release_sensitivities(s=s, scale_bits=t.scale_bits, width=width)
+        total = common.claimed_total(
+            event.event, noise=t.noise, l1=l1, l2=l2, dimension=width, source=_SOURCE
+        )
+        common.check_encoding(
+            encoding,
+            kind=common.NOISE_KINDS[t.noise],
+            total=total,
+            secure_aggregation=t.secure_aggregation,
+            honest_fraction=honest_fraction,
+            min_survivors=min_survivors,
+            num_clients=num_clients,
+        )
+
+    def compute(
+        self,
+        data: AgentData,
+        *,
+        model: bytes | None,
+        public_x: npt.NDArray[np.float32] | None,
+        device: str,
+    ) -> npt.NDArray[np.float64]:
+        """The K trained models, flattened (norm ≤ R·√K)."""
+        t = self.task
+        if data.num_classes != t.num_classes:
+            raise AlgorithmError(
+                f"the agent's data has {data.num_classes} classes, the task {t.num_classes}"
+            )
+        size = len(data.y)
+        if t.min_local_size is not None and t.unit == "record" and size < t.min_local_size:
+            raise AlgorithmError(
+                f"this agent holds {size} records, fewer than the job's min_local_size "
+                f"{t.min_local_size} its record-level sensitivity assumes"
+            )
+        extractor = build_extractor(
+            t.features, tuple(data.input_shape), artifact=model, sha256=t.features_sha256
+        )
+        if extractor.dim != t.feature_dim:
+            raise AlgorithmError(
+                f"features {t.features!r} give {extractor.dim} values, the task {t.feature_dim}"
+            )
+        if size == 0:  # agent level: an empty data set is one of the data sets protected
+            return np.zeros(t.dimension, dtype=np.float64)
+        inputs = augment_and_clip(extractor(data.x), t.input_clip)
+        models = train(
+            inputs,
+            np.asarray(data.y, dtype=np.int64),
+            num_classes=t.num_classes,
+            loss=t.loss,
+            regularization=t.regularization,
+            radius=t.radius,
+            huber_h=t.huber_h,
+            clip=t.input_clip,
+            epochs=t.epochs,
+            seed=t.train_seed,
+        )
+        flat: npt.NDArray[np.float64] = models.reshape(-1)
+        return flat
+
+
 class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
     """DP-Helmet; see the module docstring."""
 
@@ -170,13 +376,13 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
     spec_type = DpHelmetJob
     plan_type = DpHelmetPlan
     task_type = DpHelmetTask
-
-    # -- coordinator side --------------------------------------------------------------------
+    coordinator_type = DpHelmetCoordinator
+    agent_type = DpHelmetAgent
 
     def plan(
         self, job: JobSpec, *, population: int, data: CoordinatorData | None = None
     ) -> JobPlan:
-        spec = self.spec(job)
+        spec = self.narrow(job)
         if isinstance(population, bool) or not isinstance(population, int) or population < 1:
             raise AlgorithmError(f"population must be an integer >= 1, got {population!r}")
         p, privacy = spec.params, spec.privacy
@@ -242,210 +448,6 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
         return self._fit_scale(
             spec, population, ring_scale_bits(s, release_width) if bits is None else bits, make
         )
-
-    def initial_state(self, job: JobSpec, plan: JobPlan, data: CoordinatorData) -> CoordinatorState:
-        self.spec(job)
-        d = self.details(plan)
-        if data.num_classes != d.num_classes:
-            raise AlgorithmError(
-                f"the data has {data.num_classes} classes, the plan {d.num_classes}"
-            )
-        if not is_learned(d.features):
-            return CoordinatorState(model=None, model_version=0, details={"round": 0})
-        # fitted on the public pool only and shipped as model version 0 (docs/features.md)
-        artifact, learned = fit_artifact(d.features, data)
-        return CoordinatorState(
-            model=artifact,
-            model_version=0,
-            details={"round": 0, "features": learned.model_dump()},
-        )
-
-    def round_task(
-        self, job: JobSpec, plan: JobPlan, state: CoordinatorState, *, round_number: int
-    ) -> RoundTask:
-        """The base task, naming the learned map's SHA-256 when there is one."""
-        task = super().round_task(job, plan, state, round_number=round_number)
-        learned = _learned(state)
-        if learned is None:
-            return task
-        params = self.task_type.model_validate(
-            {**task.params.model_dump(), "features_sha256": learned.sha256}
-        )
-        return replace(task, params=params)
-
-    def _clip(self, spec: DpHelmetJob, details: DpHelmetPlan) -> float:
-        return _block_clip(spec.params.radius, details.num_classes)
-
-    def _task(self, spec: DpHelmetJob, plan: JobPlan, fields: dict[str, Any]) -> DpHelmetTask:
-        if fields["round"] != 1:
-            raise AlgorithmError(f"{self.name} has one round, not round {fields['round']}")
-        p, d = spec.params, self.details(plan)
-        return DpHelmetTask(
-            **fields,
-            num_classes=d.num_classes,
-            features=d.features,
-            feature_dim=d.feature_dim,
-            input_clip=p.input_clip,
-            regularization=p.regularization,
-            radius=p.radius,
-            huber_h=p.huber_h,
-            loss=p.loss,
-            epochs=p.epochs,
-            train_seed=spec.seed % 2**31,
-            min_local_size=d.min_local_size,
-        )
-
-    def round_event(self, plan: JobPlan, *, population: int = 0) -> DpEvent:
-        """The event of the (only) round: the job's releases (K classes, or one block) composed."""
-        d = self.details(plan)
-        count, width = releases(d.loss, d.num_classes, d.feature_dim + 1)
-        release = _release_event(d.noise, plan.noise_multiplier, d.sensitivity, d.scale_bits, width)
-        return SelfComposedEvent(release, count)
-
-    def finish_round(
-        self,
-        job: JobSpec,
-        plan: JobPlan,
-        state: CoordinatorState,
-        data: CoordinatorData,
-        *,
-        round_number: int,
-        aggregate: npt.NDArray[np.float64],
-        survivors: int,
-    ) -> RoundOutcome:
-        spec, d = self.spec(job), self.details(plan)
-        total = common.checked_aggregate(aggregate, length=d.dimension, survivors=survivors)
-        models = total.reshape(d.num_classes, d.feature_dim + 1) / survivors  # post-processing
-        metrics: dict[str, float] = {
-            "survivors": float(survivors),
-            "simple_bound_epsilon": float(plan.calibration["simple_bound"]["epsilon"]),
-        }
-        learned = _learned(state)
-        if data.test_x is not None and data.test_y is not None and len(data.test_y):
-            extractor = build_extractor(
-                d.features,
-                data.input_shape,
-                artifact=state.model,
-                sha256=learned.sha256 if learned else None,
-            )
-            inputs = augment_and_clip(extractor(data.test_x), spec.params.input_clip)
-            metrics["accuracy"] = float(np.mean(predict(models, inputs) == data.test_y))
-        return RoundOutcome(
-            state=CoordinatorState(
-                model=model_bytes(
-                    models,
-                    features=d.features,
-                    input_clip=spec.params.input_clip,
-                    features_sha256=learned.sha256 if learned else None,
-                    softmax=d.loss == "softmax",
-                ),
-                model_version=state.model_version + 1,
-                details={"round": round_number},
-            ),
-            metrics=metrics,
-            done=True,
-        )
-
-    # -- agent side --------------------------------------------------------------------------
-
-    def agent_check(
-        self,
-        task: TaskParams,
-        events: Sequence[DpEvent],
-        encoding: EncodingConfig,
-        *,
-        num_clients: int,
-        min_survivors: int,
-        honest_fraction: float,
-    ) -> None:
-        """Refuse unless the one claimed event is the task's releases (K classes, or the softmax
-        block) with the sensitivity the agent recomputes itself from the task's loss, c, R, Λ and
-        M (or the radius), at the encoding's scale,
-        and the per-agent noise (over ``t·min_survivors`` honest agents, alone without secure
-        aggregation) carries it."""
-        t = self.task(task)
-        classes = t.num_classes
-        count, width = releases(t.loss, classes, t.feature_dim + 1)
-        event = self._claimed(
-            t,
-            events,
-            encoding,
-            clip=_block_clip(t.radius, classes),
-            num_clients=num_clients,
-            min_survivors=min_survivors,
-            honest_fraction=honest_fraction,
-            clip_from=f" of {classes} models of radius {t.radius:g}",
-        )
-        if not isinstance(event, SelfComposedEvent) or event.count != count:
-            raise AlgorithmError(f"expected {count} {t.loss} releases, got {event!r}")
-        s = sensitivity(
-            unit=t.unit,
-            clip=t.input_clip,
-            radius=t.radius,
-            regularization=t.regularization,
-            local_size=t.min_local_size,
-            loss=t.loss,
-            classes=classes,
-        )
-        l1, l2 = release_sensitivities(s=s, scale_bits=t.scale_bits, width=width)
-        total = common.claimed_total(
-            event.event, noise=t.noise, l1=l1, l2=l2, dimension=width, source=_SOURCE
-        )
-        common.check_encoding(
-            encoding,
-            kind=common.NOISE_KINDS[t.noise],
-            total=total,
-            secure_aggregation=t.secure_aggregation,
-            honest_fraction=honest_fraction,
-            min_survivors=min_survivors,
-            num_clients=num_clients,
-        )
-
-    def agent_compute(
-        self,
-        task: TaskParams,
-        data: AgentData,
-        *,
-        model: bytes | None,
-        public_x: npt.NDArray[np.float32] | None,
-        device: str,
-    ) -> npt.NDArray[np.float64]:
-        """The K trained models, flattened (norm ≤ R·√K)."""
-        t = self.task(task)
-        if data.num_classes != t.num_classes:
-            raise AlgorithmError(
-                f"the agent's data has {data.num_classes} classes, the task {t.num_classes}"
-            )
-        size = len(data.y)
-        if t.min_local_size is not None and t.unit == "record" and size < t.min_local_size:
-            raise AlgorithmError(
-                f"this agent holds {size} records, fewer than the job's min_local_size "
-                f"{t.min_local_size} its record-level sensitivity assumes"
-            )
-        extractor = build_extractor(
-            t.features, tuple(data.input_shape), artifact=model, sha256=t.features_sha256
-        )
-        if extractor.dim != t.feature_dim:
-            raise AlgorithmError(
-                f"features {t.features!r} give {extractor.dim} values, the task {t.feature_dim}"
-            )
-        if size == 0:  # agent level: an empty data set is one of the data sets protected
-            return np.zeros(t.dimension, dtype=np.float64)
-        inputs = augment_and_clip(extractor(data.x), t.input_clip)
-        models = train(
-            inputs,
-            np.asarray(data.y, dtype=np.int64),
-            num_classes=t.num_classes,
-            loss=t.loss,
-            regularization=t.regularization,
-            radius=t.radius,
-            huber_h=t.huber_h,
-            clip=t.input_clip,
-            epochs=t.epochs,
-            seed=t.train_seed,
-        )
-        flat: npt.NDArray[np.float64] = models.reshape(-1)
-        return flat
 
 
 def _learned(state: CoordinatorState) -> LearnedFeature | None:

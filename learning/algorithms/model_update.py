@@ -16,7 +16,7 @@ import abc
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, ClassVar, Literal, Self
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -26,13 +26,16 @@ from typing_extensions import TypeVar
 from dpfl.accounting import DpEvent
 from dpfl.learning.algorithms import common
 from dpfl.learning.algorithms.base import (
+    AgentSide,
     Algorithm,
     AlgorithmError,
     ClientCharge,
     CoordinatorData,
+    CoordinatorSide,
     CoordinatorState,
     JobPlan,
     PlanDetails,
+    RoundCharge,
     RoundOutcome,
     RoundTask,
     TaskParams,
@@ -47,10 +50,11 @@ from dpfl.learning.algorithms.server_optimizers import (
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpec, ModelUpdateJob
 from dpfl.secagg.encoding import EncodingConfig
-from dpfl.secagg.randomness import RandomSource, SystemRandomSource
 
 __all__ = [
+    "ModelUpdateAgent",
     "ModelUpdateAlgorithm",
+    "ModelUpdateCoordinator",
     "ModelUpdatePlan",
     "ModelUpdateTask",
     "initial_model_state",
@@ -82,57 +86,11 @@ TaskT = TypeVar("TaskT", bound=ModelUpdateTask, default=ModelUpdateTask)
 
 
 class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
-    """The shared coordinator side and agent-side checks of the model-update algorithms.
+    """The plan-time skeleton of the model-update algorithms: the scale search."""
 
-    Args:
-        random_source: the CSPRNG of client sampling (default: the system CSPRNG; tests and
-            reproducible simulations pass a :class:`~dpfl.secagg.SeededRandomSource`).
-    """
-
-    #: The protected unit every charge names ("agent" or "record"; None: the job's).
-    unit: Literal["agent", "record"] | None = None
-
-    def __init__(self, *, random_source: RandomSource | None = None) -> None:
-        self._random = random_source if random_source is not None else SystemRandomSource()
-
-    def with_random_source(self, source: RandomSource) -> Self:
-        """A copy whose client sampling draws from ``source``."""
-        return type(self)(random_source=source)
-
+    coordinator_type: ClassVar[type[ModelUpdateCoordinator[Any, Any, Any]]]
     #: How far rounding may inflate the L2 sensitivity when b is chosen automatically.
     scale_inflation: ClassVar[float] = common.SCALE_INFLATION
-
-    # -- what a subclass defines -------------------------------------------------------------
-
-    @abc.abstractmethod
-    def round_event(self, plan: JobPlan, *, population: int) -> DpEvent:
-        """The event one committed round charges each charged client."""
-
-    @abc.abstractmethod
-    def _clip(self, spec: SpecT, details: PlanT) -> float:
-        """The encoding's clip (real units)."""
-
-    @abc.abstractmethod
-    def _task(self, spec: SpecT, plan: JobPlan, fields: dict[str, Any]) -> TaskT:
-        """The round's task: ``fields`` (the common ones) plus the algorithm's own."""
-
-    def _sampling_rate(self, spec: SpecT) -> float:
-        """The Poisson rate of :meth:`select` (1: every client of the population)."""
-        del spec
-        return 1.0
-
-    def _credits_others(self, details: PlanT) -> bool:
-        """Whether the charged event rests on the other agents' noise (then ``t`` is recorded)."""
-        return details.secure_aggregation
-
-    def _charged(
-        self, details: PlanT, population: Sequence[str], participants: Sequence[str]
-    ) -> list[str]:
-        """Who pays a committed round (default: its participants)."""
-        del details, population
-        return list(participants)
-
-    # -- coordinator side --------------------------------------------------------------------
 
     def _fit_scale(
         self, spec: SpecT, population: int, bits: int, make: Callable[[int], JobPlan]
@@ -145,9 +103,8 @@ class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
             plan = make(bits)
             survivors = max(1, math.ceil(population * (1.0 - spec.secagg.dropout_fraction)))
             try:
-                self._encoding(
-                    spec, self.details(plan), participants=population, min_survivors=survivors
-                )
+                side = self.coordinator_type(self, spec, plan, plan.details)
+                side.ring(participants=population, min_survivors=survivors)
                 auto = f"inflation<={self.scale_inflation:.1%}"
                 rule = {"scale_bits_rule": "given" if given else auto}
                 return replace(plan, calibration={**plan.calibration, **rule})
@@ -156,24 +113,55 @@ class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
                     raise
                 bits -= 1
 
-    def select(
-        self, job: JobSpec, plan: JobPlan, *, round_number: int, population: Sequence[str]
-    ) -> list[str]:
-        spec = self.spec(job)
-        stream = self._random.stream(f"{self.name}/select/{spec.name}/{round_number}")
-        return common.poisson_sample(population, self._sampling_rate(spec), stream)
 
-    def round_task(
-        self, job: JobSpec, plan: JobPlan, state: CoordinatorState, *, round_number: int
-    ) -> RoundTask:
-        spec, d = self.spec(job), self.details(plan)
+class ModelUpdateCoordinator(CoordinatorSide[SpecT, PlanT, TaskT]):
+    """The shared coordinator side of the model-update algorithms: client sampling, the task's
+    common fields, the encoding and the charge."""
+
+    #: The protected unit every charge names ("agent" or "record"; None: the job's).
+    unit: ClassVar[Literal["agent", "record"] | None] = None
+
+    # -- what a subclass defines -------------------------------------------------------------
+
+    @abc.abstractmethod
+    def round_event(self, *, population: int) -> DpEvent:
+        """The event one committed round charges each charged client."""
+
+    @abc.abstractmethod
+    def _clip(self) -> float:
+        """The encoding's clip (real units)."""
+
+    @abc.abstractmethod
+    def _task(self, fields: dict[str, Any]) -> TaskT:
+        """The round's task: ``fields`` (the common ones) plus the algorithm's own."""
+
+    def _sampling_rate(self) -> float:
+        """The Poisson rate of :meth:`select` (1: every client of the population)."""
+        return 1.0
+
+    def _credits_others(self) -> bool:
+        """Whether the charged event rests on the other agents' noise (then ``t`` is recorded)."""
+        return self.details.secure_aggregation
+
+    def _population_wide(self) -> bool:
+        """Whether the whole population pays a committed round (default: its participants)."""
+        return False
+
+    # -- the contract ------------------------------------------------------------------------
+
+    def select(self, *, round_number: int, population: Sequence[str]) -> list[str]:
+        stream = self.algorithm.random.stream(f"{self.name}/select/{self.spec.name}/{round_number}")
+        return common.poisson_sample(population, self._sampling_rate(), stream)
+
+    def round_task(self, state: CoordinatorState, *, round_number: int) -> RoundTask:
+        spec, d = self.spec, self.details
         fields: dict[str, Any] = {
             "algorithm": self.name,
             "job": spec.name,
             "round": round_number,
             "noise": d.noise,
             "noise_total": d.noise_total,
-            "noise_multiplier": plan.noise_multiplier,
+            "noise_multiplier": self.plan.noise_multiplier,
             "scale_bits": d.scale_bits,
             "secure_aggregation": d.secure_aggregation,
             "honest_fraction": d.honest_fraction,
@@ -181,11 +169,11 @@ class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
             "delta": spec.privacy.delta,
             "dimension": d.dimension,
         }
-        params = self._task(spec, plan, fields)
+        params = self._task(fields)
         front = None if state.model is None else unpack(state.model)[0]
         if front is not None and front.sha256 is not None:
             # the learned map the model bundle carries (docs/features.md#behind-a-trained-model)
-            params = self.task_type.model_validate(
+            params = self.algorithm.task_type.model_validate(
                 {**params.model_dump(), "features_sha256": front.sha256}
             )
         return RoundTask(
@@ -194,72 +182,47 @@ class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
             model_version=state.model_version if state.model is not None else None,
         )
 
-    def _encoding(
-        self, spec: SpecT, details: PlanT, *, participants: int, min_survivors: int
-    ) -> EncodingConfig:
+    def ring(self, *, participants: int, min_survivors: int) -> EncodingConfig:
+        """The encoding of ``participants`` agents, ``min_survivors`` of them summed."""
         noise = common.split_noise(
-            details,
-            dropout_fraction=spec.secagg.dropout_fraction,
+            self.details,
+            dropout_fraction=self.spec.secagg.dropout_fraction,
             participants=participants,
             min_survivors=min_survivors,
         )
         return common.ring_encoding(
-            clip=self._clip(spec, details),
-            scale_bits=details.scale_bits,
+            clip=self._clip(),
+            scale_bits=self.details.scale_bits,
             participants=participants,
             noise=noise,
         )
 
-    def encoding(
-        self,
-        job: JobSpec,
-        plan: JobPlan,
-        task: RoundTask,
-        *,
-        participants: int,
-        min_survivors: int,
-    ) -> EncodingConfig:
-        spec, d = self.spec(job), self.details(plan)
-        if task.vector_length != d.dimension:
+    def encoding(self, task: RoundTask, *, participants: int, min_survivors: int) -> EncodingConfig:
+        if task.vector_length != self.details.dimension:
             raise AlgorithmError("the task's vector length differs from the plan's dimension")
         if not 1 <= min_survivors <= participants:
             raise AlgorithmError(
                 f"min_survivors {min_survivors} must lie in [1, participants={participants}]"
             )
-        return self._encoding(spec, d, participants=participants, min_survivors=min_survivors)
+        return self.ring(participants=participants, min_survivors=min_survivors)
 
-    def invitation_events(
-        self, job: JobSpec, plan: JobPlan, *, round_number: int, population: Sequence[str]
-    ) -> tuple[DpEvent, ...]:
-        """``(round_event,)``: what :meth:`charges` charges any participant of any round."""
-        self.spec(job)
-        return (self.round_event(plan, population=len(population)),)
-
-    def charges(
-        self,
-        job: JobSpec,
-        plan: JobPlan,
-        *,
-        round_number: int,
-        population: Sequence[str],
-        participants: Sequence[str],
-    ) -> dict[str, ClientCharge]:
-        spec, d = self.spec(job), self.details(plan)
-        credits = self._credits_others(d)
+    def round_charge(self, *, round_number: int, population: Sequence[str]) -> RoundCharge:
+        spec, d = self.spec, self.details
         charge = ClientCharge(
-            event=self.round_event(plan, population=len(population)),
+            event=self.round_event(population=len(population)),
             unit=self.unit or spec.privacy.unit,
             approximate=d.noise == "gaussian",
             secure_aggregation=d.secure_aggregation,
-            honest_fraction=spec.privacy.honest_fraction if credits else 1.0,
+            honest_fraction=spec.privacy.honest_fraction if self._credits_others() else 1.0,
         )
-        return dict.fromkeys(self._charged(d, population, participants), charge)
+        return RoundCharge(charge, tuple(population), self._population_wide())
 
-    # -- agent side --------------------------------------------------------------------------
+
+class ModelUpdateAgent(AgentSide[TaskT]):
+    """The first checks every model-update agent makes."""
 
     def _claimed(
         self,
-        task: TaskT,
         events: Sequence[DpEvent],
         encoding: EncodingConfig,
         *,
@@ -272,6 +235,7 @@ class ModelUpdateAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
         """The checks every model-update agent makes first (honest fraction, survivors, one
         event, the encoding's clip and scale are the task's: ``clip``, derived as
         ``clip_from`` says); returns the claimed event."""
+        task = self.task
         event = common.one_claimed_event(
             events,
             algorithm=self.name,

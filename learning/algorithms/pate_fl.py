@@ -31,11 +31,13 @@ from dpfl.accounting import (
 )
 from dpfl.learning.algorithms import common, teachers
 from dpfl.learning.algorithms.adaptation import DomainAdaptation
-from dpfl.learning.algorithms.base import AgentData, AlgorithmError, Contract, TaskParams
+from dpfl.learning.algorithms.base import AgentData, AlgorithmError, Contract
 from dpfl.learning.algorithms.voting import (
     SOURCE,
     Counts,
+    VotingAgent,
     VotingAlgorithm,
+    VotingCoordinator,
     VotingPlan,
     VotingTask,
     batch_sizes,
@@ -93,6 +95,9 @@ class PateFlPlan(VotingPlan):
     """The voting plan plus the vote kind."""
 
     vote: Literal["one-hot", "soft"]
+
+    def batch_event(self, count: int, sigma: float) -> DpEvent:
+        return _batch_event(self, count, sigma)
 
 
 class TeacherRecipe(Contract):
@@ -176,42 +181,11 @@ def _batch_event(details: PateFlPlan, count: int, sigma: float) -> DpEvent:
     return SelfComposedEvent(query, count)
 
 
-class PateFl(VotingAlgorithm[PateFlJob, PateFlPlan, PateFlTask]):
-    """PATE-FL; see the module docstring."""
+class PateFlCoordinator(VotingCoordinator[PateFlJob, PateFlPlan, PateFlTask]):
+    """PATE-FL's coordinator side: the teachers' recipe in the task, the student's."""
 
-    name: ClassVar[str] = "pate-fl"
-    spec_type = PateFlJob
-    plan_type = PateFlPlan
-    task_type = PateFlTask
-
-    # -- the votes ---------------------------------------------------------------------------
-
-    def _vote_details(self, job: PateFlJob, *, classes: int, level: str) -> dict[str, Any]:
-        given_bits = job.secagg.scale_bits
-        vote = job.params.vote
-        if given_bits is not None:
-            bits = given_bits
-        elif vote == "soft":
-            bits = _soft_scale_bits(level, classes)
-        else:
-            bits = ONE_HOT_SKELLAM_SCALE_BITS if job.privacy.noise == "skellam" else 0
-        l1, l2 = vote_sensitivities(level=level, vote=vote, scale_bits=bits, num_classes=classes)
-        return {
-            "vote": vote,
-            "scale_bits": bits,
-            "l1_sensitivity": l1,
-            "l2_sensitivity": l2,
-            "scale_bits_rule": (
-                "given"
-                if given_bits is not None
-                else ("exact votes" if bits == 0 else "inflation<=0.1%")
-            ),
-        }
-
-    def _batch_event(self, details: PateFlPlan, count: int, sigma: float) -> DpEvent:
-        return _batch_event(details, count, sigma)
-
-    def _task(self, job: PateFlJob, plan: PateFlPlan, fields: dict[str, Any]) -> PateFlTask:
+    def _task(self, fields: dict[str, Any]) -> PateFlTask:
+        job, plan = self.spec, self.details
         p = job.params
         return PateFlTask(
             **fields,
@@ -230,18 +204,16 @@ class PateFl(VotingAlgorithm[PateFlJob, PateFlPlan, PateFlTask]):
             ),
         )
 
-    def _student_recipe(self, job: PateFlJob) -> tuple[int, int, float]:
-        p = job.params
+    def _student_recipe(self) -> tuple[int, int, float]:
+        p = self.spec.params
         return p.student_epochs, p.batch_size, p.student_learning_rate
 
-    def _vote_sensitivity(self, plan: PateFlPlan) -> float:
-        return 1.0
 
-    # -- agent side --------------------------------------------------------------------------
+class PateFlAgent(VotingAgent[PateFlTask]):
+    """PATE-FL's agent side: its teacher's votes, and the checks of their claim."""
 
-    def agent_check(
+    def check(
         self,
-        task: TaskParams,
         events: Sequence[DpEvent],
         encoding: EncodingConfig,
         *,
@@ -252,11 +224,11 @@ class PateFl(VotingAlgorithm[PateFlJob, PateFlPlan, PateFlTask]):
         """Refuse unless the one claimed event is the round's queries at the task's level and
         vote kind, with this encoding's scale, and the per-agent noise (over
         ``t·min_survivors`` honest agents, or alone without secure aggregation) carries it."""
-        t = self.task(task)
+        t = self.task
         counts = Counts(
             num_clients=num_clients, min_survivors=min_survivors, honest_fraction=honest_fraction
         )
-        event = self._claimed(t, events, encoding, **counts)
+        event = self._claimed(events, encoding, **counts)
         count = len(t.queries)
         l1, l2 = vote_sensitivities(
             level=t.level, vote=t.vote, scale_bits=t.scale_bits, num_classes=t.num_classes
@@ -271,26 +243,25 @@ class PateFl(VotingAlgorithm[PateFlJob, PateFlPlan, PateFlTask]):
                 )
             total = event.sigma * math.ldexp(1.0, t.scale_bits)
         else:
-            query = self._per_query(t, event)
+            query = self._per_query(event)
             if t.noise == "gaussian" and t.vote != "soft":
                 raise AlgorithmError("Gaussian noise: one-hot votes claim a VotingEvent")
             dimension = query_dimension(level=t.level, vote=t.vote, num_classes=t.num_classes)
             total = common.claimed_total(
                 query, noise=t.noise, l1=l1, l2=l2, dimension=dimension, source=SOURCE
             )
-        self._check_noise(t, total, encoding, **counts)
+        self._check_noise(total, encoding, **counts)
 
-    def agent_compute(
+    def compute(
         self,
-        task: TaskParams,
         data: AgentData,
         *,
         model: bytes | None,
         public_x: npt.NDArray[np.float32] | None,
         device: str,
     ) -> npt.NDArray[np.float64]:
-        t = self.task(task)
-        queries = self._public_queries(t, public_x, data.num_classes)
+        t = self.task
+        queries = self._public_queries(public_x, data.num_classes)
         from dpfl.learning.training import fit_teacher, predict_probabilities
 
         recipe = t.teacher
@@ -359,6 +330,39 @@ class PateFl(VotingAlgorithm[PateFlJob, PateFlPlan, PateFlTask]):
             votes = votes / votes.sum(axis=1, keepdims=True) * (1.0 - 2.0**-40)
         flat: npt.NDArray[np.float64] = votes.reshape(-1).astype(np.float64)
         return flat
+
+
+class PateFl(VotingAlgorithm[PateFlJob, PateFlPlan, PateFlTask]):
+    """PATE-FL; see the module docstring."""
+
+    name: ClassVar[str] = "pate-fl"
+    spec_type = PateFlJob
+    plan_type = PateFlPlan
+    task_type = PateFlTask
+    coordinator_type = PateFlCoordinator
+    agent_type = PateFlAgent
+
+    def _vote_details(self, job: PateFlJob, *, classes: int, level: str) -> dict[str, Any]:
+        given_bits = job.secagg.scale_bits
+        vote = job.params.vote
+        if given_bits is not None:
+            bits = given_bits
+        elif vote == "soft":
+            bits = _soft_scale_bits(level, classes)
+        else:
+            bits = ONE_HOT_SKELLAM_SCALE_BITS if job.privacy.noise == "skellam" else 0
+        l1, l2 = vote_sensitivities(level=level, vote=vote, scale_bits=bits, num_classes=classes)
+        return {
+            "vote": vote,
+            "scale_bits": bits,
+            "l1_sensitivity": l1,
+            "l2_sensitivity": l2,
+            "scale_bits_rule": (
+                "given"
+                if given_bits is not None
+                else ("exact votes" if bits == 0 else "inflation<=0.1%")
+            ),
+        }
 
 
 ALGORITHM = PateFl()

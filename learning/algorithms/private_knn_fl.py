@@ -27,9 +27,7 @@ from dpfl.learning.algorithms.base import (
     AlgorithmError,
     CoordinatorData,
     CoordinatorState,
-    JobPlan,
     RoundTask,
-    TaskParams,
 )
 from dpfl.learning.algorithms.extractors import (
     SHA256_PATTERN,
@@ -42,11 +40,13 @@ from dpfl.learning.algorithms.extractors import (
 from dpfl.learning.algorithms.voting import (
     SOURCE,
     Counts,
+    VotingAgent,
     VotingAlgorithm,
+    VotingCoordinator,
     VotingPlan,
     VotingTask,
 )
-from dpfl.learning.jobs import JobSpec, VotingJob, VotingParams
+from dpfl.learning.jobs import VotingJob, VotingParams
 from dpfl.secagg.encoding import EncodingConfig
 
 __all__ = [
@@ -85,6 +85,24 @@ class PrivateKnnFlPlan(VotingPlan):
     k: int = Field(ge=1)
     k_fraction: float | None = Field(default=None, gt=0, le=1)
     features: str
+
+    def batch_event(self, count: int, sigma: float) -> DpEvent:
+        details = self
+        u = math.ldexp(1.0, details.scale_bits)
+        if details.noise == "gaussian":
+            query: DpEvent = GaussianEvent(sigma=sigma * u, sensitivity=details.l2_sensitivity)
+        else:
+            query = SkellamEvent(
+                mu=(sigma * u) ** 2 / 2.0,
+                l1_sensitivity=details.l1_sensitivity,
+                l2_sensitivity=details.l2_sensitivity,
+                dimension=details.num_classes,
+            )
+        return SelfComposedEvent(query, count)
+
+    @property
+    def vote_sensitivity(self) -> float:
+        return 1.0 if self.level == "agent" else 1.0 / self.k
 
 
 class PrivateKnnFlTask(VotingTask):
@@ -174,6 +192,96 @@ def knn_votes(
     return out
 
 
+class PrivateKnnFlCoordinator(
+    VotingCoordinator[PrivateKnnFlJob, PrivateKnnFlPlan, PrivateKnnFlTask]
+):
+    """Private-kNN-FL's coordinator side: k and the extractor in the task, a learned map
+    shipped as model version 0."""
+
+    def _task(self, fields: dict[str, Any]) -> PrivateKnnFlTask:
+        d = self.details
+        return PrivateKnnFlTask(**fields, k=d.k, k_fraction=d.k_fraction, features=d.features)
+
+    def initial_state(self, data: CoordinatorData) -> CoordinatorState:
+        """The voting state; a learned map is fitted on the public pool only and shipped as
+        model version 0 (the student, when trained, becomes version 1)."""
+        state = super().initial_state(data)
+        features = self.details.features
+        if not is_learned(features):
+            return state
+        artifact, learned = fit_artifact(features, data)
+        details = {**state.details, "features": learned.model_dump()}
+        return replace(state, model=artifact, model_version=0, details=details)
+
+    def round_task(self, state: CoordinatorState, *, round_number: int) -> RoundTask:
+        """The voting task, pointing agents at the learned map (model version 0) by hash."""
+        task = super().round_task(state, round_number=round_number)
+        entry = state.details.get("features")
+        if entry is None:
+            return task
+        learned = LearnedFeature.model_validate(entry)
+        params = self.algorithm.task_type.model_validate(
+            {**task.params.model_dump(), "features_sha256": learned.sha256}
+        )
+        return replace(task, params=params, model_version=state.model_version)
+
+    def _student_recipe(self) -> tuple[int, int, float]:
+        p = self.spec.params
+        return p.student_epochs, p.batch_size, p.student_learning_rate
+
+
+class PrivateKnnFlAgent(VotingAgent[PrivateKnnFlTask]):
+    """Private-kNN-FL's agent side: its kNN votes, and the checks of their claim."""
+
+    def check(
+        self,
+        events: Sequence[DpEvent],
+        encoding: EncodingConfig,
+        *,
+        num_clients: int,
+        min_survivors: int,
+        honest_fraction: float,
+    ) -> None:
+        """Refuse unless the one claimed event is the round's queries with the sensitivities
+        the agent recomputes from the task's level, k and this encoding's scale, and the
+        per-agent noise (over ``t·min_survivors`` honest agents, or alone) carries it."""
+        t = self.task
+        counts = Counts(
+            num_clients=num_clients, min_survivors=min_survivors, honest_fraction=honest_fraction
+        )
+        query = self._per_query(self._claimed(events, encoding, **counts))
+        l1, l2 = knn_sensitivities(
+            level=t.level, k=t.k, scale_bits=t.scale_bits, num_classes=t.num_classes
+        )
+        total = common.claimed_total(
+            query, noise=t.noise, l1=l1, l2=l2, dimension=t.num_classes, source=SOURCE
+        )
+        self._check_noise(total, encoding, **counts)
+
+    def compute(
+        self,
+        data: AgentData,
+        *,
+        model: bytes | None,
+        public_x: npt.NDArray[np.float32] | None,
+        device: str,
+    ) -> npt.NDArray[np.float64]:
+        """The flattened ``Q_r × C`` block of kNN votes (module docstring)."""
+        t = self.task
+        queries = self._public_queries(public_x, data.num_classes)
+        labels = np.asarray(data.y, dtype=np.int64)
+        if labels.size == 0:
+            raise AlgorithmError("this agent holds no records to vote with")
+        extractor = build_extractor(
+            t.features, tuple(data.input_shape), artifact=model, sha256=t.features_sha256
+        )
+        k = neighbour_count(t.k, t.k_fraction, labels.size)
+        nearest = neighbours_of(extractor(data.x), extractor(queries), k)
+        votes = knn_votes(labels[nearest], k=k, num_classes=t.num_classes)
+        flat: npt.NDArray[np.float64] = votes.reshape(-1)
+        return flat
+
+
 class PrivateKnnFl(VotingAlgorithm[PrivateKnnFlJob, PrivateKnnFlPlan, PrivateKnnFlTask]):
     """Private-kNN-FL; see the module docstring."""
 
@@ -181,8 +289,8 @@ class PrivateKnnFl(VotingAlgorithm[PrivateKnnFlJob, PrivateKnnFlPlan, PrivateKnn
     spec_type = PrivateKnnFlJob
     plan_type = PrivateKnnFlPlan
     task_type = PrivateKnnFlTask
-
-    # -- the votes ---------------------------------------------------------------------------
+    coordinator_type = PrivateKnnFlCoordinator
+    agent_type = PrivateKnnFlAgent
 
     def _vote_details(self, job: PrivateKnnFlJob, *, classes: int, level: str) -> dict[str, Any]:
         p = job.params
@@ -198,110 +306,6 @@ class PrivateKnnFl(VotingAlgorithm[PrivateKnnFlJob, PrivateKnnFlPlan, PrivateKnn
             "l2_sensitivity": l2,
             "scale_bits_rule": "given" if given_bits is not None else "inflation<=0.1%",
         }
-
-    def _batch_event(self, details: PrivateKnnFlPlan, count: int, sigma: float) -> DpEvent:
-        u = math.ldexp(1.0, details.scale_bits)
-        if details.noise == "gaussian":
-            query: DpEvent = GaussianEvent(sigma=sigma * u, sensitivity=details.l2_sensitivity)
-        else:
-            query = SkellamEvent(
-                mu=(sigma * u) ** 2 / 2.0,
-                l1_sensitivity=details.l1_sensitivity,
-                l2_sensitivity=details.l2_sensitivity,
-                dimension=details.num_classes,
-            )
-        return SelfComposedEvent(query, count)
-
-    def _task(
-        self, job: PrivateKnnFlJob, plan: PrivateKnnFlPlan, fields: dict[str, Any]
-    ) -> PrivateKnnFlTask:
-        return PrivateKnnFlTask(
-            **fields, k=plan.k, k_fraction=plan.k_fraction, features=plan.features
-        )
-
-    def initial_state(self, job: JobSpec, plan: JobPlan, data: CoordinatorData) -> CoordinatorState:
-        """The voting state; a learned map is fitted on the public pool only and shipped as
-        model version 0 (the student, when trained, becomes version 1)."""
-        state = super().initial_state(job, plan, data)
-        features = self.details(plan).features
-        if not is_learned(features):
-            return state
-        artifact, learned = fit_artifact(features, data)
-        details = {**state.details, "features": learned.model_dump()}
-        return replace(state, model=artifact, model_version=0, details=details)
-
-    def round_task(
-        self, job: JobSpec, plan: JobPlan, state: CoordinatorState, *, round_number: int
-    ) -> RoundTask:
-        """The voting task, pointing agents at the learned map (model version 0) by hash."""
-        task = super().round_task(job, plan, state, round_number=round_number)
-        entry = state.details.get("features")
-        if entry is None:
-            return task
-        learned = LearnedFeature.model_validate(entry)
-        params = self.task_type.model_validate(
-            {**task.params.model_dump(), "features_sha256": learned.sha256}
-        )
-        return replace(task, params=params, model_version=state.model_version)
-
-    def _student_recipe(self, job: PrivateKnnFlJob) -> tuple[int, int, float]:
-        p = job.params
-        return p.student_epochs, p.batch_size, p.student_learning_rate
-
-    def _vote_sensitivity(self, plan: PrivateKnnFlPlan) -> float:
-        return 1.0 if plan.level == "agent" else 1.0 / plan.k
-
-    # -- agent side --------------------------------------------------------------------------
-
-    def agent_check(
-        self,
-        task: TaskParams,
-        events: Sequence[DpEvent],
-        encoding: EncodingConfig,
-        *,
-        num_clients: int,
-        min_survivors: int,
-        honest_fraction: float,
-    ) -> None:
-        """Refuse unless the one claimed event is the round's queries with the sensitivities
-        the agent recomputes from the task's level, k and this encoding's scale, and the
-        per-agent noise (over ``t·min_survivors`` honest agents, or alone) carries it."""
-        t = self.task(task)
-        counts = Counts(
-            num_clients=num_clients, min_survivors=min_survivors, honest_fraction=honest_fraction
-        )
-        query = self._per_query(t, self._claimed(t, events, encoding, **counts))
-        l1, l2 = knn_sensitivities(
-            level=t.level, k=t.k, scale_bits=t.scale_bits, num_classes=t.num_classes
-        )
-        total = common.claimed_total(
-            query, noise=t.noise, l1=l1, l2=l2, dimension=t.num_classes, source=SOURCE
-        )
-        self._check_noise(t, total, encoding, **counts)
-
-    def agent_compute(
-        self,
-        task: TaskParams,
-        data: AgentData,
-        *,
-        model: bytes | None,
-        public_x: npt.NDArray[np.float32] | None,
-        device: str,
-    ) -> npt.NDArray[np.float64]:
-        """The flattened ``Q_r × C`` block of kNN votes (module docstring)."""
-        t = self.task(task)
-        queries = self._public_queries(t, public_x, data.num_classes)
-        labels = np.asarray(data.y, dtype=np.int64)
-        if labels.size == 0:
-            raise AlgorithmError("this agent holds no records to vote with")
-        extractor = build_extractor(
-            t.features, tuple(data.input_shape), artifact=model, sha256=t.features_sha256
-        )
-        k = neighbour_count(t.k, t.k_fraction, labels.size)
-        nearest = neighbours_of(extractor(data.x), extractor(queries), k)
-        votes = knn_votes(labels[nearest], k=k, num_classes=t.num_classes)
-        flat: npt.NDArray[np.float64] = votes.reshape(-1)
-        return flat
 
 
 ALGORITHM = PrivateKnnFl()

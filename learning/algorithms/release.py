@@ -1,13 +1,12 @@
-"""How a round releases the sample :meth:`Algorithm.select` drew: skipped, the coordinator's noise
-alone, or summed (securely from two clients, in the plain transport otherwise), and with whose
-noise: a secure sum is released with the noise shares of every accepted agent, the dropouts'
-drawn by the coordinator (:func:`restore_dropped_noise`).
+"""How a round releases the sample :meth:`CoordinatorSide.select` drew: skipped, the
+coordinator's noise alone, or summed (securely from two clients, in the plain transport
+otherwise), and with whose noise: a secure sum is released with the noise shares of every
+accepted agent, the dropouts' drawn by the coordinator (:func:`restore_dropped_noise`).
 
 docs/accounting.md, "Client sampling: every sample is released" and "(b) Dropouts", prove why.
-The policy is pure
-(the algorithm, the job, its plan and a count), so the coordinator's round engine, the audit's
-simulation (:mod:`dpfl.learning.audit.run`) and the test harness release exactly the same
-mechanism, and the ledger each of them keeps charges the same rounds.
+The policy is pure (the bound algorithm and a count), so the coordinator's round engine, the
+audit's simulation (:mod:`dpfl.learning.audit.run`) and the test harness release exactly the
+same mechanism, and the ledger each of them keeps charges the same rounds.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ import enum
 import numpy as np
 import numpy.typing as npt
 
-from dpfl.learning.algorithms.base import Algorithm, AlgorithmError, JobPlan
+from dpfl.learning.algorithms.base import AlgorithmError, AnyCoordinator
 from dpfl.learning.jobs import JobSpec
 from dpfl.secagg.encoding import EncodingConfig, to_ring
 from dpfl.secagg.randomness import RandomStream
@@ -39,19 +38,19 @@ class Release(enum.Enum):
     ROUND = "round"  # invite the sample and sum what the accepting agents send
 
 
-def release_for(algorithm: Algorithm, spec: JobSpec, plan: JobPlan, *, invited: int) -> Release:
+def release_for(side: AnyCoordinator, *, invited: int) -> Release:
     """How an attempt with ``invited`` sampled clients proceeds: when
-    :meth:`Algorithm.releases_every_sample` holds, no sample is skipped."""
-    if algorithm.releases_every_sample(spec, plan):
+    :attr:`CoordinatorSide.releases_every_sample` holds, no sample is skipped."""
+    if side.releases_every_sample:
         return Release.ROUND if invited > 0 else Release.NOISE_ALONE
-    return Release.ROUND if invited >= minimum_accepted(algorithm, spec, plan) else Release.SKIP
+    return Release.ROUND if invited >= minimum_accepted(side) else Release.SKIP
 
 
-def minimum_accepted(algorithm: Algorithm, spec: JobSpec, plan: JobPlan) -> int:
+def minimum_accepted(side: AnyCoordinator) -> int:
     """The fewest accepting clients an attempt is summed with: two under secure aggregation
     (its smallest graph), one without it or when every sample is released (a lone agent is
     summed in the plain transport, carrying the whole noise)."""
-    if not spec.secagg.enabled or algorithm.releases_every_sample(spec, plan):
+    if not side.spec.secagg.enabled or side.releases_every_sample:
         return 1
     return 2
 

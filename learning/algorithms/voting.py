@@ -14,7 +14,7 @@ from __future__ import annotations
 import abc
 import math
 from collections.abc import Sequence
-from typing import Any, Literal, TypedDict
+from typing import Any, ClassVar, Literal, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -24,13 +24,16 @@ from typing_extensions import TypeVar
 from dpfl.accounting import ComposedEvent, DataDependentVotingEvent, DpEvent, SelfComposedEvent
 from dpfl.learning.algorithms import common
 from dpfl.learning.algorithms.base import (
+    AgentSide,
     Algorithm,
     AlgorithmError,
     ClientCharge,
     CoordinatorData,
+    CoordinatorSide,
     CoordinatorState,
     JobPlan,
     PlanDetails,
+    RoundCharge,
     RoundOutcome,
     RoundTask,
     TaskParams,
@@ -41,7 +44,9 @@ from dpfl.secagg.encoding import EncodingConfig
 
 __all__ = [
     "Counts",
+    "VotingAgent",
     "VotingAlgorithm",
+    "VotingCoordinator",
     "VotingPlan",
     "VotingTask",
     "batch_sizes",
@@ -136,6 +141,16 @@ class VotingPlan(PlanDetails):
     l1_sensitivity: float = Field(gt=0)
     l2_sensitivity: float = Field(gt=0)
 
+    def batch_event(self, count: int, sigma: float) -> DpEvent:
+        """The event of ``count`` queries answered with vote noise σ (vote units); it reads the
+        plan's noise kind, scale and sensitivities, never its ``noise_total``."""
+        raise AlgorithmError(f"{type(self).__name__} states no batch event")
+
+    @property
+    def vote_sensitivity(self) -> float:
+        """s of the data-dependent bound: the L2 change of one agent's vote."""
+        return 1.0
+
 
 class VotingTask(TaskParams):
     """What every voter is told: the round's public query indices and how to vote."""
@@ -165,82 +180,20 @@ PlanT = TypeVar("PlanT", bound=VotingPlan, default=VotingPlan)
 TaskT = TypeVar("TaskT", bound=VotingTask, default=VotingTask)
 
 
-class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
-    """The shared coordinator side and agent-side checks of the voting algorithms."""
-
-    # -- what a subclass defines -------------------------------------------------------------
-
-    @abc.abstractmethod
-    def _vote_details(self, job: SpecT, *, classes: int, level: str) -> dict[str, Any]:
-        """Plan fields of the votes: at least ``scale_bits``, ``l1_sensitivity``,
-        ``l2_sensitivity`` (per query, ring units) and ``scale_bits_rule`` (for the record)."""
+class VotingCoordinator(CoordinatorSide[SpecT, PlanT, TaskT]):
+    """The shared coordinator side of the voting algorithms: every agent votes on the round's
+    batch of public queries; the student is trained on the confident labels at the end."""
 
     @abc.abstractmethod
-    def _batch_event(self, details: PlanT, count: int, sigma: float) -> DpEvent:
-        """The event of ``count`` queries answered with vote noise σ (vote units); it reads the
-        plan's noise kind, scale and sensitivities, never its ``noise_total``."""
-
-    @abc.abstractmethod
-    def _task(self, job: SpecT, plan: PlanT, fields: dict[str, Any]) -> TaskT:
+    def _task(self, fields: dict[str, Any]) -> TaskT:
         """The round's task: ``fields`` (the common ones) plus the subclass's own."""
 
     @abc.abstractmethod
-    def _student_recipe(self, job: SpecT) -> tuple[int, int, float]:
+    def _student_recipe(self) -> tuple[int, int, float]:
         """``(epochs, batch_size, learning_rate)`` of the student."""
 
-    @abc.abstractmethod
-    def _vote_sensitivity(self, plan: PlanT) -> float:
-        """s of the data-dependent bound: the L2 change of one agent's vote (1, or 1/k)."""
-
-    # -- coordinator side --------------------------------------------------------------------
-
-    def plan(
-        self, job: JobSpec, *, population: int, data: CoordinatorData | None = None
-    ) -> JobPlan:
-        spec = self.spec(job)
-        if isinstance(population, bool) or not isinstance(population, int) or population < 1:
-            raise AlgorithmError(f"population must be an integer >= 1, got {population!r}")
-        p, privacy = spec.params, spec.privacy
-        _, classes = common.data_shape(spec, data)
-        level = "agent" if privacy.unit == "agent" else "instance"
-        votes = self._vote_details(spec, classes=classes, level=level)
-        rule = votes.pop("scale_bits_rule")
-        fields: dict[str, Any] = {
-            "model": spec.model,
-            "num_classes": classes,
-            "queries": p.queries,
-            "batch_sizes": tuple(batch_sizes(p.queries, spec.rounds)),
-            "level": level,
-            **votes,
-            "noise": privacy.noise,
-            "secure_aggregation": spec.secagg.enabled,
-            "honest_fraction": privacy.honest_fraction,
-            "corrupt_fraction": spec.secagg.corrupt_fraction,
-        }
-        shape = self.plan_type(**fields, noise_total=1.0)  # _batch_event never reads the total
-        given = p.sigma if p.sigma is not None else privacy.noise_multiplier
-        sigma, record = common.calibrate_or_check(
-            lambda s: self._batch_event(shape, p.queries, s),
-            given=given,
-            target_epsilon=privacy.target_epsilon,
-            delta=privacy.delta,
-        )
-        u = math.ldexp(1.0, shape.scale_bits)
-        total = (sigma * u) ** 2 / 2.0 if privacy.noise == "skellam" else sigma * u
-        record["scale_bits_rule"] = rule
-        plan = JobPlan(sigma, record, population, shape.model_copy(update={"noise_total": total}))
-        survivors = max(1, math.ceil(population * (1.0 - spec.secagg.dropout_fraction)))
-        self._encoding(
-            spec,
-            self.details(plan),
-            batch=max(shape.batch_sizes),
-            participants=population,
-            min_survivors=survivors,
-        )
-        return plan
-
-    def initial_state(self, job: JobSpec, plan: JobPlan, data: CoordinatorData) -> CoordinatorState:
-        spec, d = self.spec(job), self.details(plan)
+    def initial_state(self, data: CoordinatorData) -> CoordinatorState:
+        spec, d = self.spec, self.details
         if data.public_x is None or len(data.public_x) == 0:
             raise AlgorithmError(f"{self.name} needs a public pool (data.public)")
         if data.num_classes != d.num_classes:
@@ -271,31 +224,25 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
             },
         )
 
-    def select(
-        self, job: JobSpec, plan: JobPlan, *, round_number: int, population: Sequence[str]
-    ) -> list[str]:
-        self.spec(job)
+    def select(self, *, round_number: int, population: Sequence[str]) -> list[str]:
         return list(population)  # every agent votes; no sampling, no amplification
 
-    def _batch(self, job: SpecT, state: CoordinatorState, round_number: int) -> list[int]:
-        sizes = self._sizes(job, round_number)
+    def _batch(self, state: CoordinatorState, round_number: int) -> list[int]:
+        sizes = self._sizes(round_number)
         start = sum(sizes[: round_number - 1])
         order = state.details.get("query_order")
-        if not isinstance(order, list) or len(order) != job.params.queries:
+        if not isinstance(order, list) or len(order) != self.spec.params.queries:
             raise AlgorithmError("the coordinator state holds no query order")
         return [int(i) for i in order[start : start + sizes[round_number - 1]]]
 
-    @staticmethod
-    def _sizes(job: VotingJob, round_number: int) -> list[int]:
-        if not 1 <= round_number <= job.rounds:
-            raise AlgorithmError(f"round {round_number} outside 1..{job.rounds}")
-        return batch_sizes(job.params.queries, job.rounds)
+    def _sizes(self, round_number: int) -> list[int]:
+        if not 1 <= round_number <= self.spec.rounds:
+            raise AlgorithmError(f"round {round_number} outside 1..{self.spec.rounds}")
+        return batch_sizes(self.spec.params.queries, self.spec.rounds)
 
-    def round_task(
-        self, job: JobSpec, plan: JobPlan, state: CoordinatorState, *, round_number: int
-    ) -> RoundTask:
-        spec, d = self.spec(job), self.details(plan)
-        batch = self._batch(spec, state, round_number)
+    def round_task(self, state: CoordinatorState, *, round_number: int) -> RoundTask:
+        spec, d = self.spec, self.details
+        batch = self._batch(state, round_number)
         fields: dict[str, Any] = {
             "algorithm": self.name,
             "job": spec.name,
@@ -308,46 +255,37 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
             "scale_bits": d.scale_bits,
             "noise": d.noise,
             "noise_total": d.noise_total,
-            "noise_multiplier": plan.noise_multiplier,
+            "noise_multiplier": self.plan.noise_multiplier,
             "secure_aggregation": d.secure_aggregation,
             "honest_fraction": d.honest_fraction,
             "unit": spec.privacy.unit,
             "delta": spec.privacy.delta,
         }
         return RoundTask(
-            params=self._task(spec, d, fields),
+            params=self._task(fields),
             vector_length=len(batch) * d.num_classes,
             model_version=None,
             needs_public_data=True,
         )
 
-    def _encoding(
-        self, spec: SpecT, details: PlanT, *, batch: int, participants: int, min_survivors: int
-    ) -> EncodingConfig:
+    def ring(self, *, batch: int, participants: int, min_survivors: int) -> EncodingConfig:
+        """The encoding of ``batch`` votes of ``participants`` agents, ``min_survivors`` of
+        them summed."""
         noise = common.split_noise(
-            details,
-            dropout_fraction=spec.secagg.dropout_fraction,
+            self.details,
+            dropout_fraction=self.spec.secagg.dropout_fraction,
             participants=participants,
             min_survivors=min_survivors,
         )
         return common.ring_encoding(
             clip=vote_clip(batch),
-            scale_bits=details.scale_bits,
+            scale_bits=self.details.scale_bits,
             participants=participants,
             noise=noise,
         )
 
-    def encoding(
-        self,
-        job: JobSpec,
-        plan: JobPlan,
-        task: RoundTask,
-        *,
-        participants: int,
-        min_survivors: int,
-    ) -> EncodingConfig:
-        spec, d = self.spec(job), self.details(plan)
-        classes = d.num_classes
+    def encoding(self, task: RoundTask, *, participants: int, min_survivors: int) -> EncodingConfig:
+        classes = self.details.num_classes
         if task.vector_length < classes or task.vector_length % classes:
             raise AlgorithmError(
                 f"vector length {task.vector_length} is not a multiple of {classes}"
@@ -356,49 +294,31 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
             raise AlgorithmError(
                 f"min_survivors {min_survivors} must lie in [1, participants={participants}]"
             )
-        return self._encoding(
-            spec,
-            d,
+        return self.ring(
             batch=task.vector_length // classes,
             participants=participants,
             min_survivors=min_survivors,
         )
 
-    def round_event(self, plan: JobPlan, *, queries: int) -> DpEvent:
+    def round_event(self, *, queries: int) -> DpEvent:
         """The event of one committed round answering ``queries`` queries."""
-        return self._batch_event(self.details(plan), queries, plan.noise_multiplier)
+        return self.details.batch_event(queries, self.plan.noise_multiplier)
 
-    def invitation_events(
-        self, job: JobSpec, plan: JobPlan, *, round_number: int, population: Sequence[str]
-    ) -> tuple[DpEvent, ...]:
-        """The round's event (its batch of queries), as :meth:`charges` charges each voter."""
-        sizes = self._sizes(self.spec(job), round_number)
-        return (self.round_event(plan, queries=sizes[round_number - 1]),)
-
-    def charges(
-        self,
-        job: JobSpec,
-        plan: JobPlan,
-        *,
-        round_number: int,
-        population: Sequence[str],
-        participants: Sequence[str],
-    ) -> dict[str, ClientCharge]:
-        spec, d = self.spec(job), self.details(plan)
-        sizes = self._sizes(spec, round_number)
+    def round_charge(self, *, round_number: int, population: Sequence[str]) -> RoundCharge:
+        """Each voter pays the event of the round's batch of queries."""
+        spec, d = self.spec, self.details
+        sizes = self._sizes(round_number)
         charge = ClientCharge(
-            event=self.round_event(plan, queries=sizes[round_number - 1]),
+            event=self.round_event(queries=sizes[round_number - 1]),
             unit=spec.privacy.unit,
             approximate=d.noise == "gaussian",
             secure_aggregation=d.secure_aggregation,
             honest_fraction=spec.privacy.honest_fraction if d.secure_aggregation else 1.0,
         )
-        return dict.fromkeys(participants, charge)
+        return RoundCharge(charge, tuple(population))
 
     def finish_round(
         self,
-        job: JobSpec,
-        plan: JobPlan,
         state: CoordinatorState,
         data: CoordinatorData,
         *,
@@ -406,8 +326,8 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
         aggregate: npt.NDArray[np.float64],
         survivors: int,
     ) -> RoundOutcome:
-        spec, d = self.spec(job), self.details(plan)
-        batch = self._batch(spec, state, round_number)
+        spec, d = self.spec, self.details
+        batch = self._batch(state, round_number)
         classes = d.num_classes
         votes = common.checked_aggregate(
             aggregate, length=len(batch) * classes, survivors=survivors
@@ -435,7 +355,7 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
             kept = _confident(rounds, spec.params.student.min_margin, len(answered))
             metrics["student_labels"] = float(len(kept))
             model = self._train_student(
-                spec, data, [answered[i] for i in kept], [all_labels[i] for i in kept], metrics
+                data, [answered[i] for i in kept], [all_labels[i] for i in kept], metrics
             )
             version += 1
         return RoundOutcome(
@@ -446,7 +366,6 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
 
     def _train_student(
         self,
-        job: SpecT,
         data: CoordinatorData,
         answered: list[int],
         labels: list[int],
@@ -457,7 +376,8 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
         from dpfl.learning.params import model_to_bytes
         from dpfl.learning.training import train_student
 
-        epochs, batch_size, learning_rate = self._student_recipe(job)
+        job = self.spec
+        epochs, batch_size, learning_rate = self._student_recipe()
         net = common.build_model(job.model, data.input_shape, data.num_classes, seed=job.seed)
         student = job.params.student
         pool = np.asarray(data.public_x)
@@ -500,24 +420,22 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
         metrics.update(common.evaluate_on_test(net, data))
         return model_to_bytes(net, metadata={"model": job.model, "algorithm": self.name})
 
-    def informational_data_dependent_event(
-        self, plan: JobPlan, state: CoordinatorState
-    ) -> DpEvent | None:
+    def informational_data_dependent_event(self, state: CoordinatorState) -> DpEvent | None:
         """The data-dependent bound from the NOISY margins: informational only (module docs).
 
         It speaks about releasing the pseudo-labels (the argmax), not the histogram the
         coordinator saw, and its margins are those of the noisy sums; it is itself a function
         of private data. Never charge or enforce budgets with it.
         """
-        d = self.details(plan)
+        d = self.details
         rounds = state.details.get("rounds", [])
         events: list[DpEvent] = [
             DataDependentVotingEvent(
                 margins=tuple(r["noisy_margins"]),
                 num_agents=int(r["survivors"]),
                 num_classes=d.num_classes,
-                sigma=plan.noise_multiplier,
-                s=self._vote_sensitivity(d),
+                sigma=self.plan.noise_multiplier,
+                s=d.vote_sensitivity,
                 level=d.level,
             )
             for r in rounds
@@ -527,9 +445,12 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
 
     # -- agent side (shared checks) ----------------------------------------------------------
 
+
+class VotingAgent(AgentSide[TaskT]):
+    """The shared checks of a voting agent."""
+
     def _claimed(
         self,
-        task: TaskT,
         events: Sequence[DpEvent],
         encoding: EncodingConfig,
         *,
@@ -539,6 +460,7 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
     ) -> DpEvent:
         """The checks every voting agent makes before its own claim check; returns the one
         claimed event."""
+        task = self.task
         count = len(task.queries)
         event = common.one_claimed_event(
             events,
@@ -555,16 +477,15 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
             )
         return event
 
-    def _per_query(self, task: TaskT, event: DpEvent) -> DpEvent:
+    def _per_query(self, event: DpEvent) -> DpEvent:
         """The one query's release of a claimed round of ``len(task.queries)`` queries."""
-        count = len(task.queries)
+        count = len(self.task.queries)
         if not isinstance(event, SelfComposedEvent) or event.count != count:
             raise AlgorithmError(f"expected {count} per-query events, got {event!r}")
         return event.event
 
     def _check_noise(
         self,
-        task: TaskT,
         total: float,
         encoding: EncodingConfig,
         *,
@@ -575,17 +496,18 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
         """The encoding's per-agent noise carries ``total`` and the ring holds the sum."""
         common.check_encoding(
             encoding,
-            kind=common.NOISE_KINDS[task.noise],
+            kind=common.NOISE_KINDS[self.task.noise],
             total=total,
-            secure_aggregation=task.secure_aggregation,
+            secure_aggregation=self.task.secure_aggregation,
             honest_fraction=honest_fraction,
             min_survivors=min_survivors,
             num_clients=num_clients,
         )
 
     def _public_queries(
-        self, task: TaskT, public_x: npt.NDArray[np.float32] | None, data_classes: int
+        self, public_x: npt.NDArray[np.float32] | None, data_classes: int
     ) -> npt.NDArray[np.float32]:
+        task = self.task
         if public_x is None or len(public_x) != task.public_size:
             raise AlgorithmError(
                 f"{self.name} needs the job's {task.public_size} public examples, got "
@@ -596,6 +518,60 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
                 f"the agent's data has {data_classes} classes, the task {task.num_classes}"
             )
         return np.asarray(public_x)[list(task.queries)]
+
+
+class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
+    """The plan of the voting algorithms: calibrated on a job's whole set of queries."""
+
+    coordinator_type: ClassVar[type[VotingCoordinator[Any, Any, Any]]]
+
+    @abc.abstractmethod
+    def _vote_details(self, job: SpecT, *, classes: int, level: str) -> dict[str, Any]:
+        """Plan fields of the votes: at least ``scale_bits``, ``l1_sensitivity``,
+        ``l2_sensitivity`` (per query, ring units) and ``scale_bits_rule`` (for the record)."""
+
+    def plan(
+        self, job: JobSpec, *, population: int, data: CoordinatorData | None = None
+    ) -> JobPlan:
+        spec = self.narrow(job)
+        if isinstance(population, bool) or not isinstance(population, int) or population < 1:
+            raise AlgorithmError(f"population must be an integer >= 1, got {population!r}")
+        p, privacy = spec.params, spec.privacy
+        _, classes = common.data_shape(spec, data)
+        level = "agent" if privacy.unit == "agent" else "instance"
+        votes = self._vote_details(spec, classes=classes, level=level)
+        rule = votes.pop("scale_bits_rule")
+        fields: dict[str, Any] = {
+            "model": spec.model,
+            "num_classes": classes,
+            "queries": p.queries,
+            "batch_sizes": tuple(batch_sizes(p.queries, spec.rounds)),
+            "level": level,
+            **votes,
+            "noise": privacy.noise,
+            "secure_aggregation": spec.secagg.enabled,
+            "honest_fraction": privacy.honest_fraction,
+            "corrupt_fraction": spec.secagg.corrupt_fraction,
+        }
+        shape = self.plan_type(**fields, noise_total=1.0)  # batch_event never reads the total
+        given = p.sigma if p.sigma is not None else privacy.noise_multiplier
+        sigma, record = common.calibrate_or_check(
+            lambda s: shape.batch_event(p.queries, s),
+            given=given,
+            target_epsilon=privacy.target_epsilon,
+            delta=privacy.delta,
+        )
+        u = math.ldexp(1.0, shape.scale_bits)
+        total = (sigma * u) ** 2 / 2.0 if privacy.noise == "skellam" else sigma * u
+        record["scale_bits_rule"] = rule
+        plan = JobPlan(sigma, record, population, shape.model_copy(update={"noise_total": total}))
+        survivors = max(1, math.ceil(population * (1.0 - spec.secagg.dropout_fraction)))
+        self.coordinator_type(self, spec, plan, plan.details).ring(
+            batch=max(shape.batch_sizes),
+            participants=population,
+            min_survivors=survivors,
+        )
+        return plan
 
 
 #: What the agent recomputes a voting claim's sensitivities from.

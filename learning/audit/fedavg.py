@@ -23,7 +23,7 @@ __all__ = ["design"]
 
 def design(algorithm: Algorithm, job: JobSpec, plan: JobPlan) -> CanaryDesign:
     """Canary agents with a Dirac update of the charged per-agent sensitivity."""
-    event = algorithm.invitation_events(job, plan, round_number=1, population=["canary"])[0]
+    event = algorithm.bind(job, plan).invitation_events(round_number=1, population=["canary"])[0]
     uniform = isinstance(job, DpFedLsJob) and job.params.client_sampling == "uniform"
     return CanaryDesign(
         unit="agent",

@@ -34,7 +34,7 @@ def design(algorithm: Algorithm, job: JobSpec, plan: JobPlan) -> CanaryDesign:
             f"Dirac gradient canaries model DP-FedSGD exactly for one local step only; the job "
             f"has local_steps={job.params.local_steps}"
         )
-    event = algorithm.invitation_events(job, plan, round_number=1, population=["canary"])[0]
+    event = algorithm.bind(job, plan).invitation_events(round_number=1, population=["canary"])[0]
     return CanaryDesign(
         unit="record",
         relation=ADD_REMOVE,

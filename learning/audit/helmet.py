@@ -22,7 +22,7 @@ __all__ = ["design"]
 
 def design(algorithm: Algorithm, job: JobSpec, plan: JobPlan) -> CanaryDesign:
     """Replace-one Dirac canaries at the job's unit."""
-    event = algorithm.invitation_events(job, plan, round_number=1, population=["canary"])[0]
+    event = algorithm.bind(job, plan).invitation_events(round_number=1, population=["canary"])[0]
     return CanaryDesign(
         unit=job.privacy.unit,
         relation=REPLACE_ONE,

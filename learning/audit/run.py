@@ -273,8 +273,8 @@ def _prepare(
     probe_plan = alg.plan(job, population=agents, data=coordinator_data)
     design = canary_design(alg, job, probe_plan)
     if canaries is None:
-        probe_state = alg.initial_state(job, probe_plan, coordinator_data)
-        probe_task = alg.round_task(job, probe_plan, probe_state, round_number=1)
+        probe = alg.bind(job, probe_plan)
+        probe_task = probe.round_task(probe.initial_state(coordinator_data), round_number=1)
         canaries = min(DEFAULT_CANARIES, canary_capacity(probe_task.vector_length, coordinates))
     agent_canaries = design.unit == "agent"
     plan = (
@@ -282,10 +282,11 @@ def _prepare(
         if agent_canaries
         else probe_plan
     )
-    state = alg.initial_state(job, plan, coordinator_data)
+    side = alg.bind(job, plan)
+    state = side.initial_state(coordinator_data)
     cset = CanarySet.draw(
         count=canaries,
-        dimension=alg.round_task(job, plan, state, round_number=1).vector_length,
+        dimension=side.round_task(state, round_number=1).vector_length,
         agents=agents,
         stream=rng.stream("audit/canaries"),
         allowed=coordinates,
@@ -298,7 +299,7 @@ def _prepare(
     present = [canary_ids[j] for j in range(canaries) if exists[j]]
     hosts = [real[h] for h in sorted(set(cset.hosts.tolist()))]
     return _Audited(
-        RoundJob(job.name, job, alg, plan, coordinator_data),
+        RoundJob(job.name, side, coordinator_data),
         agent_data,
         real,
         [*real, *present] if agent_canaries else list(real),
@@ -409,10 +410,10 @@ class _Audited:
 
     async def rounds(self, *, white_box: bool) -> None:
         population = self.population
-        alg, spec, plan, design = self.job.algorithm, self.job.spec, self.job.plan, self.design
+        side, spec, design = self.job.coordinator, self.job.spec, self.design
         self.scores = np.zeros(self.cset.signs.size, dtype=np.float64)
         for number in range(1, spec.rounds + 1):
-            invited = alg.select(spec, plan, round_number=number, population=population)
+            invited = side.select(round_number=number, population=population)
             self.invitation = None
             end = await run_round(
                 self.job,
@@ -456,20 +457,19 @@ class _Audited:
     async def sum(self, setup: SumSetup, commit: Commit) -> Summed:
         invitation = self.invitation
         assert invitation is not None
-        alg, task, number = self.job.algorithm, invitation.task, invitation.number
+        task, number = invitation.task, invitation.number
+        agent = self.job.coordinator.algorithm.agent(task.params)
         total = np.zeros(setup.vector_length, dtype=np.uint64)
         public = self.job.data.public_for_agents() if task.needs_public_data else None
         for agent_id in setup.accepted:
-            alg.agent_check(
-                task.params,
+            agent.check(
                 invitation.events,
                 setup.encoding,
                 num_clients=len(setup.accepted),
                 min_survivors=setup.min_survivors,
                 honest_fraction=task.params.honest_fraction,
             )
-            total = total + alg.agent_contribution(  # uint64 wraps mod 2^64
-                task.params,
+            total = total + agent.contribution(  # uint64 wraps mod 2^64
                 self.agent_data[agent_id],
                 model=self.state.model if task.model_version is not None else None,
                 public_x=public,

@@ -25,7 +25,7 @@ __all__ = ["design"]
 
 def design(algorithm: Algorithm, job: JobSpec, plan: JobPlan) -> CanaryDesign:
     """Vote canaries at the job's level."""
-    event = algorithm.invitation_events(job, plan, round_number=1, population=["canary"])[0]
+    event = algorithm.bind(job, plan).invitation_events(round_number=1, population=["canary"])[0]
     agent = job.privacy.unit == "agent"
     return CanaryDesign(
         unit="agent" if agent else "record",

@@ -2,7 +2,8 @@
 
 release policy → task → invite → setup → sum, with the ledger committed inside the sum before it
 becomes computable (ledger rule 1, docs/architecture.md#the-round-driver) → the dropouts' noise
-restored (secure aggregation) → decode → ``finish_round``. The coordinator runs it over its
+restored (secure aggregation) → decode → ``finish_round``. The round's charge is computed once,
+before the invitation announces it, and committed as announced. The coordinator runs it over its
 agents' streams, the audit and the test harness in one process; each supplies a :class:`Cohort`
 (the transport) and a :class:`Ledger`. Sampling stays with the caller, which knows earlier
 attempts of the round.
@@ -18,7 +19,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from dpfl.learning.algorithms.base import CoordinatorState, RoundTask
+from dpfl.learning.algorithms.base import CoordinatorState, RoundCharge, RoundTask
 from dpfl.learning.algorithms.release import (
     Release,
     minimum_accepted,
@@ -90,19 +91,19 @@ async def run_round(
     Raises:
         RoundAborted: the round ends unreleased (what was committed stays committed).
     """
-    alg, spec, plan = job.algorithm, job.spec, job.plan
-    release = release_for(alg, spec, plan, invited=len(invited))
+    side = job.coordinator
+    release = release_for(side, invited=len(invited))
     if release is Release.SKIP:
-        minimum = minimum_accepted(alg, spec, plan)
+        minimum = minimum_accepted(side)
         return RoundEnd(
             release, f"{len(invited)} clients sampled, a round needs {minimum}: skipped"
         )
-    task = alg.round_task(spec, plan, state, round_number=number)
+    task = side.round_task(state, round_number=number)
+    charge = side.round_charge(round_number=number, population=population)
     answer = Acceptance(())  # the empty sample: nobody to invite
     if release is Release.ROUND:
-        events = alg.invitation_events(spec, plan, round_number=number, population=population)
-        answer = await cohort.invite(Invitation(number, task, tuple(invited), tuple(events)))
-        minimum = minimum_accepted(alg, spec, plan)
+        answer = await cohort.invite(Invitation(number, task, tuple(invited), charge.events))
+        minimum = minimum_accepted(side)
         if len(answer.accepted) < minimum:
             raise RoundAborted(
                 f"{len(answer.accepted)} of {len(invited)} invited clients accepted, "
@@ -111,13 +112,11 @@ async def run_round(
     carriers = [a for a in answer.accepted if a not in answer.noiseless]
     setup = choose_setup(job, task, carriers)
     await cohort.set_up(setup)
-    summed = await _sum(job, number, population, setup, answer, cohort, ledger, noise)
+    summed = await _sum(number, charge, setup, answer, cohort, ledger, noise)
     started = time.monotonic()
     aggregate = decode(summed.total, config=setup.encoding)
     outcome = await asyncio.to_thread(
-        alg.finish_round,
-        spec,
-        plan,
+        side.finish_round,
         state,
         job.data,
         round_number=number,
@@ -135,21 +134,22 @@ def choose_setup(job: RoundJob, task: RoundTask, accepted: Sequence[str]) -> Sum
     fractions), else the plain summation, where each agent encodes with ``min_survivors = 1``
     (a lone agent of a released sample then carries the whole sum's noise); with none, the noise
     alone, drawn by the coordinator (where no sample is ever skipped, the empty sample's
-    :meth:`~Algorithm.noise_alone_encoding`; else one agent's whole noise).
+    :meth:`~CoordinatorSide.noise_alone_encoding`; else one agent's whole noise).
 
     Raises:
         RoundAborted: no secure-aggregation parameters fit.
     """
-    spec, n, length, alg = job.spec, len(accepted), task.vector_length, job.algorithm
+    side, n, length = job.coordinator, len(accepted), task.vector_length
+    spec = side.spec
     if n == 0:
-        if alg.releases_every_sample(spec, job.plan):
-            alone = alg.noise_alone_encoding(spec, job.plan, task)
+        if side.releases_every_sample:
+            alone = side.noise_alone_encoding(task)
         else:
-            alone = alg.encoding(spec, job.plan, task, participants=1, min_survivors=1)
+            alone = side.encoding(task, participants=1, min_survivors=1)
         return SumSetup(Summation.NOISE_ALONE, (), length, alone)
 
     def encoding(min_survivors: int) -> SumSetup:
-        enc = alg.encoding(spec, job.plan, task, participants=n, min_survivors=min_survivors)
+        enc = side.encoding(task, participants=n, min_survivors=min_survivors)
         return SumSetup(Summation.PLAIN, tuple(accepted), length, enc)
 
     if not secure_sum(spec, summands=n):
@@ -180,9 +180,8 @@ def choose_setup(job: RoundJob, task: RoundTask, accepted: Sequence[str]) -> Sum
 
 
 async def _sum(
-    job: RoundJob,
     number: int,
-    population: Sequence[str],
+    charge: RoundCharge,
     setup: SumSetup,
     answer: Acceptance,
     cohort: Cohort,
@@ -198,13 +197,7 @@ async def _sum(
     async def commit(participants: Sequence[str]) -> None:
         if committed:
             raise RuntimeError("a round commits its ledger once")
-        charges = job.algorithm.charges(
-            job.spec,
-            job.plan,
-            round_number=number,
-            population=list(population),
-            participants=list(participants),
-        )
+        charges = charge.charges(list(participants))
         # secure aggregation: fixed with the ledger, how many dropouts' noise shares it carries
         restored = len(setup.accepted) - carriers(participants)
         secure = setup.kind is Summation.SECURE

@@ -11,7 +11,7 @@ import numpy.typing as npt
 
 from dpfl.accounting import DpEvent
 from dpfl.learning.algorithms.base import (
-    AnyAlgorithm,
+    AnyCoordinator,
     ClientCharge,
     CoordinatorData,
     JobPlan,
@@ -45,13 +45,19 @@ class RoundAborted(Exception):  # noqa: N818 (a round's end, not a bug)
 
 @dataclass(frozen=True, slots=True)
 class RoundJob:
-    """What every round of a job shares."""
+    """What every round of a job shares: the algorithm bound to the job and its plan."""
 
     job_id: str
-    spec: JobSpec
-    algorithm: AnyAlgorithm
-    plan: JobPlan
+    coordinator: AnyCoordinator
     data: CoordinatorData
+
+    @property
+    def spec(self) -> JobSpec:
+        return self.coordinator.spec
+
+    @property
+    def plan(self) -> JobPlan:
+        return self.coordinator.plan
 
 
 @dataclass(frozen=True, slots=True)

@@ -273,7 +273,7 @@ def _plan_claim(store: Store, job_id: str) -> tuple[float | None, str | None]:
         try:
             algorithm = get_algorithm(store.get_job(job_id).spec["algorithm"])
             plan = algorithm.parse_plan(stored.model_dump(mode="json"))
-            shown = algorithm.details(plan).shown_claim()
+            shown = plan.details.shown_claim()
         except LearningError:
             return None, None
         return (None, None) if shown is None else shown

@@ -129,10 +129,8 @@ class RoundEngine:
         ]
         if not members or not self.enforce_budgets:
             return members, []
-        charges = ctx.algorithm.charges(
-            ctx.spec, ctx.plan, round_number=number, population=members, participants=members
-        )
-        events = {a: charges[a].event for a in members if a in charges}
+        charge = ctx.coordinator.round_charge(round_number=number, population=members)
+        events = {a: c.event for a, c in charge.charges(members).items()}
         checks = self.store.check_budgets(events, data_dependent=self.data_dependent_budget)
         excluded = sorted(a for a, c in checks.items() if not c.allowed)
         return [a for a in members if a not in excluded], excluded
@@ -155,9 +153,7 @@ class RoundEngine:
             )
         previous = await asyncio.to_thread(self.store.list_rounds, ctx.job_id, number=number)
         sample = attempt_sample(
-            ctx.algorithm,
-            ctx.spec,
-            ctx.plan,
+            ctx.coordinator,
             round_number=number,
             population=population,
             previous=previous,

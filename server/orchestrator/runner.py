@@ -100,12 +100,13 @@ class JobRunner:
         self.services.publish_public_data(self.job_id, job_data.public)
         restored = await asyncio.to_thread(restore, store, self.job_id, algorithm)
         if restored is not None:
-            ctx = JobContext(self.job_id, spec, algorithm, restored.plan, job_data.data)
+            ctx = JobContext(self.job_id, algorithm.bind(spec, restored.plan), job_data.data)
             return ctx, restored.number, restored.attempts, restored.state
         plan = await asyncio.to_thread(
             algorithm.plan, spec, population=len(members), data=job_data.data
         )
-        state = await asyncio.to_thread(algorithm.initial_state, spec, plan, job_data.data)
+        side = algorithm.bind(spec, plan)
+        state = await asyncio.to_thread(side.initial_state, job_data.data)
         if state.model is not None:
             versions = await asyncio.to_thread(store.list_model_versions, self.job_id)
             if versions:
@@ -115,7 +116,7 @@ class JobRunner:
                 first = await asyncio.to_thread(store.add_model_version, self.job_id, state.model)
                 model = state.model
             state = replace(state, model=model, model_version=first.version)
-        return JobContext(self.job_id, spec, algorithm, plan, job_data.data), 1, 0, state
+        return JobContext(self.job_id, side, job_data.data), 1, 0, state
 
     async def _run(self) -> None:
         store = self.store

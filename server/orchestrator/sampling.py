@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dpfl.learning.algorithms.base import Algorithm, JobPlan
+from dpfl.learning.algorithms.base import AnyCoordinator
 from dpfl.learning.algorithms.release import Release, minimum_accepted, release_for
-from dpfl.learning.jobs import JobSpec
 from dpfl.server.store import Round
 
 __all__ = ["AttemptSample", "Release", "attempt_sample", "minimum_accepted", "release_for"]
@@ -48,9 +47,7 @@ def _kept(previous: Sequence[Round]) -> tuple[tuple[str, ...], tuple[str, ...]] 
 
 
 def attempt_sample(
-    algorithm: Algorithm,
-    spec: JobSpec,
-    plan: JobPlan,
+    side: AnyCoordinator,
     *,
     round_number: int,
     population: Sequence[str],
@@ -68,7 +65,7 @@ def attempt_sample(
             members = set(population)
             invited = tuple(sorted(a for a in sample if a in members))
             return AttemptSample(sample, drawn, invited, kept=True)
-    drawn_sample = algorithm.select(spec, plan, round_number=round_number, population=population)
+    drawn_sample = side.select(round_number=round_number, population=population)
     return AttemptSample(
         sample=tuple(drawn_sample),
         drawn_from=tuple(population),

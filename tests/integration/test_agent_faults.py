@@ -175,7 +175,7 @@ def test_the_charge_is_on_disk_before_the_masked_input_leaves_and_survives_a_dro
             # it reconnects and serves the next round
             await coord.wait_connected([victim])
             assert dropped.runner.connections == 2
-            task2 = exact.round_task(setup.job, setup.plan, setup.state, round_number=2)
+            task2 = exact.bind(setup.job, setup.plan).round_task(setup.state, round_number=2)
             report2 = await coord.run_round(
                 job_id=JOB,
                 round=2,
@@ -250,7 +250,7 @@ def test_agents_survive_the_coordinator_vanishing_mid_round(tmp_path: Path) -> N
             await asyncio.sleep(0.3)  # reconnection attempts fail while nothing listens
             server, _ = await start_grpc(coord, port=port)
             await coord.wait_connected(ids, timeout=20)
-            task2 = exact.round_task(setup.job, setup.plan, setup.state, round_number=2)
+            task2 = exact.bind(setup.job, setup.plan).round_task(setup.state, round_number=2)
             report2 = await coord.run_round(
                 job_id=JOB,
                 round=2,

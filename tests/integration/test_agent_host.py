@@ -15,25 +15,32 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 import torch
-from support.agent_kit import JOB, ExactSum, fedavg_round, publish
+from support.agent_kit import JOB, ExactSum, ExactSumAgent, fedavg_round, publish
 from support.scripted_coordinator import ScriptedCoordinator
 
 from dpfl.client.simulation import AgentHost
 from dpfl.client.transport import Backoff, InProcessConnector
 
 
+class ThreadProbeAgent(ExactSumAgent):
+    """ExactSum's agent side, recording torch's intra-op thread count where it trains."""
+
+    def contribution(self, *args: Any, **kwargs: Any) -> npt.NDArray[np.uint64]:
+        x = torch.ones(64, 64)
+        (x @ x).sum()  # an operator first: torch fixes a thread's count when it first runs one
+        assert isinstance(self.algorithm, ThreadProbe)
+        self.algorithm.seen.append(torch.get_num_threads())
+        return super().contribution(*args, **kwargs)
+
+
 class ThreadProbe(ExactSum):
     """ExactSum that records torch's intra-op thread count in the thread it trains in."""
+
+    agent_type = ThreadProbeAgent
 
     def __init__(self) -> None:
         super().__init__()
         self.seen: list[int] = []
-
-    def agent_contribution(self, *args: Any, **kwargs: Any) -> npt.NDArray[np.uint64]:
-        x = torch.ones(64, 64)
-        (x @ x).sum()  # an operator first: torch fixes a thread's count when it first runs one
-        self.seen.append(torch.get_num_threads())
-        return super().agent_contribution(*args, **kwargs)
 
 
 def test_hosted_agents_train_with_one_thread_and_the_count_is_restored(tmp_path: Path) -> None:

@@ -44,10 +44,10 @@ async def _exact_round(tmp_path: Path, transport: str) -> None:
         assert report.aggregate is not None
         np.testing.assert_array_equal(report.aggregate, expected)
         assert np.count_nonzero(expected) > 0
-        claimed = exact.invitation_events(
-            setup.job, setup.plan, round_number=1, population=[a.agent_id for a in agents]
+        claimed = exact.bind(setup.job, setup.plan).invitation_events(
+            round_number=1, population=[a.agent_id for a in agents]
         )
-        recorded = exact.agent_charge(setup.task.params, claimed)
+        recorded = exact.agent(setup.task.params).charge(claimed)
         for agent in agents:
             entries = agent.ledger.entries()
             assert [(e.job_id, e.round) for e in entries] == [(JOB, 1)]

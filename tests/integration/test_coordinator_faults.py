@@ -250,7 +250,9 @@ def test_restore_counts_only_the_attempts_the_round_aborted(coordinator_db: str)
         store.abort_interrupted_rounds()  # a restart, with the store's default reason
         committed = attempt()
         store.update_round(committed, accepted=ids)
-        charges = algorithm.charges(job, plan, round_number=1, population=ids, participants=ids)
+        charges = (
+            algorithm.bind(job, plan).round_charge(round_number=1, population=ids).charges(ids)
+        )
         store.commit_round(
             committed, [Charge(a, c.event, ProtectedUnit.AGENT) for a, c in charges.items()]
         )

@@ -41,8 +41,8 @@ from dpfl.accounting import (
 from dpfl.client.local_ledger import LocalLedger
 from dpfl.client.policy import Policy
 from dpfl.client.progress import EventKind
-from dpfl.learning.algorithms.base import AgentData, TaskParams
-from dpfl.learning.algorithms.dp_fedavg import DpFedAvg
+from dpfl.learning.algorithms.base import AgentData
+from dpfl.learning.algorithms.dp_fedavg import DpFedAvg, DpFedAvgTask, FedAvgAgent
 from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.jobs import JobSpec, job_to_dict, parse_job
 from dpfl.protos import secagg_wire
@@ -65,19 +65,23 @@ def plain_job(*, secure: bool = False) -> JobSpec:
 def make_setup(job: JobSpec, *, population: int, algorithm: Any = None) -> Setup:
     alg = algorithm if algorithm is not None else get_algorithm("dp-fedavg")
     plan = alg.plan(job, population=population, data=DIGITS)
-    state = alg.initial_state(job, plan, DIGITS)
-    return Setup(alg, job, plan, state, alg.round_task(job, plan, state, round_number=1))
+    state = alg.bind(job, plan).initial_state(DIGITS)
+    return Setup(alg, job, plan, state, alg.bind(job, plan).round_task(state, round_number=1))
+
+
+class KnownVectorAgent(FedAvgAgent[DpFedAvgTask]):
+    """DP-FedAvg's agent side contributing ``ExactSum.vector_for``."""
+
+    def compute(self, data: AgentData, **_: Any) -> npt.NDArray[np.float64]:
+        dimension, bits = self.task.dimension, self.task.scale_bits
+        return ExactSum.vector_for(data, dimension=dimension, scale_bits=bits)
 
 
 class KnownVector(DpFedAvg):
     """DP-FedAvg whose agents contribute a known vector (``ExactSum.vector_for``), so that the
     noise in one agent's encoded vector can be measured; encoding and checks stay DP-FedAvg's."""
 
-    def agent_compute(
-        self, params: TaskParams, data: AgentData, **_: Any
-    ) -> npt.NDArray[np.float64]:
-        dimension, bits = self.task(params).dimension, params.scale_bits
-        return ExactSum.vector_for(data, dimension=dimension, scale_bits=bits)
+    agent_type = KnownVectorAgent
 
 
 def header(round_number: int, stage: int, session: bytes = b"") -> pb.RoundHeader:
@@ -119,9 +123,9 @@ def plain_setup(
 async def invite(
     coordinator: ScriptedCoordinator, setup: Setup, agents: Sequence[str], round_number: int
 ) -> None:
-    task = setup.algorithm.round_task(setup.job, setup.plan, setup.state, round_number=1)
-    events = setup.algorithm.invitation_events(
-        setup.job, setup.plan, round_number=round_number, population=list(agents)
+    task = setup.algorithm.bind(setup.job, setup.plan).round_task(setup.state, round_number=1)
+    events = setup.algorithm.bind(setup.job, setup.plan).invitation_events(
+        round_number=round_number, population=list(agents)
     )
     for agent_id in agents:
         coordinator.send(
@@ -149,8 +153,8 @@ async def expect_error(coordinator: ScriptedCoordinator, agent_id: str, code: in
 
 
 def plain_encoding(setup: Setup, n: int) -> EncodingConfig:
-    return setup.algorithm.encoding(
-        setup.job, setup.plan, setup.task, participants=n, min_survivors=1
+    return setup.algorithm.bind(setup.job, setup.plan).encoding(
+        setup.task, participants=n, min_survivors=1
     )
 
 
@@ -214,8 +218,8 @@ def test_a_plain_round_acknowledges_charges_first_and_sends_the_fully_noised_vec
                     ),
                 )
             await asyncio.sleep(0.05)
-            claimed = setup.algorithm.invitation_events(
-                setup.job, setup.plan, round_number=1, population=ids
+            claimed = setup.algorithm.bind(setup.job, setup.plan).invitation_events(
+                round_number=1, population=ids
             )
             assert isinstance(claimed[0], SkellamEvent)  # no amplification without secagg
             bits = int(setup.plan.details.scale_bits)
@@ -559,8 +563,8 @@ def test_a_repeated_session_nonce_charges_every_vector_the_agent_sends(tmp_path:
             assert all(len(e.attempt) == 32 for e in entries)  # the agent's ids, not the nonce's
             assert {e.session_id for e in entries} == {session.hex()}
             assert len({e.sent_sha256 for e in entries}) == 3
-            claimed = setup.algorithm.invitation_events(
-                setup.job, setup.plan, round_number=1, population=[agent.agent_id]
+            claimed = setup.algorithm.bind(setup.job, setup.plan).invitation_events(
+                round_number=1, population=[agent.agent_id]
             )
             one = LocalLedger(tmp_path / "one.sqlite")
             one.record(job_id=JOB, round=1, events=claimed)

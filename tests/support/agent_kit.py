@@ -37,9 +37,15 @@ from dpfl.learning.algorithms.base import (
     CoordinatorState,
     JobPlan,
     RoundTask,
-    TaskParams,
 )
-from dpfl.learning.algorithms.dp_fedavg import DpFedAvg
+from dpfl.learning.algorithms.dp_fedavg import (
+    DpFedAvg,
+    DpFedAvgJob,
+    DpFedAvgPlan,
+    DpFedAvgTask,
+    FedAvgAgent,
+    FedAvgCoordinator,
+)
 from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.jobs import JobSpec, parse_job
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
@@ -85,38 +91,28 @@ def fedavg_round(
     alg = algorithm if algorithm is not None else get_algorithm("dp-fedavg")
     job = fedavg_job(**privacy)
     plan = alg.plan(job, population=population, data=DIGITS)
-    state = alg.initial_state(job, plan, DIGITS)
-    task = alg.round_task(job, plan, state, round_number=round_number)
+    state = alg.bind(job, plan).initial_state(DIGITS)
+    task = alg.bind(job, plan).round_task(state, round_number=round_number)
     return Setup(alg, job, plan, state, task)
 
 
-class ExactSum(DpFedAvg):
-    """DP-FedAvg's coordinator side, with a noise-free encoding and a known vector per agent.
+class ExactSumCoordinator(FedAvgCoordinator[DpFedAvgJob, DpFedAvgPlan, DpFedAvgTask]):
+    """DP-FedAvg's coordinator side with a noise-free encoding."""
 
-    Agent i contributes ``v_i[c] = (count of class c in its data mod 7) / 2^b`` for the first
-    10 coordinates and 0 elsewhere: dyadic, so scaling by 2^b gives integers, rounding is exact,
-    and the decoded sum equals the sum of the v_i exactly.
-    """
-
-    def encoding(
-        self,
-        job: JobSpec,
-        plan: JobPlan,
-        task: RoundTask,
-        *,
-        participants: int,
-        min_survivors: int,
-    ) -> EncodingConfig:
+    def encoding(self, task: RoundTask, *, participants: int, min_survivors: int) -> EncodingConfig:
         return EncodingConfig.for_summands(
-            clip=job.params.clip,  # type: ignore[union-attr]
-            scale_bits=int(plan.details.scale_bits),
+            clip=self.spec.params.clip,
+            scale_bits=int(self.details.scale_bits),
             summands=participants,
             noise=NoiseSpec.none(),
         )
 
-    def agent_check(
+
+class ExactSumAgent(FedAvgAgent[DpFedAvgTask]):
+    """An agent side contributing :meth:`ExactSum.vector_for`, checking only clip and scale."""
+
+    def check(
         self,
-        params: TaskParams,
         events: Sequence[DpEvent],
         encoding: EncodingConfig,
         *,
@@ -124,19 +120,11 @@ class ExactSum(DpFedAvg):
         min_survivors: int,
         honest_fraction: float,
     ) -> None:
-        if encoding.clip != self.task(params).clip or encoding.scale_bits != params.scale_bits:
+        if encoding.clip != self.task.clip or encoding.scale_bits != self.task.scale_bits:
             raise AlgorithmError("encoding does not match the task")
 
-    @staticmethod
-    def vector_for(data: AgentData, *, dimension: int, scale_bits: int) -> npt.NDArray[np.float64]:
-        out = np.zeros(dimension)
-        counts = np.bincount(data.y, minlength=data.num_classes) % 7
-        out[: data.num_classes] = np.ldexp(counts.astype(np.float64), -scale_bits)
-        return out
-
-    def agent_compute(
+    def compute(
         self,
-        params: TaskParams,
         data: AgentData,
         *,
         model: bytes | None,
@@ -145,9 +133,28 @@ class ExactSum(DpFedAvg):
     ) -> npt.NDArray[np.float64]:
         if model is None:
             raise AlgorithmError("the model was not downloaded")
-        return self.vector_for(
-            data, dimension=self.task(params).dimension, scale_bits=params.scale_bits
+        return ExactSum.vector_for(
+            data, dimension=self.task.dimension, scale_bits=self.task.scale_bits
         )
+
+
+class ExactSum(DpFedAvg):
+    """DP-FedAvg with a noise-free encoding and a known vector per agent.
+
+    Agent i contributes ``v_i[c] = (count of class c in its data mod 7) / 2^b`` for the first
+    10 coordinates and 0 elsewhere: dyadic, so scaling by 2^b gives integers, rounding is exact,
+    and the decoded sum equals the sum of the v_i exactly.
+    """
+
+    coordinator_type = ExactSumCoordinator
+    agent_type = ExactSumAgent
+
+    @staticmethod
+    def vector_for(data: AgentData, *, dimension: int, scale_bits: int) -> npt.NDArray[np.float64]:
+        out = np.zeros(dimension)
+        counts = np.bincount(data.y, minlength=data.num_classes) % 7
+        out[: data.num_classes] = np.ldexp(counts.astype(np.float64), -scale_bits)
+        return out
 
 
 @dataclass

@@ -4,8 +4,8 @@ plan → initial state → per round: select → the round driver (``dpfl.learni
 coordinator's own steps: release policy, round task, secure-aggregation parameters, encoding,
 the ledger committed before unmasking, dropped noise restored) with a
 :class:`support.local_cohort.LocalCohort`. Per agent (JSON round trips of params, events
-and encoding as on the wire): agent_check, agent_charge into the agent's own ledger,
-agent_contribution (by default agent_compute, then the REAL encoding with real per-agent integer
+and encoding as on the wire): the agent side's check, its charge into the agent's own ledger,
+contribution (by default compute, then the REAL encoding with real per-agent integer
 noise from a CSPRNG). The sum runs ``dpfl.secagg.simulate`` (the real state machines) or a plain
 modular sum when the job disables secure aggregation; then decode → finish_round. ε per client
 is computed with ``dpfl.accounting``.
@@ -143,9 +143,10 @@ def run_job(
     plan = alg.plan(job, population=num_agents, data=coordinator_data)
     plan = alg.parse_plan(_wire(plan.to_json()))
     _wire(job_to_dict(job))
-    state = alg.initial_state(job, plan, coordinator_data)
+    side = alg.bind(job, plan)
+    state = side.initial_state(coordinator_data)
     result = HarnessResult(job=job, plan=plan, state=state, rounds=[], population=tuple(agents))
-    run = _Run(result, RoundJob(job.name, job, alg, plan, coordinator_data), agents, device)
+    run = _Run(result, RoundJob(job.name, side, coordinator_data), agents, device)
     asyncio.run(run.rounds(SeededRandomSource(seed), dropouts or {}))
     return result
 
@@ -163,11 +164,9 @@ class _Run:
     async def rounds(
         self, rng: RandomSource, dropouts: Mapping[int, Mapping[Stage, Collection[int]]]
     ) -> None:
-        alg, spec, plan, result = self.job.algorithm, self.job.spec, self.job.plan, self.result
+        side, spec, result = self.job.coordinator, self.job.spec, self.result
         for number in range(1, spec.rounds + 1):
-            invited = tuple(
-                alg.select(spec, plan, round_number=number, population=result.population)
-            )
+            invited = tuple(side.select(round_number=number, population=result.population))
             cohort = LocalCohort(
                 lambda a, inv, setup, n=number: self.contribute(a, inv, setup, rng, n),
                 rng=rng.child(f"secagg/{number}"),
@@ -205,22 +204,21 @@ class _Run:
     ) -> npt.NDArray[np.uint64]:
         """One agent's side, its inputs round-tripped through JSON as on the wire: the check of
         the claimed privacy, its own charge (recorded before it sends), its vector."""
-        alg, task, result = self.job.algorithm, invitation.task, self.result
+        alg, task, result = self.job.coordinator.algorithm, invitation.task, self.result
         params = alg.parse_task(_wire(task.params.to_json()))
+        side = alg.agent(params)
         encoding = EncodingConfig.from_json(setup.encoding.to_json())
         claimed = [event_from_json(e) for e in _wire([event_to_json(e) for e in invitation.events])]
-        alg.agent_check(
-            params,
+        side.check(
             claimed,
             encoding,
             num_clients=len(setup.accepted),
             min_survivors=setup.min_survivors,
             honest_fraction=params.honest_fraction,
         )
-        result.agent_ledgers.setdefault(agent_id, []).extend(alg.agent_charge(params, claimed))
+        result.agent_ledgers.setdefault(agent_id, []).extend(side.charge(claimed))
         data = self.job.data
-        contribution = alg.agent_contribution(
-            params,
+        contribution = side.contribution(
             self.agents[agent_id],
             model=result.state.model if task.model_version is not None else None,
             public_x=data.public_for_agents() if task.needs_public_data else None,

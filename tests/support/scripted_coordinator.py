@@ -299,7 +299,9 @@ class ScriptedCoordinator:
             list(events)
             if events is not None
             else list(
-                algorithm.invitation_events(job, plan, round_number=round, population=list(agents))
+                algorithm.bind(job, plan).invitation_events(
+                    round_number=round, population=list(agents)
+                )
             )
         )
         for agent_id in agents:
@@ -337,8 +339,8 @@ class ScriptedCoordinator:
             dropout_fraction=job.secagg.dropout_fraction,
             model=ThreatModel.SEMI_HONEST,
         )
-        encoding = algorithm.encoding(
-            job, plan, task, participants=n, min_survivors=probe.min_survivors
+        encoding = algorithm.bind(job, plan).encoding(
+            task, participants=n, min_survivors=probe.min_survivors
         )
         params = RoundParameters(
             num_clients=n,

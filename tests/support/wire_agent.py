@@ -179,10 +179,9 @@ class WireAgent:
         )
         with contextlib.suppress(grpc.aio.AioRpcError):
             model = b"".join([c.data async for c in chunks])
-        algorithm = get_algorithm(state["algorithm"])
+        side = get_algorithm(state["algorithm"]).agent(state["params"])
         vector = await asyncio.to_thread(
-            algorithm.agent_compute,
-            state["params"],
+            side.compute,
             self.data,
             model=model,
             public_x=None,

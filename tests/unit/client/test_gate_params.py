@@ -22,9 +22,11 @@ ALGORITHM = DpFedAvg()
 DATA = CoordinatorData(input_shape=(64,), num_classes=10)
 JOB = make_job(name="gate-params", params={"sampling_rate": 0.3})
 PLAN = ALGORITHM.plan(JOB, population=10, data=DATA)
-TASK: dict[str, Any] = ALGORITHM.round_task(
-    JOB, PLAN, ALGORITHM.initial_state(JOB, PLAN, DATA), round_number=1
-).params.to_json()
+TASK: dict[str, Any] = (
+    ALGORITHM.bind(JOB, PLAN)
+    .round_task(ALGORITHM.bind(JOB, PLAN).initial_state(DATA), round_number=1)
+    .params.to_json()
+)
 
 
 @pytest.fixture
@@ -37,7 +39,9 @@ def gate(tmp_path: Path) -> Iterator[LocalGate]:
 
 def _review(**changes: object) -> InvitationReview:
     task = ALGORITHM.parse_task({**TASK, **changes})
-    claimed = tuple(ALGORITHM.invitation_events(JOB, PLAN, round_number=1, population=["a"] * 10))
+    claimed = tuple(
+        ALGORITHM.bind(JOB, PLAN).invitation_events(round_number=1, population=["a"] * 10)
+    )
     return InvitationReview(
         job_id="j",
         job_name=JOB.name,
@@ -45,7 +49,7 @@ def _review(**changes: object) -> InvitationReview:
         algorithm=ALGORITHM.name,
         task=task,
         claimed=claimed,
-        charge=ALGORITHM.agent_charge(task, claimed),
+        charge=ALGORITHM.agent(task).charge(claimed),
     )
 
 

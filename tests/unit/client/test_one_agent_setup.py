@@ -26,11 +26,11 @@ PLAN = ALGORITHM.plan(JOB, population=10, data=CoordinatorData(input_shape=(64,)
 
 
 def _review() -> InvitationReview:
-    task = ALGORITHM.round_task(
-        JOB, PLAN, ALGORITHM.initial_state(JOB, PLAN, _data()), round_number=ROUND
+    task = ALGORITHM.bind(JOB, PLAN).round_task(
+        ALGORITHM.bind(JOB, PLAN).initial_state(_data()), round_number=ROUND
     )
     params = ALGORITHM.parse_task({**task.params.to_json(), "job_id": JOB_ID})
-    claimed = ALGORITHM.invitation_events(JOB, PLAN, round_number=ROUND, population=["a"] * 10)
+    claimed = ALGORITHM.bind(JOB, PLAN).invitation_events(round_number=ROUND, population=["a"] * 10)
     return InvitationReview(
         job_id=JOB_ID,
         job_name=JOB.name,
@@ -38,7 +38,7 @@ def _review() -> InvitationReview:
         algorithm=ALGORITHM.name,
         task=params,
         claimed=tuple(claimed),
-        charge=ALGORITHM.agent_charge(params, claimed),
+        charge=ALGORITHM.agent(params).charge(claimed),
     )
 
 
@@ -67,26 +67,26 @@ def _request(encoding: EncodingConfig, *, num_clients: int = 1) -> sm.AdvertiseK
 
 
 def _encoding(participants: int, min_survivors: int) -> EncodingConfig:
-    task = ALGORITHM.round_task(
-        JOB, PLAN, ALGORITHM.initial_state(JOB, PLAN, _data()), round_number=ROUND
+    task = ALGORITHM.bind(JOB, PLAN).round_task(
+        ALGORITHM.bind(JOB, PLAN).initial_state(_data()), round_number=ROUND
     )
-    return ALGORITHM.encoding(
-        JOB, PLAN, task, participants=participants, min_survivors=min_survivors
+    return ALGORITHM.bind(JOB, PLAN).encoding(
+        task, participants=participants, min_survivors=min_survivors
     )
 
 
 def test_the_lone_agent_takes_the_round_when_its_noise_is_the_whole_sum() -> None:
     review = _review()
     alone = _encoding(1, 1)
-    assert alone == ALGORITHM.noise_alone_encoding(
-        JOB,
-        PLAN,
-        ALGORITHM.round_task(
-            JOB, PLAN, ALGORITHM.initial_state(JOB, PLAN, _data()), round_number=ROUND
-        ),
+    assert alone == ALGORITHM.bind(JOB, PLAN).noise_alone_encoding(
+        ALGORITHM.bind(JOB, PLAN).round_task(
+            ALGORITHM.bind(JOB, PLAN).initial_state(_data()), round_number=ROUND
+        )
     )
     assert alone.noise.parameter >= float(PLAN.details.noise_total)
-    params = check_setup(_request(alone), review=review, algorithm=ALGORITHM, alone_unmasked=True)
+    params = check_setup(
+        _request(alone), review=review, side=ALGORITHM.agent(review.task), alone_unmasked=True
+    )
     assert params.num_clients == 1
 
 
@@ -94,11 +94,16 @@ def test_a_split_share_or_a_policy_that_requires_masking_is_refused() -> None:
     review = _review()
     split = _encoding(10, 10)  # one tenth of the noise: what ten masked agents would add each
     with pytest.raises(SetupRefused, match="below") as exc:
-        check_setup(_request(split), review=review, algorithm=ALGORITHM, alone_unmasked=True)
+        check_setup(
+            _request(split), review=review, side=ALGORITHM.agent(review.task), alone_unmasked=True
+        )
     assert exc.value.code == pb.ERROR_POLICY_DECLINED
     with pytest.raises(SetupRefused, match="requires secure aggregation"):
         check_setup(
-            _request(_encoding(1, 1)), review=review, algorithm=ALGORITHM, alone_unmasked=False
+            _request(_encoding(1, 1)),
+            review=review,
+            side=ALGORITHM.agent(review.task),
+            alone_unmasked=False,
         )
 
 
@@ -107,6 +112,6 @@ def test_a_plain_setup_for_several_agents_of_a_secure_task_is_still_a_downgrade(
         check_setup(
             _request(_encoding(1, 1), num_clients=2),
             review=_review(),
-            algorithm=ALGORITHM,
+            side=ALGORITHM.agent(_review().task),
             alone_unmasked=True,
         )

@@ -62,9 +62,11 @@ def setup() -> Setup:
 
 
 def invitation(coordinator: ScriptedCoordinator, setup: Setup, round_number: int) -> pb.Invitation:
-    task = setup.algorithm.round_task(setup.job, setup.plan, setup.state, round_number=round_number)
-    events = setup.algorithm.invitation_events(
-        setup.job, setup.plan, round_number=round_number, population=[AGENT, "other"]
+    task = setup.algorithm.bind(setup.job, setup.plan).round_task(
+        setup.state, round_number=round_number
+    )
+    events = setup.algorithm.bind(setup.job, setup.plan).invitation_events(
+        round_number=round_number, population=[AGENT, "other"]
     )
     return coordinator.invitation(
         job_id=JOB,
@@ -87,8 +89,8 @@ def setup_request(setup: Setup, round_number: int) -> pb.CoordinatorMessage:
     probe = RoundParameters.choose(
         num_clients=2, vector_length=setup.task.vector_length, ring_bits=64
     )
-    encoding = setup.algorithm.encoding(
-        setup.job, setup.plan, setup.task, participants=2, min_survivors=probe.min_survivors
+    encoding = setup.algorithm.bind(setup.job, setup.plan).encoding(
+        setup.task, participants=2, min_survivors=probe.min_survivors
     )
     params = dataclasses.replace(probe, ring_bits=encoding.ring_bits, encoding=encoding)
     _, outbound = server_sm.start_round(job_id=JOB, round=round_number, params=params)

@@ -22,7 +22,13 @@ from support.algorithm_harness import make_job
 
 from dpfl.learning.algorithms.base import CoordinatorData, CoordinatorState, JobPlan
 from dpfl.learning.algorithms.dp_fed_ls import DpFedLs
-from dpfl.learning.algorithms.dp_fedavg import DpFedAvg
+from dpfl.learning.algorithms.dp_fedavg import (
+    DpFedAvg,
+    DpFedAvgJob,
+    DpFedAvgPlan,
+    DpFedAvgTask,
+    FedAvgCoordinator,
+)
 from dpfl.learning.jobs import JobSpec
 from dpfl.secagg import SeededRandomSource
 from dpfl.server.orchestrator.sampling import AttemptSample, Release, attempt_sample, release_for
@@ -35,11 +41,18 @@ DIGITS = CoordinatorData(input_shape=(64,), num_classes=10)
 MAX_ATTEMPTS = 3
 
 
+class SkipsSmallSamplesCoordinator(FedAvgCoordinator[DpFedAvgJob, DpFedAvgPlan, DpFedAvgTask]):
+    """DP-FedAvg's coordinator side skipping a sample of fewer than two clients."""
+
+    @property
+    def releases_every_sample(self) -> bool:
+        return False
+
+
 class SkipsSmallSamples(DpFedAvg):
     """DP-FedAvg as the coordinator ran it before: a sample of fewer than two clients skipped."""
 
-    def releases_every_sample(self, job: JobSpec, plan: JobPlan) -> bool:
-        return False
+    coordinator_type = SkipsSmallSamplesCoordinator
 
 
 def _plan(algorithm: DpFedAvg, job: JobSpec) -> JobPlan:
@@ -92,12 +105,15 @@ def _released_inclusion(
         for attempt in range(1, MAX_ATTEMPTS + 1):
             attempts += 1
             sample = attempt_sample(
-                algorithm, job, plan, round_number=number, population=POPULATION, previous=previous
+                algorithm.bind(job, plan),
+                round_number=number,
+                population=POPULATION,
+                previous=previous,
             )
             if previous:
                 assert sample.kept
                 assert sample.invited == previous[0].invited  # the same sample, every attempt
-            mode = release_for(algorithm, job, plan, invited=len(sample.invited))
+            mode = release_for(algorithm.bind(job, plan), invited=len(sample.invited))
             if mode is Release.SKIP:
                 break
             if coin.random() < abort_rate:
@@ -169,7 +185,7 @@ def test_a_sample_is_kept_until_an_attempt_commits_and_only_within_its_populatio
 
     def draw(previous: list[Round], population: list[str] = POPULATION) -> Any:
         return attempt_sample(
-            algorithm, job, plan, round_number=4, population=population, previous=previous
+            algorithm.bind(job, plan), round_number=4, population=population, previous=previous
         )
 
     first = draw([])
@@ -197,8 +213,8 @@ def test_small_samples_are_released_not_skipped() -> None:
     job = make_job(name="sampling-modes", params={"sampling_rate": Q})
     algorithm = DpFedAvg()
     plan = _plan(algorithm, job)
-    assert release_for(algorithm, job, plan, invited=0) is Release.NOISE_ALONE
-    assert release_for(algorithm, job, plan, invited=1) is Release.ROUND
+    assert release_for(algorithm.bind(job, plan), invited=0) is Release.NOISE_ALONE
+    assert release_for(algorithm.bind(job, plan), invited=1) is Release.ROUND
     old = SkipsSmallSamples()
-    assert release_for(old, job, plan, invited=1) is Release.SKIP
-    assert release_for(old, job, plan, invited=2) is Release.ROUND
+    assert release_for(old.bind(job, plan), invited=1) is Release.SKIP
+    assert release_for(old.bind(job, plan), invited=2) is Release.ROUND

@@ -167,26 +167,24 @@ def test_round_tasks_carry_the_stored_clip_and_the_agent_checks_them(
     d = plan.details
     assert isinstance(d, DpFedAvgPlan)
     assert d.adaptive_clipping is not None
-    state = ALGORITHM.initial_state(job, plan, digits_coordinator)
-    task = ALGORITHM.round_task(job, plan, state, round_number=1)
+    state = ALGORITHM.bind(job, plan).initial_state(digits_coordinator)
+    task = ALGORITHM.bind(job, plan).round_task(state, round_number=1)
     params = task.params.to_json()
     assert task.vector_length == 651
     assert params["clip"] == pytest.approx(d.adaptive_clipping.clip)
     assert params["adaptive_clipping"]["round_clip"] == 1.0
     moved = CoordinatorState(state.model, 1, {"round": 1, CLIP_KEY: 0.25})
-    later = ALGORITHM.round_task(job, plan, moved, round_number=2).params.to_json()
+    later = ALGORITHM.bind(job, plan).round_task(moved, round_number=2).params.to_json()
     assert later["adaptive_clipping"]["round_clip"] == 0.25
     # the agent's gate accepts the task with the plan's events and encoding
-    config = ALGORITHM.encoding(job, plan, task, participants=30, min_survivors=29)
-    events = list(ALGORITHM.invitation_events(job, plan, round_number=1, population=["a"] * 100))
+    config = ALGORITHM.bind(job, plan).encoding(task, participants=30, min_survivors=29)
+    events = list(
+        ALGORITHM.bind(job, plan).invitation_events(round_number=1, population=["a"] * 100)
+    )
     kw = {"num_clients": 30, "min_survivors": 29, "honest_fraction": 1.0}
-    ALGORITHM.agent_check(ALGORITHM.parse_task(params), events, config, **kw)
-    vector = ALGORITHM.agent_compute(
-        ALGORITHM.parse_task(params),
-        digits_agents[0],
-        model=state.model,
-        public_x=None,
-        device="cpu",
+    ALGORITHM.agent(ALGORITHM.parse_task(params)).check(events, config, **kw)
+    vector = ALGORITHM.agent(ALGORITHM.parse_task(params)).compute(
+        digits_agents[0], model=state.model, public_x=None, device="cpu"
     )
     assert vector.shape == (651,)
     assert abs(vector[-1]) == pytest.approx(d.adaptive_clipping.count_weight / 2)
@@ -197,7 +195,7 @@ def test_round_tasks_carry_the_stored_clip_and_the_agent_checks_them(
     # a stored clip that is not a positive number is an error, not a silent default
     broken = CoordinatorState(state.model, 1, {"round": 1, CLIP_KEY: -1.0})
     with pytest.raises(AlgorithmError, match=CLIP_KEY):
-        ALGORITHM.round_task(job, plan, broken, round_number=2)
+        ALGORITHM.bind(job, plan).round_task(broken, round_number=2)
 
 
 def test_finish_round_rescales_the_update_and_stores_the_next_clip(
@@ -210,15 +208,15 @@ def test_finish_round_rescales_the_update_and_stores_the_next_clip(
     assert d.adaptive_clipping is not None
     adaptive = d.adaptive_clipping
     state = CoordinatorState(
-        ALGORITHM.initial_state(job, plan, digits_coordinator).model, 0, {CLIP_KEY: 0.5}
+        ALGORITHM.bind(job, plan).initial_state(digits_coordinator).model, 0, {CLIP_KEY: 0.5}
     )
     rng = np.random.default_rng(5)
     update = rng.normal(size=DIGITS_LOGREG)
     # 30 survivors (m = 30), 18 within the clip; updates sent at the scale C₀ = 2·(their size
     # at C_t 0.5)
     aggregate = np.append(update * 2.0, (18 - 15) * adaptive.count_weight)
-    outcome = ALGORITHM.finish_round(
-        job, plan, state, digits_coordinator, round_number=1, aggregate=aggregate, survivors=30
+    outcome = ALGORITHM.bind(job, plan).finish_round(
+        state, digits_coordinator, round_number=1, aggregate=aggregate, survivors=30
     )
     net = build_model("logreg", input_shape=(1, 8, 8), num_classes=10, seed=0)
     before = flatten_parameters(model_from_bytes(state.model, model=net), dtype=np.float64)
@@ -238,9 +236,11 @@ def test_the_charge_is_the_release_of_the_bigger_vector(
     d = plan.details
     assert isinstance(d, DpFedAvgPlan)
     assert d.adaptive_clipping is not None
-    charge = ALGORITHM.charges(
-        job, plan, round_number=1, population=[f"c{i}" for i in range(100)], participants=["c0"]
-    )["c0"]
+    charge = (
+        ALGORITHM.bind(job, plan)
+        .round_charge(round_number=1, population=[f"c{i}" for i in range(100)])
+        .charges(["c0"])["c0"]
+    )
     assert isinstance(charge.event, PoissonSampledEvent)
     inner = charge.event.event
     assert isinstance(inner, SkellamEvent)
@@ -263,10 +263,10 @@ def test_dp_fed_ls_smooths_the_update_without_the_count(
     }
     job = parse_job(doc)
     plan = FEDLS.plan(job, population=100, data=digits_coordinator)
-    state = FEDLS.initial_state(job, plan, digits_coordinator)
+    state = FEDLS.bind(job, plan).initial_state(digits_coordinator)
     aggregate = np.append(np.random.default_rng(2).normal(size=DIGITS_LOGREG), 0.0)
-    outcome = FEDLS.finish_round(
-        job, plan, state, digits_coordinator, round_number=1, aggregate=aggregate, survivors=30
+    outcome = FEDLS.bind(job, plan).finish_round(
+        state, digits_coordinator, round_number=1, aggregate=aggregate, survivors=30
     )
     assert outcome.state.details[CLIP_KEY] == pytest.approx(1.0 * math.exp(-0.2 * (0.5 - 0.5)))
 
@@ -312,10 +312,12 @@ def _released_count(
     """The count the coordinator releases (in the metrics, and as the next clip) for a sum whose
     update part is zero and whose last coordinate is ``last``."""
     d = plan.details
-    state = CoordinatorState(ALGORITHM.initial_state(job, plan, data).model, 0, {CLIP_KEY: 0.5})
+    state = CoordinatorState(
+        ALGORITHM.bind(job, plan).initial_state(data).model, 0, {CLIP_KEY: 0.5}
+    )
     aggregate = np.append(np.zeros(d.dimension - 1), last)
-    outcome = ALGORITHM.finish_round(
-        job, plan, state, data, round_number=1, aggregate=aggregate, survivors=survivors
+    outcome = ALGORITHM.bind(job, plan).finish_round(
+        state, data, round_number=1, aggregate=aggregate, survivors=survivors
     )
     fraction = outcome.metrics["clipped_fraction"]
     count = d.expected_participants * (1.0 - fraction)

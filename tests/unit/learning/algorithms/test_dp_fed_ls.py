@@ -119,7 +119,7 @@ def test_uniform_plan_accounts_replace_one_without_replacement(
     assert event == SelfComposedEvent(SampledWithoutReplacementEvent(40, 12, inner), 5)
     assert plan.calibration["epsilon"] <= 4.0
     assert compute_epsilon(event, delta=1e-5).epsilon <= 4.0
-    assert ALGORITHM.round_event(plan) == event.event
+    assert plan.details.round_event(plan.population) == event.event
     assert ALGORITHM.parse_plan(json.loads(json.dumps(plan.to_json()))) == plan
 
 
@@ -173,27 +173,31 @@ def test_uniform_sample_draws_exactly_m_uniformly() -> None:
 def test_select_uses_the_plans_sample_size(uniform_plan: tuple[Any, JobPlan]) -> None:
     job, plan = uniform_plan
     alg = DpFedLs(random_source=SeededRandomSource(b"fed-ls-select-seed-00"))
-    first = alg.select(job, plan, round_number=1, population=POPULATION)
+    first = alg.bind(job, plan).select(round_number=1, population=POPULATION)
     assert len(first) == 12
-    assert first != alg.select(job, plan, round_number=2, population=POPULATION)
+    assert first != alg.bind(job, plan).select(round_number=2, population=POPULATION)
     again = DpFedLs(random_source=SeededRandomSource(b"fed-ls-select-seed-00"))
-    assert again.select(job, plan, round_number=1, population=POPULATION) == first
+    assert again.bind(job, plan).select(round_number=1, population=POPULATION) == first
 
 
 def test_charges_every_member_with_the_round_population(uniform_plan: tuple[Any, JobPlan]) -> None:
     job, plan = uniform_plan
-    charges = ALGORITHM.charges(
-        job, plan, round_number=1, population=POPULATION[:30], participants=POPULATION[:12]
+    charges = (
+        ALGORITHM.bind(job, plan)
+        .round_charge(round_number=1, population=POPULATION[:30])
+        .charges(POPULATION[:12])
     )
     assert set(charges) == set(POPULATION[:30])
     event = charges[POPULATION[29]].event
     # a smaller population than planned raises the sampling ratio: charged, never below
     assert isinstance(event, SampledWithoutReplacementEvent)
     assert (event.population, event.sample_size) == (30, 12)
-    assert np.all(rdp_curve(event) >= rdp_curve(ALGORITHM.round_event(plan)) - 1e-12)
+    assert np.all(rdp_curve(event) >= rdp_curve(plan.details.round_event(plan.population)) - 1e-12)
     # everybody sampled: no amplification, still replace-one sensitivities
-    few = ALGORITHM.charges(
-        job, plan, round_number=1, population=POPULATION[:10], participants=POPULATION[:10]
+    few = (
+        ALGORITHM.bind(job, plan)
+        .round_charge(round_number=1, population=POPULATION[:10])
+        .charges(POPULATION[:10])
     )
     bare = few[POPULATION[0]].event
     assert isinstance(bare, SkellamEvent)
@@ -205,8 +209,10 @@ def test_without_secure_aggregation_participants_pay_the_local_event(
 ) -> None:
     job = ls_job(secagg={"enabled": False}, privacy={"noise": "gaussian"})
     plan = ALGORITHM.plan(job, population=40, data=digits_coordinator)
-    charges = ALGORITHM.charges(
-        job, plan, round_number=1, population=POPULATION, participants=POPULATION[:3]
+    charges = (
+        ALGORITHM.bind(job, plan)
+        .round_charge(round_number=1, population=POPULATION)
+        .charges(POPULATION[:3])
     )
     assert set(charges) == set(POPULATION[:3])
     charge = charges[POPULATION[0]]
@@ -219,10 +225,12 @@ def test_without_secure_aggregation_participants_pay_the_local_event(
 
 
 def _round(job: Any, plan: JobPlan) -> tuple[dict, list, Any]:
-    state = ALGORITHM.initial_state(job, plan, CoordinatorData((1, 8, 8), 10))
-    task = ALGORITHM.round_task(job, plan, state, round_number=1)
-    config = ALGORITHM.encoding(job, plan, task, participants=12, min_survivors=11)
-    events = list(ALGORITHM.invitation_events(job, plan, round_number=1, population=POPULATION))
+    state = ALGORITHM.bind(job, plan).initial_state(CoordinatorData((1, 8, 8), 10))
+    task = ALGORITHM.bind(job, plan).round_task(state, round_number=1)
+    config = ALGORITHM.bind(job, plan).encoding(task, participants=12, min_survivors=11)
+    events = list(
+        ALGORITHM.bind(job, plan).invitation_events(round_number=1, population=POPULATION)
+    )
     return task.params.to_json(), events, config
 
 
@@ -234,7 +242,7 @@ def test_agent_checks_the_fixed_size_claim(uniform_plan: tuple[Any, JobPlan]) ->
 
     def check(p: Any = params, e: Any = events, **kw: Any) -> None:
         args = {"num_clients": 12, "min_survivors": 11, "honest_fraction": 1.0, **kw}
-        ALGORITHM.agent_check(ALGORITHM.parse_task(p), e, config, **args)
+        ALGORITHM.agent(ALGORITHM.parse_task(p)).check(e, config, **args)
 
     check()
     inner = events[0].event
@@ -252,27 +260,27 @@ def test_agent_checks_the_fixed_size_claim(uniform_plan: tuple[Any, JobPlan]) ->
         check(min_survivors=5)
     with pytest.raises(AlgorithmError, match="client_sampling"):
         check(p={**params, "client_sampling": "both"})
-    (recorded,) = ALGORITHM.agent_charge(ALGORITHM.parse_task(params), events)
+    (recorded,) = ALGORITHM.agent(ALGORITHM.parse_task(params)).charge(events)
     assert recorded == inner  # the agent keeps no client-sampling amplification
 
 
 def test_finish_round_smooths_the_averaged_update(digits_coordinator: CoordinatorData) -> None:
     job = ls_job(params={"server_momentum": 0.0, "sigma_ls": 2.0})
     plan = ALGORITHM.plan(job, population=40, data=digits_coordinator)
-    state = ALGORITHM.initial_state(job, plan, digits_coordinator)
+    state = ALGORITHM.bind(job, plan).initial_state(digits_coordinator)
     net = build_model("logreg", input_shape=(1, 8, 8), num_classes=10, seed=0)
     theta0 = flatten_parameters(model_from_bytes(state.model, model=net), dtype=np.float64)
     aggregate = np.random.default_rng(3).normal(size=650)
-    out = ALGORITHM.finish_round(
-        job, plan, state, digits_coordinator, round_number=1, aggregate=aggregate, survivors=11
+    out = ALGORITHM.bind(job, plan).finish_round(
+        state, digits_coordinator, round_number=1, aggregate=aggregate, survivors=11
     )
     theta1 = flatten_parameters(model_from_bytes(out.state.model, model=net), dtype=np.float64)
     sizes = [t.size for t in model_signature(net).tensors]
     expected = theta0 + smooth_pieces(aggregate / 12.0, 2.0, sizes)  # divided by m = 12
     np.testing.assert_allclose(theta1, expected, rtol=1e-5, atol=1e-6)
     vector = ls_job(params={"server_momentum": 0.0, "sigma_ls": 2.0, "smoothing_scope": "vector"})
-    out = ALGORITHM.finish_round(
-        vector, plan, state, digits_coordinator, round_number=1, aggregate=aggregate, survivors=11
+    out = ALGORITHM.bind(vector, plan).finish_round(
+        state, digits_coordinator, round_number=1, aggregate=aggregate, survivors=11
     )
     theta1 = flatten_parameters(model_from_bytes(out.state.model, model=net), dtype=np.float64)
     np.testing.assert_allclose(

@@ -124,7 +124,7 @@ def test_select_samples_each_client_at_the_rate(job: Any, plan: JobPlan) -> None
     sizes = []
     rounds = 200
     for r in range(1, rounds + 1):
-        chosen = alg.select(job, plan, round_number=r, population=POPULATION)
+        chosen = alg.bind(job, plan).select(round_number=r, population=POPULATION)
         sizes.append(len(chosen))
         counts.update(chosen)
     n, q = len(POPULATION), 0.3
@@ -136,12 +136,12 @@ def test_select_samples_each_client_at_the_rate(job: Any, plan: JobPlan) -> None
     assert min(counts[c] for c in POPULATION) - q * rounds > -6 * math.sqrt(rounds * q * (1 - q))
     # reproducible under a seeded CSPRNG, different from round to round
     again = DpFedAvg(random_source=SeededRandomSource(b"select-test-seed-000"))
-    assert again.select(job, plan, round_number=1, population=POPULATION) == alg.select(
-        job, plan, round_number=1, population=POPULATION
-    )
-    assert alg.select(job, plan, round_number=1, population=POPULATION) != alg.select(
-        job, plan, round_number=2, population=POPULATION
-    )
+    assert again.bind(job, plan).select(round_number=1, population=POPULATION) == alg.bind(
+        job, plan
+    ).select(round_number=1, population=POPULATION)
+    assert alg.bind(job, plan).select(round_number=1, population=POPULATION) != alg.bind(
+        job, plan
+    ).select(round_number=2, population=POPULATION)
 
 
 @pytest.mark.parametrize(
@@ -153,12 +153,16 @@ def test_encoding_noise_over_honest_survivors_reaches_the_charge(
 ) -> None:
     details = plan.details.model_copy(update={"honest_fraction": honest})
     p = JobPlan(plan.noise_multiplier, plan.calibration, plan.population, details)
-    task = ALGORITHM.round_task(job, p, ALGORITHM.initial_state(job, p, _data()), round_number=1)
-    config = ALGORITHM.encoding(job, p, task, participants=participants, min_survivors=survivors)
+    task = ALGORITHM.bind(job, p).round_task(
+        ALGORITHM.bind(job, p).initial_state(_data()), round_number=1
+    )
+    config = ALGORITHM.bind(job, p).encoding(
+        task, participants=participants, min_survivors=survivors
+    )
     assert config.noise.kind is NoiseKind.SKELLAM
     assert config.clip == 1.0
     assert config.scale_bits == plan.details.scale_bits
-    charged = ALGORITHM.round_event(plan)
+    charged = plan.details.round_event(plan.population)
     assert isinstance(charged, PoissonSampledEvent)
     assert isinstance(charged.event, SkellamEvent)
     # the fewest honest survivors (⌈t·m_s⌉) alone add at least the charged μ
@@ -171,25 +175,31 @@ def _data() -> CoordinatorData:
 
 
 def test_charges_the_whole_population_or_only_participants(job: Any, plan: JobPlan) -> None:
-    charges = ALGORITHM.charges(
-        job, plan, round_number=1, population=POPULATION, participants=POPULATION[:25]
+    charges = (
+        ALGORITHM.bind(job, plan)
+        .round_charge(round_number=1, population=POPULATION)
+        .charges(POPULATION[:25])
     )
     assert set(charges) == set(POPULATION)
     charge = charges[POPULATION[-1]]
-    assert charge.event == ALGORITHM.round_event(plan)
+    assert charge.event == plan.details.round_event(plan.population)
     assert (charge.unit, charge.approximate, charge.secure_aggregation) == ("agent", False, True)
-    outsider = ALGORITHM.charges(
-        job, plan, round_number=1, population=POPULATION[:5], participants=["late-agent"]
+    outsider = (
+        ALGORITHM.bind(job, plan)
+        .round_charge(round_number=1, population=POPULATION[:5])
+        .charges(["late-agent"])
     )
     assert "late-agent" in outsider  # never under-count a participant
-    assert ALGORITHM.invitation_events(job, plan, round_number=1, population=POPULATION) == (
+    assert ALGORITHM.bind(job, plan).invitation_events(round_number=1, population=POPULATION) == (
         charge.event,
     )
 
     local_job = make_job(secagg={"enabled": False}, privacy={"noise": "gaussian"})
     local_plan = ALGORITHM.plan(local_job, population=100, data=_data())
-    local = ALGORITHM.charges(
-        local_job, local_plan, round_number=1, population=POPULATION, participants=POPULATION[:3]
+    local = (
+        ALGORITHM.bind(local_job, local_plan)
+        .round_charge(round_number=1, population=POPULATION)
+        .charges(POPULATION[:3])
     )
     assert set(local) == set(POPULATION[:3])
     one = local[POPULATION[0]]
@@ -202,16 +212,16 @@ def test_update_rule_divides_by_the_expected_count_and_applies_momentum(
 ) -> None:
     job = make_job(params={"server_learning_rate": 2.0, "server_momentum": 0.5})
     plan = ALGORITHM.plan(job, population=100, data=digits_coordinator)
-    state = ALGORITHM.initial_state(job, plan, digits_coordinator)
+    state = ALGORITHM.bind(job, plan).initial_state(digits_coordinator)
     net = build_model("logreg", input_shape=(1, 8, 8), num_classes=10, seed=0)
     theta0 = flatten_parameters(model_from_bytes(state.model, model=net), dtype=np.float64)
     rng = np.random.default_rng(0)
     a1, a2 = rng.normal(size=650), rng.normal(size=650)
-    out1 = ALGORITHM.finish_round(
-        job, plan, state, digits_coordinator, round_number=1, aggregate=a1, survivors=17
+    out1 = ALGORITHM.bind(job, plan).finish_round(
+        state, digits_coordinator, round_number=1, aggregate=a1, survivors=17
     )
-    out2 = ALGORITHM.finish_round(
-        job, plan, out1.state, digits_coordinator, round_number=2, aggregate=a2, survivors=40
+    out2 = ALGORITHM.bind(job, plan).finish_round(
+        out1.state, digits_coordinator, round_number=2, aggregate=a2, survivors=40
     )
     theta1 = flatten_parameters(model_from_bytes(out1.state.model, model=net), dtype=np.float64)
     theta2 = flatten_parameters(model_from_bytes(out2.state.model, model=net), dtype=np.float64)
@@ -225,30 +235,24 @@ def test_update_rule_divides_by_the_expected_count_and_applies_momentum(
     assert out2.metrics["survivors"] == 40
     assert not out2.done
     with pytest.raises(AlgorithmError, match="shape"):
-        ALGORITHM.finish_round(
-            job, plan, state, digits_coordinator, round_number=1, aggregate=a1[:5], survivors=3
+        ALGORITHM.bind(job, plan).finish_round(
+            state, digits_coordinator, round_number=1, aggregate=a1[:5], survivors=3
         )
     with pytest.raises(AlgorithmError, match="NaN"):
-        ALGORITHM.finish_round(
-            job,
-            plan,
-            state,
-            digits_coordinator,
-            round_number=1,
-            aggregate=np.full(650, np.nan),
-            survivors=3,
+        ALGORITHM.bind(job, plan).finish_round(
+            state, digits_coordinator, round_number=1, aggregate=np.full(650, np.nan), survivors=3
         )
 
 
 def test_agent_computes_the_clipped_local_delta(
     job: Any, plan: JobPlan, digits_coordinator: CoordinatorData, digits_agents: list[Any]
 ) -> None:
-    state = ALGORITHM.initial_state(job, plan, digits_coordinator)
-    task = ALGORITHM.round_task(job, plan, state, round_number=3)
+    state = ALGORITHM.bind(job, plan).initial_state(digits_coordinator)
+    task = ALGORITHM.bind(job, plan).round_task(state, round_number=3)
     params = task.params.to_json()
     agent = digits_agents[0]
-    vector = ALGORITHM.agent_compute(
-        ALGORITHM.parse_task(params), agent, model=state.model, public_x=None, device="cpu"
+    vector = ALGORITHM.agent(ALGORITHM.parse_task(params)).compute(
+        agent, model=state.model, public_x=None, device="cpu"
     )
     net = build_model("logreg", input_shape=(1, 8, 8), num_classes=10, seed=0)
     model_from_bytes(state.model, model=net)
@@ -265,45 +269,36 @@ def test_agent_computes_the_clipped_local_delta(
     assert np.linalg.norm(raw) > 1.0  # the clip binds here
     np.testing.assert_allclose(vector, raw / np.linalg.norm(raw))
     assert np.linalg.norm(vector) <= 1.0 + 1e-12
-    small = ALGORITHM.agent_compute(
-        ALGORITHM.parse_task({**params, "clip": 100.0}),
-        agent,
-        model=state.model,
-        public_x=None,
-        device="cpu",
+    small = ALGORITHM.agent(ALGORITHM.parse_task({**params, "clip": 100.0})).compute(
+        agent, model=state.model, public_x=None, device="cpu"
     )
     np.testing.assert_allclose(small, raw)  # under the clip: unchanged
     with pytest.raises(AlgorithmError, match="needs the global model"):
-        ALGORITHM.agent_compute(
-            ALGORITHM.parse_task(params), agent, model=None, public_x=None, device="cpu"
+        ALGORITHM.agent(ALGORITHM.parse_task(params)).compute(
+            agent, model=None, public_x=None, device="cpu"
         )
     with pytest.raises(AlgorithmError, match="learning_rate"):
-        ALGORITHM.agent_compute(
-            ALGORITHM.parse_task({**params, "learning_rate": -1}),
-            agent,
-            model=state.model,
-            public_x=None,
-            device="cpu",
+        ALGORITHM.agent(ALGORITHM.parse_task({**params, "learning_rate": -1})).compute(
+            agent, model=state.model, public_x=None, device="cpu"
         )
 
 
 def _round(job: Any, plan: JobPlan, participants: int = 30, survivors: int = 29) -> tuple:
-    state = ALGORITHM.initial_state(job, plan, _data())
-    task = ALGORITHM.round_task(job, plan, state, round_number=1)
-    config = ALGORITHM.encoding(job, plan, task, participants=participants, min_survivors=survivors)
-    events = list(ALGORITHM.invitation_events(job, plan, round_number=1, population=POPULATION))
+    state = ALGORITHM.bind(job, plan).initial_state(_data())
+    task = ALGORITHM.bind(job, plan).round_task(state, round_number=1)
+    config = ALGORITHM.bind(job, plan).encoding(
+        task, participants=participants, min_survivors=survivors
+    )
+    events = list(
+        ALGORITHM.bind(job, plan).invitation_events(round_number=1, population=POPULATION)
+    )
     return task.params.to_json(), events, config
 
 
 def test_agent_check_accepts_the_honest_round(job: Any, plan: JobPlan) -> None:
     params, events, config = _round(job, plan)
-    ALGORITHM.agent_check(
-        ALGORITHM.parse_task(params),
-        events,
-        config,
-        num_clients=30,
-        min_survivors=29,
-        honest_fraction=1.0,
+    ALGORITHM.agent(ALGORITHM.parse_task(params)).check(
+        events, config, num_clients=30, min_survivors=29, honest_fraction=1.0
     )
 
 
@@ -312,7 +307,7 @@ def test_agent_check_refuses_thin_noise_and_wrong_claims(job: Any, plan: JobPlan
 
     def check(p: Any = params, e: Any = events, c: Any = config, **kw: Any) -> None:
         args = {"num_clients": 30, "min_survivors": 29, "honest_fraction": 1.0, **kw}
-        ALGORITHM.agent_check(ALGORITHM.parse_task(p), e, c, **args)
+        ALGORITHM.agent(ALGORITHM.parse_task(p)).check(e, c, **args)
 
     # noise split over more agents than are guaranteed to survive
     thin = EncodingConfig(
@@ -360,13 +355,13 @@ def test_agent_check_refuses_thin_noise_and_wrong_claims(job: Any, plan: JobPlan
 
 def test_agent_charge_drops_client_sampling_amplification(job: Any, plan: JobPlan) -> None:
     params, events, _ = _round(job, plan)
-    (recorded,) = ALGORITHM.agent_charge(ALGORITHM.parse_task(params), events)
+    (recorded,) = ALGORITHM.agent(ALGORITHM.parse_task(params)).charge(events)
     assert recorded == events[0].event
     # conservative: the conditional (non-amplified) cost is at least the amplified one
     assert np.all(rdp_curve(recorded) >= rdp_curve(events[0]) - 1e-12)
     local_job = make_job(secagg={"enabled": False})
     local_plan = ALGORITHM.plan(local_job, population=100, data=_data())
     p2, e2, _ = _round(local_job, local_plan)
-    assert ALGORITHM.agent_charge(ALGORITHM.parse_task(p2), e2) == tuple(e2)
+    assert ALGORITHM.agent(ALGORITHM.parse_task(p2)).charge(e2) == tuple(e2)
     with pytest.raises(AlgorithmError):
-        ALGORITHM.agent_charge(ALGORITHM.parse_task({"algorithm": "pate-fl"}), events)
+        ALGORITHM.agent(ALGORITHM.parse_task({"algorithm": "pate-fl"})).charge(events)

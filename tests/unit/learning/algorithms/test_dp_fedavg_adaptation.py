@@ -75,24 +75,24 @@ def test_the_agent_trains_on_the_dann_loss_with_the_public_images(
     coordinator, agent = digits_public_split
     job = parse_job(_job())
     plan = FEDAVG.plan(job, population=4, data=coordinator)
-    state = FEDAVG.initial_state(job, plan, coordinator)
-    task = FEDAVG.round_task(job, plan, state, round_number=1)
+    state = FEDAVG.bind(job, plan).initial_state(coordinator)
+    task = FEDAVG.bind(job, plan).round_task(state, round_number=1)
     assert task.needs_public_data
     params = FEDAVG.parse_task(task.params.to_json())  # as the agent parses it
     assert params.domain_adaptation.method == "dann"
     public = np.asarray(coordinator.public_x)
-    adapted = FEDAVG.agent_compute(params, agent, model=state.model, public_x=public, device="cpu")
+    adapted = FEDAVG.agent(params).compute(agent, model=state.model, public_x=public, device="cpu")
     assert adapted.shape == (plan.details.dimension,)
     assert 0 < np.linalg.norm(adapted) <= 1.0 + 1e-9
     plain_task = parse_job(_job(params={**_job()["params"], "local_domain_adaptation": {}}))
-    plain_params = FEDAVG.round_task(plain_task, plan, state, round_number=1)
+    plain_params = FEDAVG.bind(plain_task, plan).round_task(state, round_number=1)
     assert not plain_params.needs_public_data
-    plain = FEDAVG.agent_compute(
-        plain_params.params, agent, model=state.model, public_x=None, device="cpu"
+    plain = FEDAVG.agent(plain_params.params).compute(
+        agent, model=state.model, public_x=None, device="cpu"
     )
     assert not np.allclose(adapted, plain)  # the domain loss moved the features
     with pytest.raises(AlgorithmError, match="no public images came"):
-        FEDAVG.agent_compute(params, agent, model=state.model, public_x=None, device="cpu")
+        FEDAVG.agent(params).compute(agent, model=state.model, public_x=None, device="cpu")
 
 
 def test_dann_local_update_is_deterministic_and_leaves_the_model(

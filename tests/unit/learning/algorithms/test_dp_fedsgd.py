@@ -241,7 +241,7 @@ def test_plan_calibrates_s_subsampled_skellam_steps_per_round(plan: JobPlan) -> 
     )
     event = event_from_json(plan.calibration["event"])
     assert event == SelfComposedEvent(SelfComposedEvent(step, 3), 4)
-    assert ALGORITHM.round_event(plan) == SelfComposedEvent(step, 3)
+    assert plan.details.guaranteed_round_event() == SelfComposedEvent(step, 3)
     assert 3.95 < compute_epsilon(event, delta=1e-5).epsilon <= 4.0
     assert d.expected_batch_size == pytest.approx(0.1 * mean_local_size(sgd_job(), 10))
     assert ALGORITHM.parse_plan(json.loads(json.dumps(plan.to_json()))) == plan
@@ -265,7 +265,7 @@ def test_plan_variants(digits_coordinator: CoordinatorData) -> None:
     )
     assert (given.noise_multiplier, given.details.expected_batch_size) == (1.5, 7.0)
     # no record sampling: the bare Skellam step
-    assert isinstance(ALGORITHM.round_event(given).event, SkellamEvent)
+    assert isinstance(given.details.guaranteed_round_event().event, SkellamEvent)
     with pytest.raises(AlgorithmError, match="cannot run"):
         ALGORITHM.plan(
             parse_job({"name": "x", "algorithm": "dp-fedavg", "privacy": {"target_epsilon": 1}}),
@@ -304,8 +304,8 @@ def test_central_step_noise_is_split_over_the_honest_participants(
     job, plan = plans["central"]
     assert plan.details.accounting_mode == "central"
     p = _with_honest(plan, honest)
-    task = ALGORITHM.round_task(job, p, _state(p), round_number=1)
-    config = ALGORITHM.encoding(job, p, task, participants=10, min_survivors=survivors)
+    task = ALGORITHM.bind(job, p).round_task(_state(p), round_number=1)
+    config = ALGORITHM.bind(job, p).encoding(task, participants=10, min_survivors=survivors)
     mu = plan.details.noise_total
     assert config.noise.parameter * (honest * survivors) >= mu
     # t·N(1−δ) = t·9.5 of the 10 (dropout 0.05), or t·m_s where m_s < 9.5
@@ -331,10 +331,12 @@ def test_several_local_steps_add_the_whole_noise_per_agent_by_default(
     plan's ``agent_noise``, the share its agents record)."""
     job, plan = plans["local"]
     assert (plan.details.accounting_mode, plan.details.agent_noise) == ("local", None)
-    task = ALGORITHM.round_task(job, plan, _state(plan), round_number=1)
+    task = ALGORITHM.bind(job, plan).round_task(_state(plan), round_number=1)
     assert task.params.accounting == "provable"
     assert task.params.agent_noise is None
-    config = ALGORITHM.encoding(job, plan, task, participants=participants, min_survivors=survivors)
+    config = ALGORITHM.bind(job, plan).encoding(
+        task, participants=participants, min_survivors=survivors
+    )
     assert config.noise.parameter == plan.details.noise_total
     assert config.ring_bits == required_ring_bits(
         participants=participants, steps=3, max_local_size=100_000, config=config
@@ -344,20 +346,20 @@ def test_several_local_steps_add_the_whole_noise_per_agent_by_default(
     assert opt.details.noise_total == plan.details.noise_total
     floor = opt.details.agent_noise
     assert floor == pytest.approx(plan.details.noise_total / 9.5, rel=1e-12)
-    opt_task = ALGORITHM.round_task(opt_job, opt, _state(opt), round_number=1)
+    opt_task = ALGORITHM.bind(opt_job, opt).round_task(_state(opt), round_number=1)
     assert (opt_task.params.accounting, opt_task.params.agent_noise) == (
         "sum-dominating",
         floor,
     )
-    split = ALGORITHM.encoding(
-        opt_job, opt, opt_task, participants=participants, min_survivors=survivors
+    split = ALGORITHM.bind(opt_job, opt).encoding(
+        opt_task, participants=participants, min_survivors=survivors
     )
     assert split.noise.parameter >= floor  # 12 > the plan's 10 participants: held at the floor
     assert split.noise.parameter * survivors >= opt.details.noise_total
 
 
 def _state(plan: JobPlan) -> Any:
-    return ALGORITHM.initial_state(sgd_job(), plan, CoordinatorData((1, 8, 8), 10))
+    return ALGORITHM.bind(sgd_job(), plan).initial_state(CoordinatorData((1, 8, 8), 10))
 
 
 # -- charges ---------------------------------------------------------------------------------
@@ -369,15 +371,17 @@ def test_participants_pay_s_compositions_and_the_ledger_says_which_guarantee(
 ) -> None:
     flags = {}
     for mode, (job, plan) in plans.items():
-        charges = ALGORITHM.charges(
-            job, plan, round_number=1, population=AGENTS, participants=AGENTS[:6]
+        charges = (
+            ALGORITHM.bind(job, plan)
+            .round_charge(round_number=1, population=AGENTS)
+            .charges(AGENTS[:6])
         )
         assert set(charges) == set(AGENTS[:6])  # a record is touched only when its agent is in
         charge = charges[AGENTS[0]]
-        assert charge.event == ALGORITHM.guaranteed_round_event(plan)
-        assert (charge.event == ALGORITHM.claimed_round_event(plan)) == (mode != "sum-dominating")
+        assert charge.event == plan.details.guaranteed_round_event()
+        assert (charge.event == plan.details.claimed_round_event()) == (mode != "sum-dominating")
         assert charge.unit == "record"
-        assert ALGORITHM.invitation_events(job, plan, round_number=1, population=AGENTS) == (
+        assert ALGORITHM.bind(job, plan).invitation_events(round_number=1, population=AGENTS) == (
             charge.event,
         )
         flags[mode] = (charge.secure_aggregation, charge.approximate, charge.honest_fraction)
@@ -388,19 +392,23 @@ def test_participants_pay_s_compositions_and_the_ledger_says_which_guarantee(
     }
     honest = sgd_job(privacy={"accounting": "sum-dominating", "honest_fraction": 0.8})
     honest_plan = ALGORITHM.plan(honest, population=10, data=digits_coordinator)
-    one = ALGORITHM.charges(
-        honest, honest_plan, round_number=1, population=AGENTS, participants=AGENTS
-    )[AGENTS[0]]
+    one = (
+        ALGORITHM.bind(honest, honest_plan)
+        .round_charge(round_number=1, population=AGENTS)
+        .charges(AGENTS)[AGENTS[0]]
+    )
     assert (one.approximate, one.honest_fraction) == (False, 1.0)
     local = sgd_job(secagg={"enabled": False}, privacy={"noise": "gaussian"})
     local_plan = ALGORITHM.plan(local, population=10, data=digits_coordinator)
-    one = ALGORITHM.charges(
-        local, local_plan, round_number=2, population=AGENTS, participants=AGENTS
-    )[AGENTS[2]]
+    one = (
+        ALGORITHM.bind(local, local_plan)
+        .round_charge(round_number=2, population=AGENTS)
+        .charges(AGENTS)[AGENTS[2]]
+    )
     assert (one.secure_aggregation, one.approximate, one.honest_fraction) == (False, True, 1.0)
     # without secure aggregation each agent adds the whole per-step noise itself
-    task = ALGORITHM.round_task(local, local_plan, _state(local_plan), round_number=1)
-    config = ALGORITHM.encoding(local, local_plan, task, participants=10, min_survivors=1)
+    task = ALGORITHM.bind(local, local_plan).round_task(_state(local_plan), round_number=1)
+    config = ALGORITHM.bind(local, local_plan).encoding(task, participants=10, min_survivors=1)
     assert config.noise.parameter >= local_plan.details.noise_total
 
 
@@ -408,9 +416,9 @@ def test_participants_pay_s_compositions_and_the_ledger_says_which_guarantee(
 
 
 def _round(job: Any, plan: JobPlan, survivors: int = 9) -> tuple[dict, list, Any]:
-    task = ALGORITHM.round_task(job, plan, _state(plan), round_number=1)
-    config = ALGORITHM.encoding(job, plan, task, participants=10, min_survivors=survivors)
-    events = list(ALGORITHM.invitation_events(job, plan, round_number=1, population=AGENTS))
+    task = ALGORITHM.bind(job, plan).round_task(_state(plan), round_number=1)
+    config = ALGORITHM.bind(job, plan).encoding(task, participants=10, min_survivors=survivors)
+    events = list(ALGORITHM.bind(job, plan).invitation_events(round_number=1, population=AGENTS))
     return task.params.to_json(), events, config
 
 
@@ -422,7 +430,7 @@ def test_agent_check_requires_the_same_s_c_p_and_sigma(
 
     def check(p: Any = params, e: Any = events, c: Any = config, **kw: Any) -> None:
         args = {"num_clients": 10, "min_survivors": 9, "honest_fraction": 1.0, **kw}
-        ALGORITHM.agent_check(ALGORITHM.parse_task(p), e, c, **args)
+        ALGORITHM.agent(ALGORITHM.parse_task(p)).check(e, c, **args)
 
     check()
     step = events[0].event
@@ -468,13 +476,13 @@ def test_an_agent_refuses_split_noise_for_several_steps_unless_the_job_opted_in(
     params, events, own = _round(*plans["local"])
     opt_job, opt_plan = plans["sum-dominating"]
     opt_params, opt_events, split = _round(opt_job, opt_plan)
-    assert events == [ALGORITHM.claimed_round_event(opt_plan)]  # same calibrated claim event...
-    assert opt_events == [ALGORITHM.guaranteed_round_event(opt_plan)]  # ...but never announced
+    assert events == [opt_plan.details.claimed_round_event()]  # same calibrated claim event...
+    assert opt_events == [opt_plan.details.guaranteed_round_event()]  # ...but never announced
     assert opt_events != events
 
     def check(p: Any, c: Any, e: Any = events, **kw: Any) -> None:
         args = {"num_clients": 10, "min_survivors": 9, "honest_fraction": 1.0, **kw}
-        ALGORITHM.agent_check(ALGORITHM.parse_task(p), e, c, **args)
+        ALGORITHM.agent(ALGORITHM.parse_task(p)).check(e, c, **args)
 
     check(params, own)
     check(params, own, min_survivors=2)  # the agent's own noise does not need the others
@@ -504,10 +512,10 @@ def test_the_agent_records_what_its_own_noise_proves(
 ) -> None:
     for mode in ("central", "local", "sum-dominating"):  # the announced event, as charged
         params, events, _ = _round(*plans[mode])
-        assert ALGORITHM.agent_charge(ALGORITHM.parse_task(params), events) == tuple(events)
+        assert ALGORITHM.agent(ALGORITHM.parse_task(params)).charge(events) == tuple(events)
     params, events, split = _round(*plans["sum-dominating"])
-    (recorded,) = ALGORITHM.agent_charge(ALGORITHM.parse_task(params), events)
-    claim = ALGORITHM.claimed_round_event(plans["sum-dominating"][1])
+    (recorded,) = ALGORITHM.agent(ALGORITHM.parse_task(params)).charge(events)
+    claim = plans["sum-dominating"][1].details.claimed_round_event()
     floor = params["agent_noise"]
     assert recorded == SelfComposedEvent(
         PoissonSampledEvent(
@@ -522,18 +530,18 @@ def test_the_agent_records_what_its_own_noise_proves(
         3,
     )
     # a coordinator that announces the claim still gets the own-share event recorded
-    assert ALGORITHM.agent_charge(ALGORITHM.parse_task(params), [claim]) == (recorded,)
+    assert ALGORITHM.agent(ALGORITHM.parse_task(params)).charge([claim]) == (recorded,)
     assert split.noise.parameter >= floor
     rounds = SelfComposedEvent(recorded, 4)
     job_eps = compute_epsilon(SelfComposedEvent(claim, 4), delta=1e-5).epsilon
     assert compute_epsilon(rounds, delta=1e-5).epsilon > 3 * job_eps  # 9.5 times less noise
     claimed = events[0]
     with pytest.raises(AlgorithmError, match="compositions"):
-        ALGORITHM.agent_charge(ALGORITHM.parse_task(params), [claimed.event])
+        ALGORITHM.agent(ALGORITHM.parse_task(params)).charge([claimed.event])
     with pytest.raises(AlgorithmError, match="one event"):
-        ALGORITHM.agent_charge(ALGORITHM.parse_task(params), [claimed, claimed])
+        ALGORITHM.agent(ALGORITHM.parse_task(params)).charge([claimed, claimed])
     gaussian = SelfComposedEvent(PoissonSampledEvent(0.1, GaussianEvent(50.0, 2.0)), 3)
-    assert ALGORITHM.agent_charge(ALGORITHM.parse_task(params), [gaussian]) == (
+    assert ALGORITHM.agent(ALGORITHM.parse_task(params)).charge([gaussian]) == (
         SelfComposedEvent(PoissonSampledEvent(0.1, GaussianEvent(floor, 2.0)), 3),
     )
 
@@ -544,8 +552,7 @@ def test_agent_contribution_is_the_ring_vector_of_its_noisy_steps(
     params, _, config = _round(sgd_job(), plan)
     state = _state(plan)
     agent = digits_agents[2]
-    vector = ALGORITHM.agent_contribution(
-        ALGORITHM.parse_task(params),
+    vector = ALGORITHM.agent(ALGORITHM.parse_task(params)).contribution(
         agent,
         model=state.model,
         public_x=None,
@@ -560,8 +567,7 @@ def test_agent_contribution_is_the_ring_vector_of_its_noisy_steps(
     # three steps of the agent's noise share (std √(2μ_share) each) plus its clipped gradients
     assert np.std(signed) >= 0.9 * math.sqrt(3 * config.noise.variance)
     # more records than max_local_size: no refusal (it would depend on the data set's size)
-    larger = ALGORITHM.agent_contribution(
-        ALGORITHM.parse_task({**params, "max_local_size": 10}),
+    larger = ALGORITHM.agent(ALGORITHM.parse_task({**params, "max_local_size": 10})).contribution(
         agent,
         model=state.model,
         public_x=None,
@@ -571,8 +577,7 @@ def test_agent_contribution_is_the_ring_vector_of_its_noisy_steps(
     )
     assert larger.shape == (650,)
     with pytest.raises(AlgorithmError, match="global model"):
-        ALGORITHM.agent_contribution(
-            ALGORITHM.parse_task(params),
+        ALGORITHM.agent(ALGORITHM.parse_task(params)).contribution(
             agent,
             model=None,
             public_x=None,
@@ -580,9 +585,9 @@ def test_agent_contribution_is_the_ring_vector_of_its_noisy_steps(
             encoding=config,
             stream=_stream("no-model"),
         )
-    with pytest.raises(AlgorithmError, match="agent_contribution"):
-        ALGORITHM.agent_compute(
-            ALGORITHM.parse_task(params), agent, model=state.model, public_x=None, device="cpu"
+    with pytest.raises(AlgorithmError, match="in contribution"):
+        ALGORITHM.agent(ALGORITHM.parse_task(params)).compute(
+            agent, model=state.model, public_x=None, device="cpu"
         )
 
 
@@ -590,12 +595,12 @@ def test_finish_round_averages_the_agents_local_deltas(
     plan: JobPlan, digits_coordinator: CoordinatorData
 ) -> None:
     job = sgd_job()
-    state = ALGORITHM.initial_state(job, plan, digits_coordinator)
+    state = ALGORITHM.bind(job, plan).initial_state(digits_coordinator)
     net = build_model("logreg", input_shape=(1, 8, 8), num_classes=10, seed=0)
     theta0 = flatten_parameters(model_from_bytes(state.model, model=net), dtype=np.float64)
     aggregate = np.random.default_rng(5).normal(size=650) * 30
-    out = ALGORITHM.finish_round(
-        job, plan, state, digits_coordinator, round_number=1, aggregate=aggregate, survivors=7
+    out = ALGORITHM.bind(job, plan).finish_round(
+        state, digits_coordinator, round_number=1, aggregate=aggregate, survivors=7
     )
     theta1 = flatten_parameters(model_from_bytes(out.state.model, model=net), dtype=np.float64)
     expected = theta0 - 0.5 * aggregate / (plan.details.expected_batch_size * 7)
@@ -603,14 +608,8 @@ def test_finish_round_averages_the_agents_local_deltas(
     assert out.state.model_version == 1
     assert not out.done
     with pytest.raises(AlgorithmError, match="shape"):
-        ALGORITHM.finish_round(
-            job,
-            plan,
-            state,
-            digits_coordinator,
-            round_number=1,
-            aggregate=aggregate[:9],
-            survivors=7,
+        ALGORITHM.bind(job, plan).finish_round(
+            state, digits_coordinator, round_number=1, aggregate=aggregate[:9], survivors=7
         )
 
 

@@ -232,7 +232,7 @@ def test_softmax_is_one_release_with_less_noise_for_the_same_epsilon(
     std = soft.noise_multiplier * d.sensitivity * 2.0**d.scale_bits
     event = event_from_json(soft.calibration["event"])
     assert event == SelfComposedEvent(SkellamEvent(std * std / 2, l1, l2, 650), 1)
-    assert event == ALGORITHM.round_event(soft)
+    assert event == ALGORITHM.bind(helmet_job(params={"loss": "softmax"}), soft).round_event()
     assert 3.95 < compute_epsilon(event, delta=1e-5).epsilon <= 4.0
     real_std = {p.details.loss: p.noise_multiplier * p.details.sensitivity for p in (ovr, soft)}
     assert real_std["softmax"] / real_std["huber"] == pytest.approx(math.sqrt(2 / 10), rel=0.05)
@@ -257,8 +257,8 @@ def test_agent_check_holds_a_softmax_task_to_one_block_release(
     _, ovr_events, _ = _round(ovr)
 
     def check(p: Any = params, e: Any = events) -> None:
-        ALGORITHM.agent_check(
-            ALGORITHM.parse_task(p), e, config, num_clients=10, min_survivors=9, honest_fraction=1
+        ALGORITHM.agent(ALGORITHM.parse_task(p)).check(
+            e, config, num_clients=10, min_survivors=9, honest_fraction=1
         )
 
     check()
@@ -266,12 +266,8 @@ def test_agent_check_holds_a_softmax_task_to_one_block_release(
         check(e=ovr_events)  # K class events claimed for a block release
     with pytest.raises(AlgorithmError, match="sensitivity"):
         check(p={**params, "loss": "huber"})  # the task's loss sets the sensitivity
-    vector = ALGORITHM.agent_compute(
-        ALGORITHM.parse_task({**params, "min_local_size": 10}),
-        digits_agents[0],
-        model=None,
-        public_x=None,
-        device="cpu",
+    vector = ALGORITHM.agent(ALGORITHM.parse_task({**params, "min_local_size": 10})).compute(
+        digits_agents[0], model=None, public_x=None, device="cpu"
     )
     assert vector.shape == (650,)
     assert np.all(np.linalg.norm(vector.reshape(10, 65), axis=1) <= 1.4 * (1 + 1e-12))
@@ -355,7 +351,7 @@ def test_plan_composes_k_class_releases_and_reports_the_simple_bound(
     std = plan.noise_multiplier * s * 2.0**bits
     event = event_from_json(plan.calibration["event"])
     assert event == SelfComposedEvent(SkellamEvent(std * std / 2, l1, l2, 65), 10)
-    assert event == ALGORITHM.round_event(plan)
+    assert event == ALGORITHM.bind(helmet_job(), plan).round_event()
     assert 3.95 < compute_epsilon(event, delta=1e-5).epsilon <= 4.0
     simple = plan.calibration["simple_bound"]["epsilon"]
     assert simple == pytest.approx(
@@ -390,17 +386,21 @@ def test_charges_and_the_gaussian_and_local_variants(
     plan: JobPlan, digits_coordinator: CoordinatorData
 ) -> None:
     job = helmet_job()
-    charges = ALGORITHM.charges(
-        job, plan, round_number=1, population=AGENTS, participants=AGENTS[:8]
+    charges = (
+        ALGORITHM.bind(job, plan)
+        .round_charge(round_number=1, population=AGENTS)
+        .charges(AGENTS[:8])
     )
     assert set(charges) == set(AGENTS[:8])
     charge = charges[AGENTS[0]]
     assert (charge.unit, charge.approximate, charge.secure_aggregation) == ("record", False, True)
     gaussian = helmet_job(privacy={"noise": "gaussian"}, secagg={"enabled": False})
     gplan = ALGORITHM.plan(gaussian, population=10, data=digits_coordinator)
-    gcharge = ALGORITHM.charges(
-        gaussian, gplan, round_number=1, population=AGENTS, participants=AGENTS
-    )[AGENTS[1]]
+    gcharge = (
+        ALGORITHM.bind(gaussian, gplan)
+        .round_charge(round_number=1, population=AGENTS)
+        .charges(AGENTS)[AGENTS[1]]
+    )
     assert isinstance(gcharge.event, SelfComposedEvent)
     assert isinstance(gcharge.event.event, GaussianEvent)
     assert (gcharge.approximate, gcharge.secure_aggregation, gcharge.honest_fraction) == (
@@ -422,10 +422,10 @@ def _round(
         plan.population,
         plan.details.model_copy(update={"honest_fraction": honest}),
     )
-    state = ALGORITHM.initial_state(job, p, CoordinatorData((1, 8, 8), 10))
-    task = ALGORITHM.round_task(job, p, state, round_number=1)
-    config = ALGORITHM.encoding(job, p, task, participants=10, min_survivors=survivors)
-    events = list(ALGORITHM.invitation_events(job, p, round_number=1, population=AGENTS))
+    state = ALGORITHM.bind(job, p).initial_state(CoordinatorData((1, 8, 8), 10))
+    task = ALGORITHM.bind(job, p).round_task(state, round_number=1)
+    config = ALGORITHM.bind(job, p).encoding(task, participants=10, min_survivors=survivors)
+    events = list(ALGORITHM.bind(job, p).invitation_events(round_number=1, population=AGENTS))
     return task.params.to_json(), events, config
 
 
@@ -448,7 +448,7 @@ def test_agent_check_recomputes_the_sensitivity(plan: JobPlan) -> None:
 
     def check(p: Any = params, e: Any = events, c: Any = config, **kw: Any) -> None:
         args = {"num_clients": 10, "min_survivors": 9, "honest_fraction": 1.0, **kw}
-        ALGORITHM.agent_check(ALGORITHM.parse_task(p), e, c, **args)
+        ALGORITHM.agent(ALGORITHM.parse_task(p)).check(e, c, **args)
 
     check()
     with pytest.raises(AlgorithmError, match="L1 sensitivity"):
@@ -478,23 +478,15 @@ def test_agent_trains_and_refuses_too_little_data(
 ) -> None:
     params, _, _ = _round(plan)
     agent = digits_agents[0]
-    vector = ALGORITHM.agent_compute(
-        ALGORITHM.parse_task({**params, "min_local_size": 10}),
-        agent,
-        model=None,
-        public_x=None,
-        device="cpu",
+    vector = ALGORITHM.agent(ALGORITHM.parse_task({**params, "min_local_size": 10})).compute(
+        agent, model=None, public_x=None, device="cpu"
     )
     assert vector.shape == (650,)
     assert np.all(np.linalg.norm(vector.reshape(10, 65), axis=1) <= 1.4 * (1 + 1e-12))
     with pytest.raises(AlgorithmError, match="fewer than the job's min_local_size"):
-        ALGORITHM.agent_compute(
-            ALGORITHM.parse_task({**params, "min_local_size": len(agent.y) + 1}),
-            agent,
-            model=None,
-            public_x=None,
-            device="cpu",
-        )
+        ALGORITHM.agent(
+            ALGORITHM.parse_task({**params, "min_local_size": len(agent.y) + 1})
+        ).compute(agent, model=None, public_x=None, device="cpu")
 
 
 @pytest.mark.parametrize("loss", ["huber", "softmax"])
@@ -557,8 +549,8 @@ def test_agent_level_takes_part_whatever_the_size(
     agent = digits_agents[0]
     empty = AgentData(agent.x[:0], agent.y[:0], agent.input_shape, agent.num_classes)
     for data in (empty, AgentData(agent.x[:1], agent.y[:1], agent.input_shape, 10)):
-        vector = ALGORITHM.agent_compute(
-            ALGORITHM.parse_task(params), data, model=None, public_x=None, device="cpu"
+        vector = ALGORITHM.agent(ALGORITHM.parse_task(params)).compute(
+            data, model=None, public_x=None, device="cpu"
         )
         assert vector.shape == (650,)
         assert np.all(np.linalg.norm(vector.reshape(10, 65), axis=1) <= 1.4 * (1 + 1e-12))

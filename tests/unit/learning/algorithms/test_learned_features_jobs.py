@@ -43,29 +43,29 @@ def test_helmet_ships_the_map_and_agents_check_its_hash(digits_public_split: Spl
     job = parse_job(_helmet_job())
     coordinator, agent = digits_public_split
     plan = HELMET.plan(job, population=5, data=coordinator)
-    state = HELMET.initial_state(job, plan, coordinator)
+    state = HELMET.bind(job, plan).initial_state(coordinator)
     assert state.model is not None
     assert state.model_version == 0
-    task = HELMET.round_task(job, plan, state, round_number=1)
+    task = HELMET.bind(job, plan).round_task(state, round_number=1)
     assert task.model_version == 0
     params = HELMET.parse_task(task.params.to_json())  # what the agent parses
     assert params.features_sha256 == state.details["features"]["sha256"]
     assert HELMET.plan(job, population=5, data=coordinator).details.feature_dim == 16
-    vector = HELMET.agent_compute(params, agent, model=state.model, public_x=None, device="cpu")
+    vector = HELMET.agent(params).compute(agent, model=state.model, public_x=None, device="cpu")
     assert vector.shape == (task.vector_length,)
     tampered = state.model[:-1] + bytes([state.model[-1] ^ 1])
     with pytest.raises(AlgorithmError, match="SHA-256"):
-        HELMET.agent_compute(params, agent, model=tampered, public_x=None, device="cpu")
+        HELMET.agent(params).compute(agent, model=tampered, public_x=None, device="cpu")
     with pytest.raises(AlgorithmError, match="none came"):
-        HELMET.agent_compute(params, agent, model=None, public_x=None, device="cpu")
+        HELMET.agent(params).compute(agent, model=None, public_x=None, device="cpu")
     unnamed = HELMET.parse_task({**task.params.to_json(), "features_sha256": None})
     with pytest.raises(AlgorithmError, match="names no SHA-256"):
-        HELMET.agent_compute(unnamed, agent, model=state.model, public_x=None, device="cpu")
+        HELMET.agent(unnamed).compute(agent, model=state.model, public_x=None, device="cpu")
     fixed = {**task.params.to_json(), "features": "identity", "feature_dim": 64, "dimension": 650}
     with pytest.raises(AlgorithmError, match="features_sha256"):
         HELMET.parse_task(fixed)
     with pytest.raises(AlgorithmError, match=r"data\.public"):
-        HELMET.initial_state(job, plan, replace(coordinator, public_x=None))
+        HELMET.bind(job, plan).initial_state(replace(coordinator, public_x=None))
 
 
 def _knn_job() -> dict[str, object]:
@@ -95,16 +95,16 @@ def test_knn_ships_the_map_with_its_queries(features: str, digits_public_split: 
     job = parse_job({**_knn_job(), "params": {**_knn_params(), "features": features}})
     coordinator, agent = digits_public_split
     plan = KNN.plan(job, population=5, data=coordinator)
-    state = KNN.initial_state(job, plan, coordinator)
-    task = KNN.round_task(job, plan, state, round_number=2)
+    state = KNN.bind(job, plan).initial_state(coordinator)
+    task = KNN.bind(job, plan).round_task(state, round_number=2)
     assert task.model_version == 0
     params = KNN.parse_task(task.params.to_json())
     assert params.features_sha256 == state.details["features"]["sha256"]
     public = np.asarray(coordinator.public_x)
-    votes = KNN.agent_compute(params, agent, model=state.model, public_x=public, device="cpu")
+    votes = KNN.agent(params).compute(agent, model=state.model, public_x=public, device="cpu")
     assert votes.shape == (task.vector_length,)
     with pytest.raises(AlgorithmError, match="SHA-256"):
-        KNN.agent_compute(params, agent, model=state.model + b"x", public_x=public, device="cpu")
+        KNN.agent(params).compute(agent, model=state.model + b"x", public_x=public, device="cpu")
 
 
 def test_helmet_with_learned_features_end_to_end() -> None:

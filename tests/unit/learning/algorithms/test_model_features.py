@@ -72,17 +72,17 @@ def test_a_learned_map_is_bundled_and_agents_check_its_hash(digits_public_split:
     job = parse_job(_job())
     coordinator, agent = digits_public_split
     plan = FEDAVG.plan(job, population=5, data=coordinator)
-    state = FEDAVG.initial_state(job, plan, coordinator)
+    state = FEDAVG.bind(job, plan).initial_state(coordinator)
     assert state.model is not None
     assert state.model.startswith(MAGIC)
     front = load_front(state)
     assert front is not None
     assert front.dim == 16
     assert front.artifact is not None
-    task = FEDAVG.round_task(job, plan, state, round_number=1)
+    task = FEDAVG.bind(job, plan).round_task(state, round_number=1)
     params = FEDAVG.parse_task(task.params.to_json())  # what the agent parses
     assert params.features_sha256 == front.sha256
-    delta = FEDAVG.agent_compute(params, agent, model=state.model, public_x=None, device="cpu")
+    delta = FEDAVG.agent(params).compute(agent, model=state.model, public_x=None, device="cpu")
     assert delta.shape == (plan.details.dimension,)
     assert 0 < np.linalg.norm(delta) <= 1.0 + 1e-9
 
@@ -90,33 +90,33 @@ def test_a_learned_map_is_bundled_and_agents_check_its_hash(digits_public_split:
         spec=front.spec, dim=front.dim, sha256=front.sha256, artifact=front.artifact[:-1] + b"\0"
     ).pack(unpack(state.model)[1])
     with pytest.raises(AlgorithmError, match="SHA-256"):
-        FEDAVG.agent_compute(params, agent, model=tampered, public_x=None, device="cpu")
+        FEDAVG.agent(params).compute(agent, model=tampered, public_x=None, device="cpu")
     unnamed = FEDAVG.parse_task({**task.params.to_json(), "features_sha256": None})
     with pytest.raises(AlgorithmError, match="without its SHA-256"):
-        FEDAVG.agent_compute(unnamed, agent, model=state.model, public_x=None, device="cpu")
+        FEDAVG.agent(unnamed).compute(agent, model=state.model, public_x=None, device="cpu")
     plain = unpack(state.model)[1]
     with pytest.raises(AlgorithmError, match="carries none"):
-        FEDAVG.agent_compute(params, agent, model=plain, public_x=None, device="cpu")
+        FEDAVG.agent(params).compute(agent, model=plain, public_x=None, device="cpu")
     pixels = FEDAVG.parse_task(
         {**task.params.to_json(), "features": "identity", "features_sha256": None}
     )
     with pytest.raises(AlgorithmError, match="names none"):
-        FEDAVG.agent_compute(pixels, agent, model=state.model, public_x=None, device="cpu")
+        FEDAVG.agent(pixels).compute(agent, model=state.model, public_x=None, device="cpu")
     with pytest.raises(AlgorithmError, match="only a learned feature map"):
         FEDAVG.parse_task({**task.params.to_json(), "features": "random-projection?dim=24&seed=0"})
     with pytest.raises(AlgorithmError, match=r"data\.public"):
-        FEDAVG.initial_state(job, plan, replace(coordinator, public_x=None))
+        FEDAVG.bind(job, plan).initial_state(replace(coordinator, public_x=None))
 
 
 def test_a_round_steps_the_model_behind_the_same_map(digits_public_split: Split) -> None:
     job = parse_job(_job("public-pca"))
     coordinator, _ = digits_public_split
     plan = FEDAVG.plan(job, population=1, data=coordinator)
-    state = FEDAVG.initial_state(job, plan, coordinator)
+    state = FEDAVG.bind(job, plan).initial_state(coordinator)
     before = flatten_parameters(load_model(job, state, coordinator), dtype=np.float64)
     step = np.full(plan.details.dimension, 0.01)
-    outcome = FEDAVG.finish_round(
-        job, plan, state, coordinator, round_number=1, aggregate=step, survivors=1
+    outcome = FEDAVG.bind(job, plan).finish_round(
+        state, coordinator, round_number=1, aggregate=step, survivors=1
     )
     after = load_model(job, outcome.state, coordinator)
     assert load_front(outcome.state) == load_front(state)  # the map never changes

@@ -36,7 +36,7 @@ def setup(digits_public: tuple[CoordinatorData, list[AgentData]]) -> tuple[Any, 
     data, _ = digits_public
     job = make_pate_job()
     plan = ALGORITHM.plan(job, population=10, data=data)
-    return job, plan, ALGORITHM.initial_state(job, plan, data)
+    return job, plan, ALGORITHM.bind(job, plan).initial_state(data)
 
 
 def test_registered_and_batches_split_evenly() -> None:
@@ -119,8 +119,8 @@ def test_plan_calibrates_sigma_for_the_target(digits_public: Any) -> None:
 
 def test_round_tasks_cover_the_queries_once(setup: tuple[Any, JobPlan, Any]) -> None:
     job, plan, state = setup
-    t1 = ALGORITHM.round_task(job, plan, state, round_number=1)
-    t2 = ALGORITHM.round_task(job, plan, state, round_number=2)
+    t1 = ALGORITHM.bind(job, plan).round_task(state, round_number=1)
+    t2 = ALGORITHM.bind(job, plan).round_task(state, round_number=2)
     q1, q2 = t1.params.queries, t2.params.queries
     assert len(q1) == len(q2) == 100
     assert not set(q1) & set(q2)
@@ -130,15 +130,17 @@ def test_round_tasks_cover_the_queries_once(setup: tuple[Any, JobPlan, Any]) -> 
     assert t1.model_version is None
     json.loads(t1.params.model_dump_json())
     with pytest.raises(AlgorithmError, match="outside"):
-        ALGORITHM.round_task(job, plan, state, round_number=3)
+        ALGORITHM.bind(job, plan).round_task(state, round_number=3)
 
 
 def test_charges_exactly_the_answered_queries_to_participants(
     setup: tuple[Any, JobPlan, Any], digits_public: Any
 ) -> None:
     job, plan, _ = setup
-    charges = ALGORITHM.charges(
-        job, plan, round_number=1, population=AGENTS, participants=AGENTS[:7]
+    charges = (
+        ALGORITHM.bind(job, plan)
+        .round_charge(round_number=1, population=AGENTS)
+        .charges(AGENTS[:7])
     )
     assert set(charges) == set(AGENTS[:7])
     charge = charges[AGENTS[0]]
@@ -150,9 +152,10 @@ def test_charges_exactly_the_answered_queries_to_participants(
     odd = make_pate_job(rounds=3, params={"queries": 10})
     odd_plan = ALGORITHM.plan(odd, population=10, data=data)
     counts = [
-        ALGORITHM.charges(odd, odd_plan, round_number=r, population=AGENTS, participants=AGENTS)[
-            AGENTS[0]
-        ].event.count
+        ALGORITHM.bind(odd, odd_plan)
+        .round_charge(round_number=r, population=AGENTS)
+        .charges(AGENTS)[AGENTS[0]]
+        .event.count
         for r in (1, 2, 3)
     ]
     assert counts == [4, 3, 3]
@@ -160,8 +163,10 @@ def test_charges_exactly_the_answered_queries_to_participants(
         privacy={"noise": "gaussian", "unit": "record"}, secagg={"enabled": False}
     )
     gauss_plan = ALGORITHM.plan(gauss, population=10, data=data)
-    one = ALGORITHM.charges(
-        gauss, gauss_plan, round_number=2, population=AGENTS, participants=AGENTS
+    one = (
+        ALGORITHM.bind(gauss, gauss_plan)
+        .round_charge(round_number=2, population=AGENTS)
+        .charges(AGENTS)
     )
     assert one[AGENTS[3]].event == VotingEvent(queries=100, sigma=3.0, level="instance")
     assert (one[AGENTS[3]].approximate, one[AGENTS[3]].secure_aggregation) == (True, False)
@@ -175,15 +180,15 @@ def test_finish_round_takes_the_argmax_and_trains_the_student(
     data, _ = digits_public
     outcome = None
     for r in (1, 2):
-        batch = list(ALGORITHM.round_task(job, plan, state, round_number=r).params.queries)
+        batch = list(ALGORITHM.bind(job, plan).round_task(state, round_number=r).params.queries)
         truth = np.asarray(data.public_y)[batch]
         votes = np.zeros((len(batch), 10))
         votes[np.arange(len(batch)), truth] = 9.0  # the teachers agree on the true label
         votes += np.random.default_rng(r).normal(0, 0.5, size=votes.shape)
         wrong = np.arange(len(batch)) % 10 == 0  # ... except on every tenth query
         votes[wrong, (truth[wrong] + 1) % 10] = 20.0
-        outcome = ALGORITHM.finish_round(
-            job, plan, state, data, round_number=r, aggregate=votes.reshape(-1), survivors=10
+        outcome = ALGORITHM.bind(job, plan).finish_round(
+            state, data, round_number=r, aggregate=votes.reshape(-1), survivors=10
         )
         state = outcome.state
         assert outcome.metrics["pseudo_label_accuracy"] == pytest.approx(0.9)
@@ -193,20 +198,20 @@ def test_finish_round_takes_the_argmax_and_trains_the_student(
     assert outcome.state.model_version == 1
     assert outcome.metrics["answered_queries"] == 200
     assert outcome.metrics["accuracy"] > 0.7
-    informational = ALGORITHM.informational_data_dependent_event(plan, state)
+    informational = ALGORITHM.bind(job, plan).informational_data_dependent_event(state)
     assert isinstance(informational, ComposedEvent)
     assert all(isinstance(e, DataDependentVotingEvent) for e in informational.events)
     with pytest.raises(AlgorithmError, match="shape"):
-        ALGORITHM.finish_round(
-            job, plan, state, data, round_number=1, aggregate=np.zeros(7), survivors=10
+        ALGORITHM.bind(job, plan).finish_round(
+            state, data, round_number=1, aggregate=np.zeros(7), survivors=10
         )
 
 
 def _round(setup: tuple[Any, JobPlan, Any], survivors: int = 10) -> tuple[dict, list, Any]:
     job, plan, state = setup
-    task = ALGORITHM.round_task(job, plan, state, round_number=1)
-    config = ALGORITHM.encoding(job, plan, task, participants=10, min_survivors=survivors)
-    events = list(ALGORITHM.invitation_events(job, plan, round_number=1, population=AGENTS))
+    task = ALGORITHM.bind(job, plan).round_task(state, round_number=1)
+    config = ALGORITHM.bind(job, plan).encoding(task, participants=10, min_survivors=survivors)
+    events = list(ALGORITHM.bind(job, plan).invitation_events(round_number=1, population=AGENTS))
     return task.params.to_json(), events, config
 
 
@@ -216,55 +221,41 @@ def test_agent_votes_with_a_cached_teacher(
     params, _, _ = _round(setup)
     data, agents = digits_public
     teachers.clear_teacher_cache()
-    votes = ALGORITHM.agent_compute(
-        ALGORITHM.parse_task(params), agents[0], model=None, public_x=data.public_x, device="cpu"
+    votes = ALGORITHM.agent(ALGORITHM.parse_task(params)).compute(
+        agents[0], model=None, public_x=data.public_x, device="cpu"
     )
     assert teachers.teacher_cache_size() == 1
     block = votes.reshape(100, 10)
     assert set(np.unique(block)) <= {0.0, 1.0}
     assert np.all(block.sum(axis=1) == 1.0)
     # the next round reuses the teacher; another job (or other data) trains its own
-    again = ALGORITHM.agent_compute(
-        ALGORITHM.parse_task({**params, "round": 2}),
-        agents[0],
-        model=None,
-        public_x=data.public_x,
-        device="cpu",
+    again = ALGORITHM.agent(ALGORITHM.parse_task({**params, "round": 2})).compute(
+        agents[0], model=None, public_x=data.public_x, device="cpu"
     )
     np.testing.assert_array_equal(votes, again)
     assert teachers.teacher_cache_size() == 1
-    ALGORITHM.agent_compute(
-        ALGORITHM.parse_task({**params, "job_id": "other"}),
-        agents[0],
-        model=None,
-        public_x=data.public_x,
-        device="cpu",
+    ALGORITHM.agent(ALGORITHM.parse_task({**params, "job_id": "other"})).compute(
+        agents[0], model=None, public_x=data.public_x, device="cpu"
     )
-    ALGORITHM.agent_compute(
-        ALGORITHM.parse_task(params), agents[1], model=None, public_x=data.public_x, device="cpu"
+    ALGORITHM.agent(ALGORITHM.parse_task(params)).compute(
+        agents[1], model=None, public_x=data.public_x, device="cpu"
     )
     assert teachers.teacher_cache_size() == 3
-    soft = ALGORITHM.agent_compute(
-        ALGORITHM.parse_task({**params, "vote": "soft"}),
-        agents[0],
-        model=None,
-        public_x=data.public_x,
-        device="cpu",
-    ).reshape(100, 10)
+    soft = (
+        ALGORITHM.agent(ALGORITHM.parse_task({**params, "vote": "soft"}))
+        .compute(agents[0], model=None, public_x=data.public_x, device="cpu")
+        .reshape(100, 10)
+    )
     assert np.all(soft >= 0)
     assert np.all(soft.sum(axis=1) <= 1.0)
     assert np.all(np.linalg.norm(soft, axis=1) <= 1.0)
     with pytest.raises(AlgorithmError, match="public examples"):
-        ALGORITHM.agent_compute(
-            ALGORITHM.parse_task(params), agents[0], model=None, public_x=None, device="cpu"
+        ALGORITHM.agent(ALGORITHM.parse_task(params)).compute(
+            agents[0], model=None, public_x=None, device="cpu"
         )
     with pytest.raises(AlgorithmError, match=r"params\.queries: every index must lie in"):
-        ALGORITHM.agent_compute(
-            ALGORITHM.parse_task({**params, "queries": [10**6]}),
-            agents[0],
-            model=None,
-            public_x=data.public_x,
-            device="cpu",
+        ALGORITHM.agent(ALGORITHM.parse_task({**params, "queries": [10**6]})).compute(
+            agents[0], model=None, public_x=data.public_x, device="cpu"
         )
 
 
@@ -273,7 +264,7 @@ def test_agent_check_accepts_and_refuses(setup: tuple[Any, JobPlan, Any]) -> Non
 
     def check(p: Any = params, e: Any = events, c: Any = config, **kw: Any) -> None:
         args = {"num_clients": 10, "min_survivors": 9, "honest_fraction": 1.0, **kw}
-        ALGORITHM.agent_check(ALGORITHM.parse_task(p), e, c, **args)
+        ALGORITHM.agent(ALGORITHM.parse_task(p)).check(e, c, **args)
 
     check()
     inner = events[0].event
@@ -318,20 +309,17 @@ def test_agent_check_gaussian_votes(digits_public: Any) -> None:
     data, _ = digits_public
     job = make_pate_job(privacy={"noise": "gaussian", "unit": "record"})
     plan = ALGORITHM.plan(job, population=10, data=data)
-    state = ALGORITHM.initial_state(job, plan, data)
-    task = ALGORITHM.round_task(job, plan, state, round_number=2)
-    config = ALGORITHM.encoding(job, plan, task, participants=10, min_survivors=10)
-    (event,) = ALGORITHM.invitation_events(job, plan, round_number=2, population=AGENTS)
+    state = ALGORITHM.bind(job, plan).initial_state(data)
+    task = ALGORITHM.bind(job, plan).round_task(state, round_number=2)
+    config = ALGORITHM.bind(job, plan).encoding(task, participants=10, min_survivors=10)
+    (event,) = ALGORITHM.bind(job, plan).invitation_events(round_number=2, population=AGENTS)
     assert event == VotingEvent(queries=100, sigma=3.0, level="instance")
     kw = {"num_clients": 10, "min_survivors": 10, "honest_fraction": 1.0}
-    ALGORITHM.agent_check(ALGORITHM.parse_task(task.params.to_json()), [event], config, **kw)
+    ALGORITHM.agent(ALGORITHM.parse_task(task.params.to_json())).check([event], config, **kw)
     assert config.noise.parameter**2 * 10 >= 9.0
     with pytest.raises(AlgorithmError, match="level"):
-        ALGORITHM.agent_check(
-            ALGORITHM.parse_task(task.params.to_json()),
-            [VotingEvent(queries=100, sigma=3.0, level="agent")],
-            config,
-            **kw,
+        ALGORITHM.agent(ALGORITHM.parse_task(task.params.to_json())).check(
+            [VotingEvent(queries=100, sigma=3.0, level="agent")], config, **kw
         )
     weak = EncodingConfig(
         clip=config.clip,
@@ -340,7 +328,7 @@ def test_agent_check_gaussian_votes(digits_public: Any) -> None:
         noise=NoiseSpec.discrete_gaussian(sigma=0.5),
     )
     with pytest.raises(AlgorithmError, match="below"):
-        ALGORITHM.agent_check(ALGORITHM.parse_task(task.params.to_json()), [event], weak, **kw)
+        ALGORITHM.agent(ALGORITHM.parse_task(task.params.to_json())).check([event], weak, **kw)
 
 
 def test_initial_state_needs_enough_public_examples(digits_public: Any) -> None:
@@ -348,7 +336,7 @@ def test_initial_state_needs_enough_public_examples(digits_public: Any) -> None:
     job = make_pate_job(params={"queries": 5000})
     plan = ALGORITHM.plan(job, population=10, data=data)
     with pytest.raises(AlgorithmError, match="exceeds"):
-        ALGORITHM.initial_state(job, plan, data)
+        ALGORITHM.bind(job, plan).initial_state(data)
     no_public = CoordinatorData(input_shape=data.input_shape, num_classes=10)
     with pytest.raises(AlgorithmError, match="public pool"):
-        ALGORITHM.initial_state(make_pate_job(), plan, no_public)
+        ALGORITHM.bind(make_pate_job(), plan).initial_state(no_public)

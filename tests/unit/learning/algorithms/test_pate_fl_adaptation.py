@@ -21,10 +21,10 @@ DANN = {"method": "dann", "weight": 0.5, "hidden": 32}
 
 def _task(job: Any, data: CoordinatorData) -> tuple[dict[str, Any], list[Any], Any]:
     plan = ALGORITHM.plan(job, population=10, data=data)
-    state = ALGORITHM.initial_state(job, plan, data)
-    task = ALGORITHM.round_task(job, plan, state, round_number=1)
-    config = ALGORITHM.encoding(job, plan, task, participants=10, min_survivors=10)
-    events = list(ALGORITHM.invitation_events(job, plan, round_number=1, population=AGENTS))
+    state = ALGORITHM.bind(job, plan).initial_state(data)
+    task = ALGORITHM.bind(job, plan).round_task(state, round_number=1)
+    config = ALGORITHM.bind(job, plan).encoding(task, participants=10, min_survivors=10)
+    events = list(ALGORITHM.bind(job, plan).invitation_events(round_number=1, population=AGENTS))
     return task.params.to_json(), events, config
 
 
@@ -36,23 +36,25 @@ def test_dann_round_trips_job_task_check_and_trains(digits_public: Any) -> None:
     params, events, config = _task(job, data)
     assert params["teacher"]["domain_adaptation"] == DANN
     task = ALGORITHM.parse_task(params)
-    ALGORITHM.agent_check(
-        task, events, config, num_clients=10, min_survivors=10, honest_fraction=1.0
+    ALGORITHM.agent(task).check(
+        events, config, num_clients=10, min_survivors=10, honest_fraction=1.0
     )
     teachers.clear_teacher_cache()
-    votes = ALGORITHM.agent_compute(
-        task, agents[0], model=None, public_x=data.public_x, device="cpu"
-    ).reshape(100, 10)
+    votes = (
+        ALGORITHM.agent(task)
+        .compute(agents[0], model=None, public_x=data.public_x, device="cpu")
+        .reshape(100, 10)
+    )
     assert np.all(votes.sum(axis=1) == 1.0)
     # the plain teacher of the same recipe is another teacher (another cache entry)
     plain = {**params, "teacher": {**params["teacher"], "domain_adaptation": {"method": "none"}}}
-    ALGORITHM.agent_compute(
-        ALGORITHM.parse_task(plain), agents[0], model=None, public_x=data.public_x, device="cpu"
+    ALGORITHM.agent(ALGORITHM.parse_task(plain)).compute(
+        agents[0], model=None, public_x=data.public_x, device="cpu"
     )
     assert teachers.teacher_cache_size() == 2
     # another public pool is another target domain: a new teacher
-    ALGORITHM.agent_compute(
-        task, agents[0], model=None, public_x=data.public_x[::-1].copy(), device="cpu"
+    ALGORITHM.agent(task).compute(
+        agents[0], model=None, public_x=data.public_x[::-1].copy(), device="cpu"
     )
     assert teachers.teacher_cache_size() == 3
 
@@ -98,7 +100,7 @@ def test_default_is_the_plain_teacher(digits_public: Any) -> None:
     assert ALGORITHM.parse_task(old) == ALGORITHM.parse_task(params)
     teachers.clear_teacher_cache()
     task = ALGORITHM.parse_task(params)
-    ALGORITHM.agent_compute(task, agents[0], model=None, public_x=data.public_x, device="cpu")
+    ALGORITHM.agent(task).compute(agents[0], model=None, public_x=data.public_x, device="cpu")
     recipe = task.teacher  # type: ignore[attr-defined]
     key = {"model": "mlp", **recipe.model_dump(exclude={"domain_adaptation"})}
 

@@ -51,7 +51,7 @@ def setup(digits_public: tuple[CoordinatorData, list[AgentData]]) -> tuple[Any, 
     data, _ = digits_public
     job = knn_job()
     plan = ALGORITHM.plan(job, population=10, data=data)
-    return job, plan, ALGORITHM.initial_state(job, plan, data)
+    return job, plan, ALGORITHM.bind(job, plan).initial_state(data)
 
 
 def test_neighbours_match_brute_force_and_break_ties_by_index() -> None:
@@ -99,36 +99,38 @@ def test_votes_sum_to_one_per_agent_and_query(
 ) -> None:
     job, plan, state = setup
     data, agents = digits_public
-    params = ALGORITHM.round_task(job, plan, state, round_number=1).params.to_json()
+    params = ALGORITHM.bind(job, plan).round_task(state, round_number=1).params.to_json()
     for agent in agents:
-        votes = ALGORITHM.agent_compute(
-            ALGORITHM.parse_task(params), agent, model=None, public_x=data.public_x, device="cpu"
-        ).reshape(-1, 10)
+        votes = (
+            ALGORITHM.agent(ALGORITHM.parse_task(params))
+            .compute(agent, model=None, public_x=data.public_x, device="cpu")
+            .reshape(-1, 10)
+        )
         assert votes.shape == (60, 10)
         np.testing.assert_allclose(votes.sum(axis=1), 1.0, rtol=0, atol=1e-12)
         assert np.all(np.linalg.norm(votes, axis=1) <= 1.0)
         np.testing.assert_allclose(votes * 5, np.round(votes * 5), atol=1e-12)  # counts / k
     # a larger k for larger agents (k_i = max(k, ⌊fraction·M_i⌋)): still sums to one
-    bigger = ALGORITHM.agent_compute(
-        ALGORITHM.parse_task({**params, "k_fraction": 0.1}),
-        agents[0],
-        model=None,
-        public_x=data.public_x,
-        device="cpu",
-    ).reshape(-1, 10)
+    bigger = (
+        ALGORITHM.agent(ALGORITHM.parse_task({**params, "k_fraction": 0.1}))
+        .compute(agents[0], model=None, public_x=data.public_x, device="cpu")
+        .reshape(-1, 10)
+    )
     k_i = neighbour_count(5, 0.1, len(agents[0].y))
     assert k_i > 5
     np.testing.assert_allclose(bigger.sum(axis=1), 1.0, atol=1e-12)
     np.testing.assert_allclose(bigger * k_i, np.round(bigger * k_i), atol=1e-9)
     # an agent with fewer records than k votes with all of them, still divided by k
     tiny = AgentData(agents[0].x[:3], agents[0].y[:3], agents[0].input_shape, 10)
-    small = ALGORITHM.agent_compute(
-        ALGORITHM.parse_task(params), tiny, model=None, public_x=data.public_x, device="cpu"
-    ).reshape(-1, 10)
+    small = (
+        ALGORITHM.agent(ALGORITHM.parse_task(params))
+        .compute(tiny, model=None, public_x=data.public_x, device="cpu")
+        .reshape(-1, 10)
+    )
     np.testing.assert_allclose(small.sum(axis=1), 3 / 5)
     with pytest.raises(AlgorithmError, match="public examples"):
-        ALGORITHM.agent_compute(
-            ALGORITHM.parse_task(params), agents[0], model=None, public_x=None, device="cpu"
+        ALGORITHM.agent(ALGORITHM.parse_task(params)).compute(
+            agents[0], model=None, public_x=None, device="cpu"
         )
 
 
@@ -186,9 +188,11 @@ def test_plan_calibrates_both_levels_and_the_gaussian_option(digits_public: Any)
         plan = ALGORITHM.plan(job, population=10, data=data)
         event = event_from_json(plan.calibration["event"])
         assert 2.9 < compute_epsilon(event, delta=1e-5).epsilon <= 3.0
-        charge = ALGORITHM.charges(
-            job, plan, round_number=1, population=AGENTS, participants=AGENTS
-        )[AGENTS[0]]
+        charge = (
+            ALGORITHM.bind(job, plan)
+            .round_charge(round_number=1, population=AGENTS)
+            .charges(AGENTS)[AGENTS[0]]
+        )
         assert charge.approximate == (noise == "gaussian")
         assert charge.unit == unit
         query = charge.event.event
@@ -201,8 +205,10 @@ def test_charges_only_voters_and_local_dp_without_secure_aggregation(
     data, _ = digits_public
     job = knn_job(secagg={"enabled": False})
     plan = ALGORITHM.plan(job, population=10, data=data)
-    charges = ALGORITHM.charges(
-        job, plan, round_number=1, population=AGENTS, participants=AGENTS[:4]
+    charges = (
+        ALGORITHM.bind(job, plan)
+        .round_charge(round_number=1, population=AGENTS)
+        .charges(AGENTS[:4])
     )
     assert set(charges) == set(AGENTS[:4])
     charge = charges[AGENTS[0]]
@@ -212,9 +218,9 @@ def test_charges_only_voters_and_local_dp_without_secure_aggregation(
 
 def _round(setup: tuple[Any, JobPlan, Any], survivors: int = 9) -> tuple[dict, list, Any]:
     job, plan, state = setup
-    task = ALGORITHM.round_task(job, plan, state, round_number=1)
-    config = ALGORITHM.encoding(job, plan, task, participants=10, min_survivors=survivors)
-    events = list(ALGORITHM.invitation_events(job, plan, round_number=1, population=AGENTS))
+    task = ALGORITHM.bind(job, plan).round_task(state, round_number=1)
+    config = ALGORITHM.bind(job, plan).encoding(task, participants=10, min_survivors=survivors)
+    events = list(ALGORITHM.bind(job, plan).invitation_events(round_number=1, population=AGENTS))
     return task.params.to_json(), events, config
 
 
@@ -222,7 +228,7 @@ def test_per_agent_noise_sums_to_the_target_over_honest_survivors(
     setup: tuple[Any, JobPlan, Any],
 ) -> None:
     job, plan, state = setup
-    task = ALGORITHM.round_task(job, plan, state, round_number=1)
+    task = ALGORITHM.bind(job, plan).round_task(state, round_number=1)
     target = plan.details.noise_total
     for honest, survivors in ((1.0, 9), (0.5, 8), (0.8, 10)):
         p = JobPlan(
@@ -231,7 +237,7 @@ def test_per_agent_noise_sums_to_the_target_over_honest_survivors(
             plan.population,
             plan.details.model_copy(update={"honest_fraction": honest}),
         )
-        config = ALGORITHM.encoding(job, p, task, participants=10, min_survivors=survivors)
+        config = ALGORITHM.bind(job, p).encoding(task, participants=10, min_survivors=survivors)
         share = config.noise.parameter
         assert share * (honest * survivors) >= target
         # split over t·N(1−δ) = t·9.5 of the 10 voters (default dropout 0.05), never below what
@@ -247,7 +253,7 @@ def test_agent_check_accepts_and_refuses(setup: tuple[Any, JobPlan, Any]) -> Non
 
     def check(p: Any = params, e: Any = events, c: Any = config, **kw: Any) -> None:
         args = {"num_clients": 10, "min_survivors": 9, "honest_fraction": 1.0, **kw}
-        ALGORITHM.agent_check(ALGORITHM.parse_task(p), e, c, **args)
+        ALGORITHM.agent(ALGORITHM.parse_task(p)).check(e, c, **args)
 
     check()
     inner = events[0].event
@@ -285,6 +291,8 @@ def test_whole_job_labels_public_digits() -> None:
         assert all(c.unit == "record" and not c.approximate for c in result.ledger[client])
         assert result.epsilon(client) == pytest.approx(planned.epsilon, rel=1e-9)
         assert result.agent_epsilon(client) == pytest.approx(result.epsilon(client))
-    informational = ALGORITHM.informational_data_dependent_event(result.plan, result.state)
+    informational = ALGORITHM.bind(job, result.plan).informational_data_dependent_event(
+        result.state
+    )
     assert isinstance(informational, ComposedEvent)
     assert all(isinstance(e, DataDependentVotingEvent) and e.k == 5 for e in informational.events)

@@ -77,7 +77,7 @@ from typing import ClassVar, Literal
 
 from dpfl.accounting import GaussianEvent, PoissonSampledEvent
 from dpfl.learning.algorithms.dp_fedavg import (
-    FedAvgFamily, FedAvgJobBase, FedAvgPlanBase, FedAvgTaskBase,
+    FedAvgCoordinator, FedAvgFamily, FedAvgJobBase, FedAvgPlanBase, FedAvgTaskBase,
 )
 from dpfl_toy_events import ToyGaussianEvent
 
@@ -87,11 +87,28 @@ class ToyJob(FedAvgJobBase):
 
 
 class ToyPlan(FedAvgPlanBase):
-    pass
+    def round_event(self, population):
+        if self.noise != "gaussian":
+            return super().round_event(population)
+        inner = ToyGaussianEvent(std=self.noise_total, l2=self.l2_sensitivity)
+        if self.secure_aggregation and self.sampling_rate < 1.0:
+            return PoissonSampledEvent(self.sampling_rate, inner)
+        return inner
 
 
 class ToyTask(FedAvgTaskBase):
     algorithm: Literal["toy-halved-fedavg"]
+
+    def claimed_release(self, event):
+        inner, factor = super().claimed_release(event)
+        if isinstance(inner, ToyGaussianEvent):  # the agent checks the noise it stands for
+            return GaussianEvent(sigma=inner.std, sensitivity=inner.l2), factor
+        return inner, factor
+
+
+class ToyCoordinator(FedAvgCoordinator):
+    def _post_process(self, net, update):
+        return update / 2.0
 
 
 class Toy(FedAvgFamily[ToyJob, ToyPlan, ToyTask]):
@@ -99,23 +116,7 @@ class Toy(FedAvgFamily[ToyJob, ToyPlan, ToyTask]):
     spec_type = ToyJob
     plan_type = ToyPlan
     task_type = ToyTask
-
-    def _post_process(self, job, net, update):
-        return update / 2.0
-
-    def _round_event_from(self, details, population):
-        if details.noise != "gaussian":
-            return super()._round_event_from(details, population)
-        inner = ToyGaussianEvent(std=details.noise_total, l2=details.l2_sensitivity)
-        if details.secure_aggregation and details.sampling_rate < 1.0:
-            return PoissonSampledEvent(details.sampling_rate, inner)
-        return inner
-
-    def _unwrap_claim(self, event, task):
-        inner, factor = super()._unwrap_claim(event, task)
-        if isinstance(inner, ToyGaussianEvent):  # the agent checks the noise it stands for
-            return GaussianEvent(sigma=inner.std, sensitivity=inner.l2), factor
-        return inner, factor
+    coordinator_type = ToyCoordinator
 
 
 ALGORITHM = Toy()
@@ -175,7 +176,7 @@ def test_a_plugin_algorithm_is_registered_everywhere_through_its_entry_point(
     assert [r.round for r in result.rounds] == [1, 2]
     assert result.ledger
     assert result.agent_ledgers
-    task = algorithm.round_task(job, result.plan, result.state, round_number=1)
+    task = algorithm.bind(job, result.plan).round_task(result.state, round_number=1)
     assert algorithm.parse_task(task.params.to_json()) == task.params
     with pytest.raises(AlgorithmError, match=r"params\.algorithm"):
         algorithm.parse_task({**task.params.to_json(), "algorithm": "dp-fedavg"})

@@ -81,15 +81,17 @@ def test_fedadam_through_the_coordinator(digits_coordinator: CoordinatorData) ->
     optimizer = {"kind": "adam", "learning_rate": 0.05, "betas": [0.9, 0.99], "epsilon": 1e-3}
     job = _job({"server_optimizer": optimizer})
     plan = ALGORITHM.plan(job, population=100, data=digits_coordinator)
-    state = ALGORITHM.initial_state(job, plan, digits_coordinator)
+    state = ALGORITHM.bind(job, plan).initial_state(digits_coordinator)
     net = build_model("logreg", input_shape=(1, 8, 8), num_classes=10, seed=0)
     theta = [flatten_parameters(model_from_bytes(state.model, model=net), dtype=np.float64)]
     rng = np.random.default_rng(1)
     aggregates = [rng.normal(size=650), rng.normal(size=650)]
     for r, a in enumerate(aggregates, start=1):
-        state = ALGORITHM.finish_round(
-            job, plan, state, digits_coordinator, round_number=r, aggregate=a, survivors=30
-        ).state
+        state = (
+            ALGORITHM.bind(job, plan)
+            .finish_round(state, digits_coordinator, round_number=r, aggregate=a, survivors=30)
+            .state
+        )
         theta.append(flatten_parameters(model_from_bytes(state.model, model=net), dtype=np.float64))
     reference = AdaptiveServer(kind="adam", learning_rate=0.05)
     blobs: dict[str, bytes] = {}
@@ -132,14 +134,14 @@ def test_decayed_rate_and_local_epochs_are_sent_and_applied(
 ) -> None:
     job = _job({"local_epochs": 2, "learning_rate": 0.4, "learning_rate_decay": 0.5, "clip": 100.0})
     plan = ALGORITHM.plan(job, population=100, data=digits_coordinator)
-    state = ALGORITHM.initial_state(job, plan, digits_coordinator)
-    params = ALGORITHM.round_task(job, plan, state, round_number=3).params.to_json()
+    state = ALGORITHM.bind(job, plan).initial_state(digits_coordinator)
+    params = ALGORITHM.bind(job, plan).round_task(state, round_number=3).params.to_json()
     assert params["learning_rate"] == pytest.approx(0.4 * 0.5**2)
     assert params["local_epochs"] == 2
     assert "local_steps" not in params
     agent = digits_agents[0]
-    vector = ALGORITHM.agent_compute(
-        ALGORITHM.parse_task(params), agent, model=state.model, public_x=None, device="cpu"
+    vector = ALGORITHM.agent(ALGORITHM.parse_task(params)).compute(
+        agent, model=state.model, public_x=None, device="cpu"
     )
     net = build_model("logreg", input_shape=(1, 8, 8), num_classes=10, seed=0)
     model_from_bytes(state.model, model=net)
@@ -155,7 +157,7 @@ def test_decayed_rate_and_local_epochs_are_sent_and_applied(
     )
     assert expected.steps == 2 * -(-len(agent.y) // 32)
     np.testing.assert_allclose(vector, expected.delta.astype(np.float64), rtol=1e-6)
-    first = ALGORITHM.round_task(job, plan, state, round_number=1).params.to_json()
+    first = ALGORITHM.bind(job, plan).round_task(state, round_number=1).params.to_json()
     assert first["learning_rate"] == pytest.approx(0.4)
 
 
@@ -164,13 +166,15 @@ def test_agent_accepts_the_new_fields_and_refuses_inconsistent_ones(
 ) -> None:
     job = _job({"local_epochs": 1, "learning_rate_decay": 0.9})
     plan = ALGORITHM.plan(job, population=100, data=digits_coordinator)
-    state = ALGORITHM.initial_state(job, plan, digits_coordinator)
-    task = ALGORITHM.round_task(job, plan, state, round_number=2)
-    config = ALGORITHM.encoding(job, plan, task, participants=30, min_survivors=29)
-    events = list(ALGORITHM.invitation_events(job, plan, round_number=2, population=["a"] * 100))
+    state = ALGORITHM.bind(job, plan).initial_state(digits_coordinator)
+    task = ALGORITHM.bind(job, plan).round_task(state, round_number=2)
+    config = ALGORITHM.bind(job, plan).encoding(task, participants=30, min_survivors=29)
+    events = list(
+        ALGORITHM.bind(job, plan).invitation_events(round_number=2, population=["a"] * 100)
+    )
     params = task.params.to_json()
     kw = {"num_clients": 30, "min_survivors": 29, "honest_fraction": 1.0}
-    ALGORITHM.agent_check(ALGORITHM.parse_task(params), events, config, **kw)
+    ALGORITHM.agent(ALGORITHM.parse_task(params)).check(events, config, **kw)
     for bad in (
         {**params, "local_steps": 5},
         {k: v for k, v in params.items() if k != "local_epochs"},
@@ -233,15 +237,17 @@ def test_dp_fedsgd_applies_its_server_optimizer_to_the_mean_delta(
     }
     job = parse_job(doc)
     plan = FEDSGD.plan(job, population=10, data=digits_coordinator)
-    state = FEDSGD.initial_state(job, plan, digits_coordinator)
+    state = FEDSGD.bind(job, plan).initial_state(digits_coordinator)
     net = build_model("logreg", input_shape=(1, 8, 8), num_classes=10, seed=0)
     theta = [flatten_parameters(model_from_bytes(state.model, model=net), dtype=np.float64)]
     rng = np.random.default_rng(7)
     aggregates = [rng.normal(size=650) * 30, rng.normal(size=650) * 30]
     for r, a in enumerate(aggregates, start=1):
-        state = FEDSGD.finish_round(
-            job, plan, state, digits_coordinator, round_number=r, aggregate=a, survivors=7
-        ).state
+        state = (
+            FEDSGD.bind(job, plan)
+            .finish_round(state, digits_coordinator, round_number=r, aggregate=a, survivors=7)
+            .state
+        )
         theta.append(flatten_parameters(model_from_bytes(state.model, model=net), dtype=np.float64))
     reference = AdaptiveServer(kind="yogi", learning_rate=0.02)
     blobs: dict[str, bytes] = {}

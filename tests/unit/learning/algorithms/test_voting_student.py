@@ -48,22 +48,22 @@ def test_initial_state_selects_from_the_public_records_alone(digits_public: Any)
     data, _ = digits_public
     job = make_pate_job(params={"queries": 50, "sigma": 3.0, "query_selection": "kmeans"})
     plan = PATE.plan(job, population=10, data=data)
-    state = PATE.initial_state(job, plan, data)
+    state = PATE.bind(job, plan).initial_state(data)
     expected = select_queries(np.asarray(data.public_x), 50, method="kmeans", seed=job.seed)
     assert state.details["query_order"] == expected
     # the true public labels play no part: hiding them changes nothing
     blind = replace(data, public_y=None)
-    assert PATE.initial_state(job, plan, blind).details["query_order"] == expected
+    assert PATE.bind(job, plan).initial_state(blind).details["query_order"] == expected
 
 
 def _run_votes(job: Any, data: CoordinatorData, algorithm: Any = PATE) -> dict[str, float]:
     plan = algorithm.plan(job, population=10, data=data)
-    state = algorithm.initial_state(job, plan, data)
-    batch = list(algorithm.round_task(job, plan, state, round_number=1).params.queries)
+    state = algorithm.bind(job, plan).initial_state(data)
+    batch = list(algorithm.bind(job, plan).round_task(state, round_number=1).params.queries)
     votes = np.zeros((len(batch), 10))
     votes[np.arange(len(batch)), np.asarray(data.public_y)[batch]] = 9.0
-    outcome = algorithm.finish_round(
-        job, plan, state, data, round_number=1, aggregate=votes.reshape(-1), survivors=10
+    outcome = algorithm.bind(job, plan).finish_round(
+        state, data, round_number=1, aggregate=votes.reshape(-1), survivors=10
     )
     assert outcome.done
     assert outcome.state.model is not None
@@ -116,15 +116,15 @@ def test_the_student_keeps_only_pseudo_labels_with_a_large_noisy_margin(
         student = {"method": "supervised", "min_margin": min_margin}
         job = make_pate_job(rounds=1, params={"queries": 30, "sigma": 3.0, "student": student})
         plan = PATE.plan(job, population=10, data=data)
-        state = PATE.initial_state(job, plan, data)
-        batch = list(PATE.round_task(job, plan, state, round_number=1).params.queries)
+        state = PATE.bind(job, plan).initial_state(data)
+        batch = list(PATE.bind(job, plan).round_task(state, round_number=1).params.queries)
         truth = np.asarray(data.public_y)[batch]
         votes = np.zeros((len(batch), 10))
         votes[np.arange(15), truth[:15]] = 9.0
         votes[np.arange(15, 30), truth[15:]] = 4.0
         votes[np.arange(15, 30), (truth[15:] + 1) % 10] = 3.0
-        outcome = PATE.finish_round(
-            job, plan, state, data, round_number=1, aggregate=votes.reshape(-1), survivors=10
+        outcome = PATE.bind(job, plan).finish_round(
+            state, data, round_number=1, aggregate=votes.reshape(-1), survivors=10
         )
         return dict(outcome.metrics)
 
@@ -172,20 +172,22 @@ def test_teacher_recipe_travels_in_the_task_and_the_agent_accepts_it(
     )
     assert parse_job(job_to_dict(job)) == job
     plan = PATE.plan(job, population=10, data=data)
-    state = PATE.initial_state(job, plan, data)
-    task = PATE.round_task(job, plan, state, round_number=1)
+    state = PATE.bind(job, plan).initial_state(data)
+    task = PATE.bind(job, plan).round_task(state, round_number=1)
     parsed = PATE.parse_task(task.params.to_json())
     assert parsed == task.params
     recipe = parsed.teacher
     assert (recipe.augment_shift, recipe.schedule) == (1.0, "cosine")
     assert (recipe.validation_fraction, recipe.patience) == (0.2, 2)
-    config = PATE.encoding(job, plan, task, participants=10, min_survivors=9)
-    events = list(PATE.invitation_events(job, plan, round_number=1, population=AGENTS))
-    PATE.agent_check(parsed, events, config, num_clients=10, min_survivors=9, honest_fraction=1.0)
+    config = PATE.bind(job, plan).encoding(task, participants=10, min_survivors=9)
+    events = list(PATE.bind(job, plan).invitation_events(round_number=1, population=AGENTS))
+    PATE.agent(parsed).check(events, config, num_clients=10, min_survivors=9, honest_fraction=1.0)
     teachers.clear_teacher_cache()
-    votes = PATE.agent_compute(
-        parsed, agents[0], model=None, public_x=data.public_x, device="cpu"
-    ).reshape(20, 10)
+    votes = (
+        PATE.agent(parsed)
+        .compute(agents[0], model=None, public_x=data.public_x, device="cpu")
+        .reshape(20, 10)
+    )
     assert np.all(votes.sum(axis=1) == 1.0)
     # an old task without the new recipe fields still parses (plain recipe)
     raw = task.params.to_json()

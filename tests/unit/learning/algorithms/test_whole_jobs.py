@@ -127,8 +127,8 @@ def test_dp_fedavg_releases_samples_of_zero_and_one_agents_as_the_coordinator_do
     for client in result.population:
         assert len(result.ledger[client]) == 4
         assert result.epsilon(client) <= job.privacy.target_epsilon
-    task = algorithm.round_task(job, result.plan, result.state, round_number=1)
-    alone = algorithm.noise_alone_encoding(job, result.plan, task)
+    task = algorithm.bind(job, result.plan).round_task(result.state, round_number=1)
+    alone = algorithm.bind(job, result.plan).noise_alone_encoding(task)
     for record in result.rounds:
         assert record.encoding is not None
         if len(record.invited) <= 1:

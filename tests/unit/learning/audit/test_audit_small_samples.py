@@ -43,7 +43,7 @@ def test_rounds_with_fewer_than_two_real_agents_are_released_and_charged() -> No
         assert set(r.charges) == population
         assert set(r.participants) == set(r.invited)
         plan = algorithm.plan(job, population=len(population))
-        assert release_for(algorithm, job, plan, invited=len(r.invited)) is not Release.SKIP
+        assert release_for(algorithm.bind(job, plan), invited=len(r.invited)) is not Release.SKIP
     assert 0.0 <= report.epsilon_lower <= report.epsilon_upper
 
 

@@ -18,10 +18,14 @@ import pytest
 from support.algorithm_harness import federation_for, make_job
 from support.local_cohort import LocalCohort
 
-from dpfl.learning.algorithms.base import JobPlan
-from dpfl.learning.algorithms.dp_fedavg import DpFedAvg
+from dpfl.learning.algorithms.dp_fedavg import (
+    DpFedAvg,
+    DpFedAvgJob,
+    DpFedAvgPlan,
+    DpFedAvgTask,
+    FedAvgCoordinator,
+)
 from dpfl.learning.algorithms.release import Release
-from dpfl.learning.jobs import JobSpec
 from dpfl.learning.rounds import (
     Acceptance,
     Commit,
@@ -57,7 +61,7 @@ def _job(secagg: bool = True) -> RoundJob:
     algorithm = DpFedAvg(random_source=SeededRandomSource(b"driver-test-select"))
     data, _ = federation_for(spec, len(AGENTS))
     plan = algorithm.plan(spec, population=len(AGENTS), data=data)
-    return RoundJob("job-1", spec, algorithm, plan, data)
+    return RoundJob("job-1", algorithm.bind(spec, plan), data)
 
 
 def _noise(purpose: str) -> RandomStream:
@@ -109,7 +113,7 @@ class Scripted:
 
 
 def _run(job: RoundJob, invited: Sequence[str], cohort: object, ledger: Ledger) -> RoundEnd:
-    state = job.algorithm.initial_state(job.spec, job.plan, job.data)
+    state = job.coordinator.initial_state(job.data)
     return asyncio.run(
         run_round(
             job,
@@ -136,9 +140,9 @@ def test_the_empty_sample_is_the_noise_alone_charged_to_the_population() -> None
     assert commitment.restored_noise_shares is None
     assert end.outcome is not None
     assert end.summed == ()
-    state = job.algorithm.initial_state(job.spec, job.plan, job.data)
-    task = job.algorithm.round_task(job.spec, job.plan, state, round_number=1)
-    assert end.encoding == job.algorithm.noise_alone_encoding(job.spec, job.plan, task)
+    state = job.coordinator.initial_state(job.data)
+    task = job.coordinator.round_task(state, round_number=1)
+    assert end.encoding == job.coordinator.noise_alone_encoding(task)
 
 
 def test_two_accepting_agents_are_summed_securely_and_one_plainly() -> None:
@@ -233,15 +237,23 @@ def test_dropouts_are_counted_as_restored_noise_shares_before_the_commit() -> No
     assert end.accepted == tuple(AGENTS[:5])
 
 
-class WithoutSamplingCredit(DpFedAvg):
-    """DP-FedAvg as an algorithm whose charge rests on no secrecy of the sample."""
+class WithoutSamplingCreditCoordinator(FedAvgCoordinator[DpFedAvgJob, DpFedAvgPlan, DpFedAvgTask]):
+    """DP-FedAvg's coordinator side as one whose charge rests on no secrecy of the sample."""
 
-    def releases_every_sample(self, job: JobSpec, plan: JobPlan) -> bool:
+    @property
+    def releases_every_sample(self) -> bool:
         return False
 
 
+class WithoutSamplingCredit(DpFedAvg):
+    """DP-FedAvg as an algorithm whose charge rests on no secrecy of the sample."""
+
+    coordinator_type = WithoutSamplingCreditCoordinator
+
+
 def test_a_sample_too_small_for_an_algorithm_without_sampling_credit_is_skipped() -> None:
-    job = dataclasses.replace(_job(), algorithm=WithoutSamplingCredit())
+    base = _job()
+    job = dataclasses.replace(base, coordinator=WithoutSamplingCredit().bind(base.spec, base.plan))
     ledger, cohort = Ledger(), Scripted()
     end = _run(job, AGENTS[:1], cohort, ledger)
     assert end.release is Release.SKIP

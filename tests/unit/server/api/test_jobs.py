@@ -225,7 +225,7 @@ async def test_a_claim_that_is_not_a_bound_is_shown_apart_from_the_charged_epsil
     setup = RoundSetup(version=ROUND_SETUP_VERSION, plan=plan_record(plan))
     rnd = store.start_round(job.id, 1, invited=ids, setup=setup)
     store.update_round(rnd.id, accepted=ids)
-    charges = ALGORITHM.charges(spec, plan, round_number=1, population=ids, participants=ids)
+    charges = ALGORITHM.bind(spec, plan).round_charge(round_number=1, population=ids).charges(ids)
     store.commit_round(
         rnd.id, [Charge(a, c.event, ProtectedUnit.RECORD) for a, c in charges.items()]
     )
