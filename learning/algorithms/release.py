@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from dpfl.learning.algorithms.base import Algorithm, AlgorithmError, JobPlan
 from dpfl.learning.jobs import JobSpec
-from dpfl.secagg.encoding import EncodingConfig, to_ring
+from dpfl.mechanisms.encoding import EncodingConfig, to_ring
 from dpfl.secagg.randomness import RandomStream
 
 __all__ = [
