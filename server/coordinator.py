@@ -216,14 +216,14 @@ class Coordinator:
         self.api_port = sock.getsockname()[1]
         # HTTPS with the gRPC port's certificate. No client certificates here: people and
         # browsers authenticate to the REST API with bearer tokens.
-        ssl: dict[str, Any] = {}
-        if self.settings.tls_cert_file is not None:
-            ssl = {
-                "ssl_certfile": str(self.settings.tls_cert_file),
-                "ssl_keyfile": str(self.settings.tls_key_file),
-            }
+        cert, key = self.settings.tls_cert_file, self.settings.tls_key_file
         config = uvicorn.Config(
-            self.app, log_level="warning", lifespan="off", access_log=False, **ssl
+            self.app,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+            ssl_certfile=None if cert is None else str(cert),
+            ssl_keyfile=None if cert is None else str(key),
         )
         config.load()
         server = uvicorn.Server(config)

@@ -20,7 +20,7 @@ import json
 import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dpfl.cmdline import Subparsers
 from dpfl.server.cli.serve import run_on_store
@@ -78,7 +78,7 @@ def _run(args: argparse.Namespace, action: Callable[[Store], int]) -> int:
     return run_on_store(args, action, "dpfl-coordinator agent")
 
 
-def _agent_json(agent: Agent) -> dict[str, Any]:
+def _agent_json(agent: Agent) -> dict[str, str | None]:
     return {
         "id": agent.id,
         "name": agent.name,

@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-CEILINGS = {"lines": 36_669, "long_functions": 35, "any_maps": 96}
+CEILINGS = {"lines": 36_666, "long_functions": 33, "any_maps": 46}
 
 
 def _metrics_module():  # type: ignore[no-untyped-def]
