@@ -20,14 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from dpfl.secagg import (
-    EncodingConfig,
-    NoiseSpec,
-    RoundParameters,
-    SeededRandomSource,
-    encode,
-    simulate,
-)
+from dpfl.mechanisms import EncodingConfig, NoiseSpec, encode
+from dpfl.secagg import RoundParameters, SeededRandomSource, simulate
 from dpfl.secagg.messages import Stage
 
 RING_BITS = 32

@@ -32,7 +32,6 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument(
         "--canaries",
         type=int,
-        default=None,
         metavar="M",
         help="canaries (default: 1000, or one per coordinate of the job's released vector when "
         "it has fewer)",
@@ -51,7 +50,6 @@ def register(subparsers: Subparsers) -> None:
     p.add_argument("--device", default="cpu", help="where agents compute (cpu)")
     p.add_argument(
         "--data-dir",
-        default=None,
         metavar="DIR",
         help="the folder holding mnist/, fashion-mnist/ and usps/, for jobs that read them "
         "(default: $DPFL_DATA_DIR)",
@@ -74,22 +72,18 @@ def run_command(args: argparse.Namespace) -> int:
     from dpfl.server.errors import StoreError
 
     if not 0.0 < args.confidence < 1.0:
-        print(f"error: --confidence must lie in (0, 1), got {args.confidence}", file=sys.stderr)
-        return 2
+        return _fail(f"--confidence must lie in (0, 1), got {args.confidence}")
     if args.canaries is not None and args.canaries < 2:
-        print(f"error: --canaries must be at least 2, got {args.canaries}", file=sys.stderr)
-        return 2
+        return _fail(f"--canaries must be at least 2, got {args.canaries}")
     if len(args.seed.encode()) < 16:
-        print("error: --seed needs at least 16 bytes", file=sys.stderr)
-        return 2
+        return _fail("--seed needs at least 16 bytes")
     from dpfl.simulation.data_location import locate_job_data, using_data_dir
 
     try:
         job = load_job(args.job)
         data_folder = locate_job_data(job, args.data_dir, given_as="--data-dir")
     except (LearningError, ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(str(exc))
     try:
         with using_data_dir(data_folder):
             report = run_audit(
@@ -103,26 +97,33 @@ def run_command(args: argparse.Namespace) -> int:
                 device=args.device,
             )
     except TooManyCanariesError as exc:
-        print(
-            f"error: {exc.count} canaries need {exc.count} distinct coordinates of the job's "
+        return _fail(
+            f"{exc.count} canaries need {exc.count} distinct coordinates of the job's "
             f"released vector, which has {exc.available}: pass --canaries {exc.available} or "
-            "fewer (or leave --canaries out: the default fits the job)",
-            file=sys.stderr,
+            "fewer (or leave --canaries out: the default fits the job)"
         )
-        return 2
     except (LearningError, AccountingError, ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        return _fail(str(exc))
     stored: dict[str, Any] | None = None
     if args.database_url is not None:
         try:
             stored = _store(args.database_url, job, report)
         except (StoreError, ValueError) as exc:
-            print(f"error: could not store the audit: {exc}", file=sys.stderr)
-            return 2
+            return _fail(f"could not store the audit: {exc}")
     if args.json:
         print(json.dumps({**report.to_json(), "stored": stored}, sort_keys=True))
-        return 0
+    else:
+        _print_report(report, stored)
+    return 0
+
+
+def _fail(message: str) -> int:
+    """Exit status 2 for a refused argument or a run that could not be audited."""
+    print(f"error: {message}", file=sys.stderr)
+    return 2
+
+
+def _print_report(report: Any, stored: dict[str, Any] | None) -> None:
     print(
         f"{report.job} ({report.algorithm}, {report.unit} level, {report.relation}), "
         f"{report.mode} audit with {report.canaries} canaries ({report.included} included), "
@@ -146,7 +147,6 @@ def run_command(args: argparse.Namespace) -> int:
         )
     if report.epsilon_lower > report.epsilon_upper:
         print("  VIOLATION: the measured lower bound exceeds the charged ε")
-    return 0
 
 
 def _store(url: str, job: Any, report: Any) -> dict[str, Any]:

@@ -18,11 +18,16 @@ from collections.abc import Callable
 from dpfl.accounting import AccountingError, DpEvent, event_from_json
 from dpfl.client.errors import AgentError
 from dpfl.client.gate import InvitationReview
-from dpfl.client.summation import ModeMismatchError, PlainParameters, check_mode, is_plain_setup
+from dpfl.client.summation import (
+    ModeMismatchError,
+    PlainParameters,
+    SecureParameters,
+    check_mode,
+    is_plain_setup,
+)
 from dpfl.learning.algorithms.base import Algorithm, AnyAgent
 from dpfl.learning.errors import LearningError
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
-from dpfl.secagg import RoundParameters
 from dpfl.secagg import messages as sm
 from dpfl.secagg.errors import SecAggError
 
@@ -100,7 +105,7 @@ def check_setup(
     review: InvitationReview,
     side: AnyAgent,
     alone_unmasked: bool = True,
-) -> RoundParameters | PlainParameters:
+) -> SecureParameters | PlainParameters:
     """The round's validated parameters (masked or plain), or a refusal; see the module
     docstring. Runs before anything is trained or sent.
 
@@ -117,19 +122,14 @@ def check_setup(
         check_mode(review.task, request.setup, alone_unmasked=alone_unmasked)
     except ModeMismatchError as exc:
         raise SetupRefused(pb.ERROR_POLICY_DECLINED, f"setup refused: {exc}") from None
-    params: RoundParameters | PlainParameters
+    params: SecureParameters | PlainParameters
     try:
         if is_plain_setup(request.setup):
             params = PlainParameters.from_request(request, job_id=review.job_id, round=review.round)
         else:
-            params = RoundParameters.from_setup(request.setup)
+            params = SecureParameters.from_setup(request.setup)
     except SecAggError as exc:
         raise SetupRefused(pb.ERROR_INVALID_ARGUMENT, f"setup refused: {exc}") from None
-    if params.encoding is None:
-        raise SetupRefused(
-            pb.ERROR_INVALID_ARGUMENT,
-            "setup refused: no encoding_json (the agent sums encoded real vectors)",
-        )
     try:
         # without secure aggregation the task's flag makes the algorithm demand the whole noise
         # from this agent alone and refuse any client-sampling amplification

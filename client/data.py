@@ -236,21 +236,7 @@ def _parse_share(fragment: str, text: str) -> SimulatedShare:
         raise DataSpecError(
             f"{where}: unknown partition {scheme!r} (expected {', '.join(_SCHEME_KEYS)})"
         )
-    parsed: dict[str, Any] = {}
-    for key, raw in values.items():
-        if key in _INT_KEYS:
-            try:
-                parsed[key] = int(raw)
-            except ValueError:
-                raise DataSpecError(f"{where}: {key}={raw!r} is not an integer") from None
-        else:
-            try:
-                number = float(raw)
-            except ValueError:
-                raise DataSpecError(f"{where}: {key}={raw!r} is not a number") from None
-            if not math.isfinite(number):
-                raise DataSpecError(f"{where}: {key}={raw!r} must be finite")
-            parsed[key] = number
+    parsed: dict[str, Any] = {key: _number(key, raw, where) for key, raw in values.items()}
     partition: dict[str, Any] = {"scheme": scheme}
     for key in ("classes_per_agent", "alpha", "min_samples", "max_attempts"):
         if key in parsed:
@@ -269,6 +255,19 @@ def _parse_share(fragment: str, text: str) -> SimulatedShare:
         )
     except DataSpecError as exc:
         raise DataSpecError(f"{where}: {exc}") from None
+
+
+def _number(key: str, raw: str, where: str) -> int | float:
+    """An integer for the keys that count, else a finite number."""
+    integer = key in _INT_KEYS
+    try:
+        number = int(raw) if integer else float(raw)
+    except ValueError:
+        kind = "an integer" if integer else "a number"
+        raise DataSpecError(f"{where}: {key}={raw!r} is not {kind}") from None
+    if not math.isfinite(number):
+        raise DataSpecError(f"{where}: {key}={raw!r} must be finite")
+    return number
 
 
 def simulated_data_spec(

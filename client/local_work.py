@@ -23,8 +23,8 @@ import numpy.typing as npt
 from dpfl.client.errors import DownloadError
 from dpfl.client.transport import CoordinatorLink
 from dpfl.learning.algorithms.base import AgentData, AnyAgent
+from dpfl.mechanisms import EncodingConfig
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
-from dpfl.secagg import EncodingConfig
 from dpfl.secagg.errors import SecAggError
 from dpfl.secagg.randomness import RandomStream
 

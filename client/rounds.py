@@ -341,7 +341,6 @@ class JobWorker:
     async def _compute(self, attempt: RoundAttempt) -> npt.NDArray[np.uint64]:
         assert attempt.summation is not None  # set before the task starts
         params = attempt.summation.params
-        assert params.encoding is not None
         fetched = await attempt.prefetch
         self.agent.emit(EventKind.TRAINING, self.job_id, attempt.number, f"on {self.agent.device}")
         started = time.monotonic()

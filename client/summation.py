@@ -22,10 +22,12 @@ import numpy.typing as npt
 
 from dpfl.client.errors import AgentError
 from dpfl.learning.algorithms.base import TaskParams
-from dpfl.secagg import EncodingConfig, RoundParameters
+from dpfl.mechanisms import EncodingConfig
+from dpfl.secagg import RoundParameters
 from dpfl.secagg import client as secagg_client
 from dpfl.secagg import messages as sm
 from dpfl.secagg.client_states import ClientAborted, ClientSharesSent, ClientState
+from dpfl.secagg.config import field_in_range
 from dpfl.secagg.errors import (
     DuplicateMessage,
     ParameterError,
@@ -42,10 +44,12 @@ __all__ = [
     "ModeMismatchError",
     "PlainParameters",
     "PlainSummation",
+    "SecureParameters",
     "SecureSummation",
     "Summation",
     "check_mode",
     "is_plain_setup",
+    "setup_encoding",
     "start_summation",
 ]
 
@@ -123,36 +127,53 @@ class PlainParameters:
             raise ParameterError(f"session id must have {_SESSION_ID_BYTES} bytes")
         if compute_session_id(job_id=job_id, round=round, nonce=setup.session_nonce) != session:
             raise ParameterError("session id does not match SHA-256(job ‖ round ‖ server nonce)")
-        n = _int(setup.num_clients, "num_clients", 1, 2**32 - 1)
-        index = _int(setup.client_index, "client_index", 0, n - 1)
+        n = field_in_range(setup.num_clients, "num_clients", 1, 2**32 - 1)
+        index = field_in_range(setup.client_index, "client_index", 0, n - 1)
         if setup.min_survivors != 1:
             raise ParameterError(
                 f"min_survivors of a plain round is 1 (each vector stands alone), got "
                 f"{setup.min_survivors!r}"
             )
-        ring_bits = _int(setup.ring_bits, "ring_bits", 1, MAX_RING_BITS)
-        length = _int(setup.vector_length, "vector_length", 1, _MAX_VECTOR_LENGTH)
-        if not setup.encoding_json:
-            raise ParameterError("no encoding_json (the agent sends an encoded real vector)")
-        encoding = EncodingConfig.from_json(setup.encoding_json)
-        if encoding.ring_bits != ring_bits:
-            raise ParameterError(
-                f"encoding ring ({encoding.ring_bits} bits) differs from the round's "
-                f"({ring_bits} bits)"
-            )
-        encoding.check_no_wrap(n)
+        ring_bits = field_in_range(setup.ring_bits, "ring_bits", 1, MAX_RING_BITS)
+        length = field_in_range(setup.vector_length, "vector_length", 1, _MAX_VECTOR_LENGTH)
         return cls(
             num_clients=n,
             client_index=index,
             ring_bits=ring_bits,
             vector_length=length,
             min_survivors=1,
-            encoding=encoding,
+            encoding=setup_encoding(setup, ring_bits=ring_bits, summands=n),
         )
 
 
+@dataclass(frozen=True, slots=True)
+class SecureParameters(RoundParameters):
+    """A validated masked-round setup: secure aggregation's parameters and the encoding beside
+    them (``encoding_json``, which the protocol carries unread, so the agent checks it)."""
+
+    encoding: EncodingConfig
+
+    @classmethod
+    def from_setup(cls, setup: sm.SecAggSetup) -> SecureParameters:
+        """Raises ``ParameterError`` naming a malformed field, or ``EncodingOverflow``."""
+        p = RoundParameters.from_setup(setup)
+        encoding = setup_encoding(setup, ring_bits=p.ring_bits, summands=p.num_clients)
+        fields = (p.num_clients, p.degree, p.threshold, p.ring_bits, p.vector_length)
+        return cls(*fields, p.min_survivors, encoding)
+
+
+def setup_encoding(setup: sm.SecAggSetup, *, ring_bits: int, summands: int) -> EncodingConfig:
+    """The setup's encoding, if it is in the round's ring and ``summands`` vectors cannot wrap
+    it (``ParameterError``, ``EncodingOverflow`` otherwise)."""
+    if not setup.encoding_json:
+        raise ParameterError("no encoding_json (the agent sends an encoded real vector)")
+    encoding = EncodingConfig.from_json(setup.encoding_json)
+    encoding.check_round(ring_bits=ring_bits, summands=summands)
+    return encoding
+
+
 def start_summation(
-    params: RoundParameters | PlainParameters,
+    params: SecureParameters | PlainParameters,
     request: sm.AdvertiseKeysRequest,
     *,
     job_id: str,
@@ -172,7 +193,7 @@ class SecureSummation:
     """A masked round: :mod:`dpfl.secagg`'s client state machine, one state per stage."""
 
     state: ClientState
-    params: RoundParameters
+    params: SecureParameters
 
     secure = True
     input_note = ""
@@ -281,9 +302,3 @@ class PlainSummation:
 
 #: One attempt's summation, from the acknowledged setup on.
 Summation = SecureSummation | PlainSummation
-
-
-def _int(value: object, name: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ParameterError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
-    return value

@@ -53,6 +53,10 @@ class RoundHeader:
 
 @dataclass(frozen=True, slots=True)
 class SecAggSetup:
+    """A client's round parameters. ``encoding_json`` is the application's text about how the
+    inputs are made (dpfl: ``dpfl.mechanisms.EncodingConfig.to_json``); the protocol carries it
+    and never reads it."""
+
     client_index: int
     num_clients: int
     degree: int

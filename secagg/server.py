@@ -64,9 +64,18 @@ __all__ = [
 
 
 def start_round(
-    *, job_id: str, round: int, params: RoundParameters, rng: RandomSource | None = None
+    *,
+    job_id: str,
+    round: int,
+    params: RoundParameters,
+    rng: RandomSource | None = None,
+    encoding_json: str = "",
 ) -> tuple[ServerCollectingKeys, tuple[Outbound, ...]]:
-    """Stage 0: draw the graph and the session nonce, and invite every client to advertise keys."""
+    """Stage 0: draw the graph and the session nonce, and invite every client to advertise keys.
+
+    ``encoding_json`` is copied into every client's setup unread: how the inputs were made is
+    the application's agreement with its clients, not the protocol's.
+    """
     rng = rng or SystemRandomSource()
     if not isinstance(params, RoundParameters):
         raise ProtocolViolation("params must be RoundParameters")
@@ -78,7 +87,11 @@ def start_round(
     header = ctx.header(Stage.ADVERTISE_KEYS)
     out = tuple(
         Outbound(
-            i, AdvertiseKeysRequest(header=header, setup=params.setup_for(i, session_nonce=nonce))
+            i,
+            AdvertiseKeysRequest(
+                header=header,
+                setup=params.setup_for(i, session_nonce=nonce, encoding_json=encoding_json),
+            ),
         )
         for i in range(params.num_clients)
     )

@@ -18,6 +18,7 @@ from dpfl.learning.audit import AuditReport
 from dpfl.learning.jobs import JobSpec
 from dpfl.server.ledger_charges import store_charge
 from dpfl.server.store import Job, JobStatus, PrivacyAudit, PrivacyAuditFigures, Store
+from dpfl.server.store.records import JsonObject
 from dpfl.server.store.round_setup import ROUND_SETUP_VERSION, RoundSetup
 
 __all__ = ["RecordedAudit", "record_audited_run"]
@@ -75,7 +76,7 @@ def record_audited_run(store: Store, job: JobSpec, report: AuditReport) -> Recor
     finished = store.set_job_status(stored.id, JobStatus.COMPLETED)
     ledger = store.job_epsilons(stored.id)
     upper = max((ledger.get(ident(u), 0.0) for u in trace.units), default=0.0)
-    details = {
+    details: JsonObject = {
         "job": report.job,
         "algorithm": report.algorithm,
         "included": report.included,

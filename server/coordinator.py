@@ -116,16 +116,7 @@ class Coordinator:
         if self._store is None:
             self._store = await asyncio.to_thread(open_store, self.settings.database_url)
         store = self._store
-        aborted = await asyncio.to_thread(
-            store.abort_interrupted_rounds, reason=COORDINATOR_RESTARTED
-        )
-        for rnd in aborted:
-            log.warning(
-                "aborted interrupted round %d (attempt %d) of job %s",
-                rnd.number,
-                rnd.attempt,
-                rnd.job_id,
-            )
+        await _abort_interrupted_rounds(store)
         self.metrics = _metrics(store)
         on_count = getattr(self.metrics, "agents_connected", None)
         self.registry = SessionRegistry(on_count=on_count, limits=self.settings.stream_limits)
@@ -161,14 +152,7 @@ class Coordinator:
         )
         self.servicer = servicer
         if self.serve_grpc:
-            credentials = self._credentials or server_credentials(self.settings)
-            self._grpc, self.grpc_port = await start_grpc_server(
-                servicer,
-                host=self.settings.grpc_host,
-                port=self.settings.grpc_port,
-                max_message_bytes=self.settings.max_message_bytes,
-                credentials=credentials,
-            )
+            await self._start_grpc(servicer)
         if self.serve_api:
             await self._start_api()
         await self.orchestrator.resume()
@@ -177,6 +161,15 @@ class Coordinator:
         )
         self._agent_watch = asyncio.get_running_loop().create_task(
             self.agents.watch(), name="dpfl-agent-watch"
+        )
+
+    async def _start_grpc(self, servicer: AgentServicer) -> None:
+        self._grpc, self.grpc_port = await start_grpc_server(
+            servicer,
+            host=self.settings.grpc_host,
+            port=self.settings.grpc_port,
+            max_message_bytes=self.settings.max_message_bytes,
+            credentials=self._credentials or server_credentials(self.settings),
         )
 
     async def _start_api(self) -> None:
@@ -216,14 +209,14 @@ class Coordinator:
         self.api_port = sock.getsockname()[1]
         # HTTPS with the gRPC port's certificate. No client certificates here: people and
         # browsers authenticate to the REST API with bearer tokens.
-        ssl: dict[str, Any] = {}
-        if self.settings.tls_cert_file is not None:
-            ssl = {
-                "ssl_certfile": str(self.settings.tls_cert_file),
-                "ssl_keyfile": str(self.settings.tls_key_file),
-            }
+        cert, key = self.settings.tls_cert_file, self.settings.tls_key_file
         config = uvicorn.Config(
-            self.app, log_level="warning", lifespan="off", access_log=False, **ssl
+            self.app,
+            log_level="warning",
+            lifespan="off",
+            access_log=False,
+            ssl_certfile=None if cert is None else str(cert),
+            ssl_keyfile=None if cert is None else str(key),
         )
         config.load()
         server = uvicorn.Server(config)
@@ -286,8 +279,15 @@ class Coordinator:
 
 
 def _metrics(store: Store) -> Any:
-    try:
-        from dpfl.server.metrics import Metrics
-    except ImportError:  # pragma: no cover - the REST issue's module is part of the package
-        return None
+    from dpfl.server.metrics import Metrics  # prometheus_client, loaded when a coordinator runs
+
     return Metrics(store=store)
+
+
+async def _abort_interrupted_rounds(store: Store) -> None:
+    """Recovery: the rounds a stopped coordinator left in flight end (committed charges stay)."""
+    aborted = await asyncio.to_thread(store.abort_interrupted_rounds, reason=COORDINATOR_RESTARTED)
+    for r in aborted:
+        log.warning(
+            "aborted interrupted round %d (attempt %d) of job %s", r.number, r.attempt, r.job_id
+        )

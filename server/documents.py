@@ -104,8 +104,8 @@ def _check_tree(data: Any) -> None:
 
 
 def load_job_document(
-    document: str | bytes | Mapping[str, Any], *, json_only: bool = False
-) -> Mapping[str, Any]:
+    document: str | bytes | Mapping[str, object], *, json_only: bool = False
+) -> Mapping[str, object]:
     """The document as a mapping, within the bounds of this module.
 
     Args:

@@ -14,7 +14,7 @@ import hashlib
 import hmac
 import logging
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from typing import Any, ClassVar, Protocol, TypeAlias, cast
+from typing import ClassVar, Protocol, TypeAlias, cast
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import Message
@@ -610,7 +610,7 @@ def chunk_blob(data: bytes, *, media_type: str, chunk_bytes: int) -> Iterator[pb
 
 def submit(
     store: Store,
-    document: str | bytes | Mapping[str, Any],
+    document: str | bytes | Mapping[str, object],
     *,
     members: Sequence[str] = (),
     job_id: str | None = None,

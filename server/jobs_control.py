@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import anyio.to_thread
 
@@ -52,7 +52,7 @@ NOMINAL_POPULATION = 100
 
 def submit_job(
     store: Store,
-    document: str | bytes | Mapping[str, Any],
+    document: str | bytes | Mapping[str, object],
     *,
     job_id: str | None = None,
     members: Iterable[str] = (),

@@ -223,7 +223,7 @@ class StreamLimits(BaseModel):
     )
 
 
-_YAML_DATA: ContextVar[dict[str, Any] | None] = ContextVar("dpfl_settings_yaml", default=None)
+_YAML_DATA: ContextVar[dict[str, object] | None] = ContextVar("dpfl_settings_yaml", default=None)
 
 
 class _YamlData(PydanticBaseSettingsSource):
@@ -233,7 +233,7 @@ class _YamlData(PydanticBaseSettingsSource):
         data = _YAML_DATA.get() or {}
         return data.get(field_name), field_name, False
 
-    def __call__(self) -> dict[str, Any]:
+    def __call__(self) -> dict[str, object]:
         return dict(_YAML_DATA.get() or {})
 
 
@@ -430,7 +430,7 @@ def _format(error: ValidationError) -> str:
 
 
 @contextmanager
-def _yaml_values(data: dict[str, Any] | None) -> Iterator[None]:
+def _yaml_values(data: dict[str, object] | None) -> Iterator[None]:
     token = _YAML_DATA.set(data)
     try:
         yield
@@ -438,7 +438,7 @@ def _yaml_values(data: dict[str, Any] | None) -> Iterator[None]:
         _YAML_DATA.reset(token)
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def _read_yaml(path: Path) -> dict[str, object]:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:

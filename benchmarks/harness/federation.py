@@ -34,7 +34,7 @@ from dpfl.learning.algorithms.base import (
 )
 from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.jobs import JobSpec, parse_job
-from dpfl.secagg import EncodingConfig, NoiseSpec
+from dpfl.mechanisms import EncodingConfig, NoiseSpec
 
 __all__ = ["CLIP", "MU_TOTAL", "SCALE_BITS", "RawVectorSum", "bench_job", "worker"]
 

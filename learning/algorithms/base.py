@@ -27,7 +27,7 @@ from typing_extensions import TypeVar
 from dpfl.accounting import DpEvent
 from dpfl.learning.errors import AlgorithmError
 from dpfl.learning.jobs import JobSpec, describe_error
-from dpfl.secagg.encoding import EncodingConfig, encode
+from dpfl.mechanisms.encoding import EncodingConfig, encode
 from dpfl.secagg.randomness import RandomSource, RandomStream, SystemRandomSource
 
 __all__ = [

@@ -32,9 +32,9 @@ from dpfl.accounting import (
 from dpfl.learning.algorithms.base import AlgorithmError, CoordinatorData, PlanDetails
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpec
-from dpfl.secagg.encoding import DEFAULT_ROUNDING_BETA, EncodingConfig
+from dpfl.mechanisms.encoding import DEFAULT_ROUNDING_BETA, EncodingConfig
+from dpfl.mechanisms.noise import NoiseKind, NoiseSpec
 from dpfl.secagg.errors import ParameterError
-from dpfl.secagg.noise import NoiseKind, NoiseSpec
 from dpfl.secagg.randomness import RandomStream
 
 __all__ = [

@@ -78,7 +78,7 @@ from dpfl.learning.algorithms.server_optimizers import (
 )
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpec, ModelUpdateJob
-from dpfl.secagg.encoding import EncodingConfig
+from dpfl.mechanisms.encoding import EncodingConfig
 
 __all__ = [
     "ALGORITHM",

@@ -80,8 +80,8 @@ from dpfl.learning.algorithms.server_optimizers import (
 )
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpec, ModelUpdateJob
-from dpfl.secagg.encoding import EncodingConfig, to_ring
-from dpfl.secagg.noise import NoiseSpec
+from dpfl.mechanisms.encoding import EncodingConfig, to_ring
+from dpfl.mechanisms.noise import NoiseSpec
 from dpfl.secagg.prg import MAX_RING_BITS
 from dpfl.secagg.randomness import RandomStream
 
@@ -515,7 +515,7 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
     agent_type = DpFedSgdAgent
     #: One rounding per step costs √d over c (docs/accounting.md#dp-fedsgd-one-rounding-per-step);
     #: keeping that within 0.1 % would need b with μ ∝ 4^b so large that the exact Poisson
-    #: sampler's rare exact fallback takes seconds per call (docs/secagg.md#integer-noise).
+    #: sampler's rare exact fallback takes seconds per call (docs/mechanisms.md#integer-noise).
     scale_inflation: ClassVar[float] = 1e-2
 
     @staticmethod

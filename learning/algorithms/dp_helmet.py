@@ -68,7 +68,7 @@ from dpfl.learning.algorithms.model_update import (
     ModelUpdateTask,
 )
 from dpfl.learning.jobs import JobSpec, ModelUpdateJob
-from dpfl.secagg.encoding import EncodingConfig
+from dpfl.mechanisms.encoding import EncodingConfig
 
 __all__ = ["ALGORITHM", "DpHelmet", "DpHelmetJob", "DpHelmetParams", "DpHelmetPlan", "DpHelmetTask"]
 

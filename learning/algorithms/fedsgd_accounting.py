@@ -24,7 +24,7 @@ from dpfl.accounting import (
 )
 from dpfl.learning.algorithms import common
 from dpfl.learning.algorithms.base import AlgorithmError
-from dpfl.secagg.noise import NoiseKind
+from dpfl.mechanisms.noise import NoiseKind
 
 __all__ = [
     "ACCOUNTINGS",

@@ -44,7 +44,7 @@ from dpfl.learning.algorithms.voting import (
 )
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import VotingJob, VotingParams
-from dpfl.secagg.encoding import EncodingConfig
+from dpfl.mechanisms.encoding import EncodingConfig
 
 __all__ = [
     "ALGORITHM",

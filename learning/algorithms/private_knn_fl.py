@@ -47,7 +47,7 @@ from dpfl.learning.algorithms.voting import (
     VotingTask,
 )
 from dpfl.learning.jobs import VotingJob, VotingParams
-from dpfl.secagg.encoding import EncodingConfig
+from dpfl.mechanisms.encoding import EncodingConfig
 
 __all__ = [
     "ALGORITHM",

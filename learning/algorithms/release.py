@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from dpfl.learning.algorithms.base import AlgorithmError, AnyCoordinator
 from dpfl.learning.jobs import JobSpec
-from dpfl.secagg.encoding import EncodingConfig, to_ring
+from dpfl.mechanisms.encoding import EncodingConfig, to_ring
 from dpfl.secagg.randomness import RandomStream
 
 __all__ = [

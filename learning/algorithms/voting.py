@@ -40,7 +40,7 @@ from dpfl.learning.algorithms.base import (
 )
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpec, VotingJob
-from dpfl.secagg.encoding import EncodingConfig
+from dpfl.mechanisms.encoding import EncodingConfig
 
 __all__ = [
     "Counts",

@@ -54,8 +54,8 @@ from dpfl.learning.rounds import (
 )
 from dpfl.learning.rounds.driver import NoiseStreams
 from dpfl.learning.rounds.state import Commitment
+from dpfl.mechanisms.encoding import to_ring
 from dpfl.secagg import SeededRandomSource
-from dpfl.secagg.encoding import to_ring
 
 __all__ = [
     "DEFAULT_CANARIES",

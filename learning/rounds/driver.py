@@ -12,6 +12,7 @@ attempts of the round.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
@@ -38,7 +39,8 @@ from dpfl.learning.rounds.state import (
     Summed,
     SumSetup,
 )
-from dpfl.secagg import RoundParameters, ThreatModel, decode, encode
+from dpfl.mechanisms import decode, encode
+from dpfl.secagg import RoundParameters, ThreatModel
 from dpfl.secagg.errors import SecAggError
 from dpfl.secagg.randomness import RandomStream
 
@@ -165,18 +167,11 @@ def choose_setup(job: RoundJob, task: RoundTask, accepted: Sequence[str]) -> Sum
             model=ThreatModel(threat),  # the job schema admits exactly secagg's values
         )
         enc = encoding(probe.min_survivors).encoding
-        params = RoundParameters(
-            num_clients=n,
-            degree=probe.degree,
-            threshold=probe.threshold,
-            ring_bits=enc.ring_bits,
-            vector_length=length,
-            min_survivors=probe.min_survivors,
-            encoding=enc,
-        )
+        params = dataclasses.replace(probe, ring_bits=enc.ring_bits)
+        # the encoding beside the parameters: its ring, and no wrap over n summands
+        return SumSetup(Summation.SECURE, tuple(accepted), length, enc, params, threat)
     except SecAggError as exc:
         raise RoundAborted(f"no secure-aggregation parameters for {n} clients: {exc}") from exc
-    return SumSetup(Summation.SECURE, tuple(accepted), length, enc, params, threat)
 
 
 async def _sum(

@@ -20,7 +20,8 @@ from dpfl.learning.algorithms.base import (
 )
 from dpfl.learning.algorithms.release import Release
 from dpfl.learning.jobs import JobSpec
-from dpfl.secagg import EncodingConfig, RoundParameters
+from dpfl.mechanisms import EncodingConfig
+from dpfl.secagg import RoundParameters
 
 __all__ = [
     "Acceptance",
@@ -90,7 +91,9 @@ class Summation(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class SumSetup:
     """The summation of a round: its kind, the agents that carry its noise, the encoding they
-    use, and for secure aggregation its parameters."""
+    use, and for secure aggregation its parameters, which never read the encoding: so here its
+    ring must be theirs and n vectors must not wrap it (``ParameterError``, ``EncodingOverflow``).
+    """
 
     kind: Summation
     accepted: tuple[str, ...]
@@ -98,6 +101,10 @@ class SumSetup:
     encoding: EncodingConfig
     params: RoundParameters | None = None
     threat_model: str = ""
+
+    def __post_init__(self) -> None:
+        if (p := self.params) is not None:
+            self.encoding.check_round(ring_bits=p.ring_bits, summands=p.num_clients)
 
     @property
     def min_survivors(self) -> int:

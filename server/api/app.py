@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from importlib import metadata
-from typing import Any
 
 from fastapi import APIRouter, FastAPI
 from fastapi.staticfiles import StaticFiles
+from pydantic import JsonValue
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -82,7 +82,7 @@ def _version() -> str:
 class _CoordinatorApp(FastAPI):
     """FastAPI whose OpenAPI document also describes the job document (``build_openapi``)."""
 
-    def openapi(self) -> dict[str, Any]:
+    def openapi(self) -> dict[str, JsonValue]:
         return build_openapi(self)
 
 

@@ -53,7 +53,7 @@ def error_response(
     headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
     """The JSON error body every route answers with."""
-    body: dict[str, Any] = {"detail": detail, "code": code or _CODES.get(status, "error")}
+    body: dict[str, object] = {"detail": detail, "code": code or _CODES.get(status, "error")}
     if problems is not None:
         body["problems"] = list(problems)
     out_headers = dict(headers or {})
@@ -127,12 +127,12 @@ def allowed_methods(request: Request) -> list[str]:
     ``/api/v1/jobs``, whose ``GET`` is another route. ``Allow`` must list them all (RFC 9110,
     15.5.6), and the document is the one list of them.
     """
-    document: Mapping[str, Any] = request.app.openapi()
+    paths: dict[str, dict[str, object]] = request.app.openapi().get("paths", {})
     path, root = request.url.path, str(request.scope.get("root_path", ""))
     if root and path.startswith(root):
         path = path[len(root) :]
     methods: set[str] = set()
-    for template, item in document.get("paths", {}).items():
+    for template, item in paths.items():
         if _template(template).fullmatch(path):
             methods.update(m.upper() for m in item if m in _HTTP_METHODS)
     return sorted(methods)

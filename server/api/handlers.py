@@ -271,7 +271,7 @@ def _plan_claim(store: Store, job_id: str) -> tuple[float | None, str | None]:
         if stored is None:
             continue
         try:
-            algorithm = get_algorithm(store.get_job(job_id).spec["algorithm"])
+            algorithm = get_algorithm(store.get_job(job_id).algorithm)
             plan = algorithm.parse_plan(stored.model_dump(mode="json"))
             shown = plan.details.shown_claim()
         except LearningError:

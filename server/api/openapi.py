@@ -8,10 +8,9 @@ components as ``JobDocument`` with its sub-schemas.
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
+from pydantic import JsonValue
 
 from dpfl.learning.jobs import job_json_schema
 
@@ -21,13 +20,13 @@ JOB_DOCUMENT = "JobDocument"
 _REF = "#/components/schemas/{model}"
 
 
-def _job_schemas() -> dict[str, Any]:
+def _job_schemas() -> dict[str, JsonValue]:
     schema = job_json_schema(ref_template=_REF)
-    defs: dict[str, Any] = schema.pop("$defs", {})
+    defs: dict[str, JsonValue] = schema.pop("$defs", {})
     return {**defs, JOB_DOCUMENT: schema}
 
 
-def build_openapi(app: FastAPI) -> dict[str, Any]:
+def build_openapi(app: FastAPI) -> dict[str, JsonValue]:
     """The document, built once per app and cached on it (FastAPI's convention)."""
     if app.openapi_schema is not None:
         return app.openapi_schema

@@ -13,9 +13,10 @@ are ISO 8601 UTC. Job creation has no schema of its own here: the body is the jo
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from dpfl.server.store.records import JsonObject
 
 __all__ = [
     "BudgetPublic",
@@ -130,10 +131,10 @@ class LedgerEventPublic(_Public):
     attempt: int
     algorithm: str
     unit: str
-    event: dict[str, Any] = Field(description="The privacy event (dpfl.accounting JSON form).")
+    event: JsonObject = Field(description="The privacy event (dpfl.accounting JSON form).")
     epsilon: float
     method: str = Field(description="How ε was obtained from the event ('rdp').")
-    data_dependent_event: dict[str, Any] | None
+    data_dependent_event: JsonObject | None
     data_dependent_epsilon: float | None
     approximate: bool = Field(
         description="The ε is not a proven upper bound for the noise used: Gaussian noise "
@@ -224,7 +225,7 @@ class JobPublic(_Public):
 
 
 class JobDetail(JobPublic):
-    spec: dict[str, Any] = Field(description="The validated job document, defaults filled in.")
+    spec: JsonObject = Field(description="The validated job document, defaults filled in.")
     members: list[str]
     epsilons: dict[str, float] = Field(
         description="Each charged client's ε in this job alone, at the job's δ: the smaller of "
@@ -321,7 +322,7 @@ class PrivacyAuditPublic(_Public):
         description="ε at 'delta' of mu_lower-GDP: a lower bound within the Gaussian family of "
         "trade-off curves only, not on ε of every (ε, δ) analysis."
     )
-    details: dict[str, Any] = Field(description="The rest of the audit's report.")
+    details: JsonObject = Field(description="The rest of the audit's report.")
 
 
 class ModelVersionPublic(_Public):

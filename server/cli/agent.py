@@ -18,14 +18,12 @@ import argparse
 import getpass
 import json
 import socket
-import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dpfl.cmdline import Subparsers
-from dpfl.server.cli.serve import resolve_database_url
-from dpfl.server.errors import ServerError
+from dpfl.server.cli.serve import run_on_store
 
 if TYPE_CHECKING:  # the store (SQLAlchemy) is imported only by the command that runs
     from dpfl.server.store import Agent, Store
@@ -77,23 +75,10 @@ def register(subparsers: Subparsers) -> None:
 
 
 def _run(args: argparse.Namespace, action: Callable[[Store], int]) -> int:
-    from dpfl.server.store import open_store
-
-    try:
-        store = open_store(resolve_database_url(args.database_url, args.config))
-    except ServerError as exc:
-        print(f"dpfl-coordinator agent: {exc}", file=sys.stderr)
-        return 1 if exc.http_status >= 500 and exc.code != "configuration" else 2
-    try:
-        return action(store)
-    except ServerError as exc:
-        print(f"dpfl-coordinator agent: {exc}", file=sys.stderr)
-        return 2 if exc.http_status < 500 else 1
-    finally:
-        store.close()
+    return run_on_store(args, action, "dpfl-coordinator agent")
 
 
-def _agent_json(agent: Agent) -> dict[str, Any]:
+def _agent_json(agent: Agent) -> dict[str, str | None]:
     return {
         "id": agent.id,
         "name": agent.name,

@@ -16,6 +16,12 @@ from pathlib import Path
 from dpfl.cmdline import Subparsers
 from dpfl.server import tls
 
+_HOSTNAME_HELP = (
+    "a DNS name or IP address agents use to reach the coordinator (repeatable; "
+    f"default: {', '.join(tls.DEFAULT_HOSTNAMES)})"
+)
+_BESIDE_CA = "folder to write into (default: the CA folder); ca.pem is copied alongside"
+
 
 def register(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
@@ -28,72 +34,57 @@ def register(subparsers: Subparsers) -> None:
 
     init = sub.add_parser("init", help="create ca.{pem,key} and coordinator.{pem,key}")
     init.add_argument("--out", type=Path, required=True, help="folder to write into")
-    init.add_argument(
-        "--hostname",
-        action="append",
-        default=None,
-        metavar="H",
-        help="a DNS name or IP address agents use to reach the coordinator (repeatable; "
-        f"default: {', '.join(tls.DEFAULT_HOSTNAMES)})",
-    )
-    init.add_argument("--force", action="store_true", help="overwrite existing files")
-    init.set_defaults(func=_init)
+    init.add_argument("--hostname", action="append", metavar="H", help=_HOSTNAME_HELP)
+    _force(init, _init, "overwrite existing files")
 
     server = sub.add_parser(
         "server",
         help="issue a new coordinator.{pem,key} from an existing CA (renewal, new host names)",
     )
-    server.add_argument("--ca-dir", type=Path, required=True, help="folder holding ca.pem, ca.key")
-    server.add_argument(
-        "--hostname",
-        action="append",
-        default=None,
-        metavar="H",
-        help="a DNS name or IP address agents use to reach the coordinator (repeatable; "
-        f"default: {', '.join(tls.DEFAULT_HOSTNAMES)})",
-    )
-    server.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="folder to write into (default: the CA folder); ca.pem is copied alongside",
-    )
-    server.add_argument("--force", action="store_true", help="overwrite existing files")
-    server.set_defaults(func=_server)
+    _ca_dir(server)
+    server.add_argument("--hostname", action="append", metavar="H", help=_HOSTNAME_HELP)
+    server.add_argument("--out", type=Path, help=_BESIDE_CA)
+    _force(server, _server, "overwrite existing files")
 
     agent = sub.add_parser("agent", help="issue NAME.{pem,key} for one agent (mutual TLS)")
     agent.add_argument("name", help="the agent's name (its certificate's common name)")
-    agent.add_argument("--ca-dir", type=Path, required=True, help="folder holding ca.pem, ca.key")
-    agent.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="folder to write into (default: the CA folder); ca.pem is copied alongside",
-    )
-    agent.add_argument("--force", action="store_true", help="overwrite existing files")
-    agent.set_defaults(func=_agent)
+    _ca_dir(agent)
+    agent.add_argument("--out", type=Path, help=_BESIDE_CA)
+    _force(agent, _agent, "overwrite existing files")
 
     sign = sub.add_parser(
         "sign",
         help="sign an agent's CSR (from 'dpfl-agent keygen'): its key stays on its silo",
     )
     sign.add_argument("csr", type=Path, help="the agent's NAME.csr")
-    sign.add_argument("--ca-dir", type=Path, required=True, help="folder holding ca.pem, ca.key")
+    _ca_dir(sign)
     sign.add_argument(
         "--out",
         type=Path,
-        default=None,
         help="folder to write NAME.pem into (default: the CSR's folder); ca.pem is copied "
         "alongside",
     )
-    sign.add_argument("--force", action="store_true", help="overwrite an existing NAME.pem")
-    sign.set_defaults(func=_sign)
+    _force(sign, _sign, "overwrite an existing NAME.pem")
+    _register_revoke(sub)
 
+
+def _ca_dir(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ca-dir", type=Path, required=True, help="folder holding ca.pem, ca.key")
+
+
+def _force(
+    parser: argparse.ArgumentParser, func: Callable[[argparse.Namespace], int], help: str
+) -> None:
+    parser.add_argument("--force", action="store_true", help=help)
+    parser.set_defaults(func=func)
+
+
+def _register_revoke(sub: Subparsers) -> None:
     revoke = sub.add_parser(
         "revoke",
         help="add certificates to the CA's revocation list (crl.pem); none: renew the list",
     )
-    revoke.add_argument("--ca-dir", type=Path, required=True, help="folder holding ca.pem, ca.key")
+    _ca_dir(revoke)
     revoke.add_argument(
         "--cert",
         type=Path,
@@ -109,9 +100,7 @@ def register(subparsers: Subparsers) -> None:
         metavar="N",
         help="a serial number to revoke, decimal or 0x-hex (repeatable)",
     )
-    revoke.add_argument(
-        "--out", type=Path, default=None, help="the CRL file (default: CA folder/crl.pem)"
-    )
+    revoke.add_argument("--out", type=Path, help="the CRL file (default: CA folder/crl.pem)")
     revoke.set_defaults(func=_revoke)
 
 

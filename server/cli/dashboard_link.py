@@ -49,10 +49,9 @@ def register(subparsers: Subparsers) -> None:
         "read-only session. The code works once, for --ttl; the admin token (DPFL_ADMIN_TOKEN "
         "or --config) signs it and never appears in the link.",
     )
-    parser.add_argument("--config", type=Path, default=None, help="YAML file of settings")
+    parser.add_argument("--config", type=Path, help="YAML file of settings")
     parser.add_argument(
         "--url",
-        default=None,
         metavar="URL",
         help="the dashboard's base URL as the browser reaches it, e.g. https://coord.example:8080 "
         "(default: from the settings' api_host, api_port and TLS certificate)",
@@ -60,7 +59,6 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--ttl",
         type=parse_duration,
-        default=None,
         metavar="DURATION",
         help=f"how long the link works (default {DEFAULT_LINK_TTL_S / 60:g}m, at most "
         f"{MAX_LINK_TTL_S / 60:g}m)",

@@ -15,7 +15,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from dpfl.cmdline import Subparsers
-from dpfl.server.cli.serve import resolve_database_url
+from dpfl.server.cli.serve import run_on_store
 from dpfl.server.errors import ServerError
 
 __all__ = ["parse_duration", "register"]
@@ -74,7 +74,7 @@ def register(subparsers: Subparsers) -> None:
 
 
 def _issue(args: argparse.Namespace) -> int:
-    from dpfl.server.store import Budget, open_store
+    from dpfl.server.store import Budget, Store
 
     if args.count < 1:
         print("dpfl-coordinator enroll-token: --count must be >= 1", file=sys.stderr)
@@ -90,11 +90,11 @@ def _issue(args: argparse.Namespace) -> int:
             if args.budget_epsilon is not None
             else None
         )
-        store = open_store(resolve_database_url(args.database_url, args.config))
     except ServerError as exc:
         print(f"dpfl-coordinator enroll-token: {exc}", file=sys.stderr)
-        return 2 if exc.http_status < 500 or exc.code == "configuration" else 1
-    try:
+        return 2
+
+    def issue(store: Store) -> int:
         for _ in range(args.count):
             issued = store.create_enrollment_token(
                 ttl=args.ttl, budget=budget, labels=dict(args.label)
@@ -113,9 +113,6 @@ def _issue(args: argparse.Namespace) -> int:
                 )
             else:
                 print(issued.token)
-    except ServerError as exc:
-        print(f"dpfl-coordinator enroll-token: {exc}", file=sys.stderr)
-        return 2 if exc.http_status < 500 else 1
-    finally:
-        store.close()
-    return 0
+        return 0
+
+    return run_on_store(args, issue, "dpfl-coordinator enroll-token")

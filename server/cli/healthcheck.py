@@ -37,13 +37,11 @@ def register(subparsers: Subparsers) -> None:
     )
     parser.add_argument(
         "--url",
-        default=None,
         help="the exact URL to probe (default: http, else https, on 127.0.0.1 at --port)",
     )
     parser.add_argument(
         "--port",
         type=int,
-        default=None,
         help=f"the REST port (default: $DPFL_API_PORT, else {_DEFAULT_PORT})",
     )
     parser.add_argument("--timeout", type=float, default=5.0, help="seconds (default 5)")

@@ -23,11 +23,11 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dpfl.cmdline import Subparsers
 from dpfl.learning.jobs import JobSpecError
-from dpfl.server.cli.serve import add_data_arguments, resolve_data_access, resolve_database_url
+from dpfl.server.cli.serve import add_data_arguments, resolve_data_access, run_on_store
 from dpfl.server.documents import MAX_JOB_BYTES, bounded_problems
 from dpfl.server.errors import ServerError
 
@@ -80,14 +80,8 @@ def register(subparsers: Subparsers) -> None:
         p.set_defaults(func=_status, action=action)
 
 
-def _open(args: argparse.Namespace) -> Store:
-    from dpfl.server.store import open_store
-
-    return open_store(resolve_database_url(args.database_url, args.config))
-
-
-def _job_json(job: Job, members: list[str] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {
+def _job_json(job: Job, members: list[str] | None = None) -> dict[str, str | list[str] | None]:
+    out: dict[str, str | list[str] | None] = {
         "id": job.id,
         "name": job.name,
         "algorithm": job.algorithm,
@@ -101,21 +95,14 @@ def _job_json(job: Job, members: list[str] | None = None) -> dict[str, Any]:
 
 
 def _run(args: argparse.Namespace, action: Callable[[Store], int]) -> int:
-    try:
-        store = _open(args)
-    except ServerError as exc:
-        print(f"dpfl-coordinator job: {exc}", file=sys.stderr)
-        return 1 if exc.http_status >= 500 and exc.code != "configuration" else 2
-    try:
-        return action(store)
-    except JobSpecError as exc:
-        _print_problems(exc)
-        return 2
-    except ServerError as exc:
-        print(f"dpfl-coordinator job: {exc}", file=sys.stderr)
-        return 2 if exc.http_status < 500 else 1
-    finally:
-        store.close()
+    def checked(store: Store) -> int:
+        try:
+            return action(store)
+        except JobSpecError as exc:
+            _print_problems(exc)
+            return 2
+
+    return run_on_store(args, checked, "dpfl-coordinator job")
 
 
 def _print_problems(exc: JobSpecError) -> None:

@@ -21,6 +21,7 @@ import asyncio
 import logging
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +31,7 @@ from dpfl.server.errors import ConfigurationError, ServerError
 if TYPE_CHECKING:  # settings (pydantic-settings) are imported only by the command that runs
     from dpfl.server.data_access import DataAccess
     from dpfl.server.settings import Settings
+    from dpfl.server.store import Store
 
 __all__ = [
     "add_data_arguments",
@@ -38,6 +40,7 @@ __all__ = [
     "register",
     "resolve_data_access",
     "resolve_database_url",
+    "run_on_store",
 ]
 
 log = logging.getLogger("dpfl.coordinator")
@@ -51,59 +54,38 @@ def register(subparsers: Subparsers) -> None:
         "on one event loop sharing one database. Settings come from flags, DPFL_* environment "
         "variables (DPFL_ADMIN_TOKEN is required) and an optional YAML file.",
     )
-    parser.add_argument("--config", type=Path, default=None, help="YAML file of settings")
-    parser.add_argument("--database-url", default=None, help="SQLAlchemy URL (DPFL_DATABASE_URL)")
+    parser.add_argument("--config", type=Path, help="YAML file of settings")
+    parser.add_argument("--database-url", help="SQLAlchemy URL (DPFL_DATABASE_URL)")
     parser.add_argument(
         "--host",
-        default=None,
         metavar="ADDR",
         help="listen address of both servers (default 127.0.0.1, this machine only; 0.0.0.0 "
         "for every interface, as in a container); --grpc-host and --api-host win over it",
     )
-    parser.add_argument("--grpc-host", default=None, help="gRPC listen address (DPFL_GRPC_HOST)")
-    parser.add_argument("--grpc-port", type=int, default=None, help="gRPC port (DPFL_GRPC_PORT)")
-    parser.add_argument("--api-host", default=None, help="REST listen address (DPFL_API_HOST)")
-    parser.add_argument("--api-port", type=int, default=None, help="REST port (DPFL_API_PORT)")
+    parser.add_argument("--grpc-host", help="gRPC listen address (DPFL_GRPC_HOST)")
+    parser.add_argument("--grpc-port", type=int, help="gRPC port (DPFL_GRPC_PORT)")
+    parser.add_argument("--api-host", help="REST listen address (DPFL_API_HOST)")
+    parser.add_argument("--api-port", type=int, help="REST port (DPFL_API_PORT)")
     add_data_arguments(parser)
     tls = parser.add_argument_group(
         "TLS", "required unless --insecure; files as written by 'dpfl-coordinator certs init'"
     )
-    tls.add_argument(
-        "--tls-cert",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="the coordinator's PEM certificate, for gRPC and HTTPS (DPFL_TLS_CERT_FILE)",
-    )
-    tls.add_argument(
-        "--tls-key",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="its PEM private key (DPFL_TLS_KEY_FILE)",
-    )
-    tls.add_argument(
-        "--client-ca",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="PEM CA bundle that signs agent certificates (DPFL_TLS_CLIENT_CA_FILE)",
-    )
+    _file(tls, "--tls-cert", "the coordinator's PEM certificate, for gRPC and HTTPS", "CERT")
+    _file(tls, "--tls-key", "its PEM private key", "KEY")
+    _file(tls, "--client-ca", "PEM CA bundle that signs agent certificates", "CLIENT_CA")
     tls.add_argument(
         "--require-client-cert",
         action="store_const",
         const=True,
-        default=None,
         help="mutual TLS: refuse agents without a certificate from --client-ca, and bind each "
         "agent to its certificate's CN at enrolment (DPFL_REQUIRE_CLIENT_CERT=true)",
     )
-    tls.add_argument(
+    _file(
+        tls,
         "--crl",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="the client CA's certificate revocation list, checked on every gRPC call and "
-        "re-read when it changes (DPFL_TLS_CRL_FILE; 'dpfl-coordinator certs revoke')",
+        "the client CA's certificate revocation list, checked on every gRPC call and re-read "
+        "when it changes ('dpfl-coordinator certs revoke')",
+        "CRL",
     )
     tls.add_argument(
         "--insecure",
@@ -115,13 +97,17 @@ def register(subparsers: Subparsers) -> None:
     parser.set_defaults(func=_serve)
 
 
+def _file(group: argparse._ArgumentGroup, flag: str, help: str, setting: str) -> None:
+    """A PEM file option; ``setting``: the end of its ``DPFL_TLS_*_FILE`` variable."""
+    group.add_argument(flag, type=Path, metavar="FILE", help=f"{help} (DPFL_TLS_{setting}_FILE)")
+
+
 def add_data_arguments(parser: argparse.ArgumentParser) -> None:
     """``--data-dir`` and ``--data-root``: where the coordinator reads data, and the folders under
     which a job may name files of its host (docs/deploy.md#data-on-the-coordinator)."""
     parser.add_argument(
         "--data-dir",
         type=Path,
-        default=None,
         metavar="DIR",
         help="where MNIST, Fashion-MNIST and USPS are read from; jobs may also name files "
         "under it (DPFL_DATA_DIR)",
@@ -130,7 +116,6 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
         "--data-root",
         type=Path,
         action="append",
-        default=None,
         metavar="DIR",
         help="a folder under which jobs may name files of this host (npz:PATH, csv:PATH); "
         "repeatable; default: none (DPFL_DATA_ROOTS, folders separated by ':')",
@@ -205,6 +190,25 @@ def resolve_database_url(database_url: str | None, config: Path | None) -> str:
     from dpfl.server.settings import Settings
 
     return str(Settings.model_fields["database_url"].default)
+
+
+def run_on_store(args: argparse.Namespace, action: Callable[[Store], int], command: str) -> int:
+    """``action`` on the store of ``--database-url``/``--config``, closed afterwards. A refusal
+    is printed after ``command`` and exits 2 (bad input or configuration), else 1."""
+    from dpfl.server.store import open_store
+
+    try:
+        store = open_store(resolve_database_url(args.database_url, args.config))
+    except ServerError as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        return 1 if exc.http_status >= 500 and exc.code != "configuration" else 2
+    try:
+        return action(store)
+    except ServerError as exc:
+        print(f"{command}: {exc}", file=sys.stderr)
+        return 2 if exc.http_status < 500 else 1
+    finally:
+        store.close()
 
 
 def check_transport_security(settings: Settings, *, insecure: bool) -> None:

@@ -11,10 +11,18 @@ writes; see :mod:`dpfl.server.orchestrator.round`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Protocol, TypedDict
 
-__all__ = ["NO_HOOKS", "POINTS", "FaultHooks", "NoHooks"]
+__all__ = ["NO_HOOKS", "POINTS", "FaultHooks", "NoHooks", "RoundPoint"]
+
+
+#: Which round attempt reached a point (the ``context`` of :meth:`FaultHooks.at`).
+class RoundPoint(TypedDict):
+    job_id: str
+    round: int
+    attempt: int
+    round_id: int
+
 
 #: The named points, in the order a masked round passes them. A round without secure
 #: aggregation commits right after ``advertise_keys_closed``: it passes ``after_ledger_commit``
@@ -34,15 +42,15 @@ POINTS = (
 class FaultHooks(Protocol):
     """Called by the round engine at every point of :data:`POINTS`."""
 
-    async def at(self, point: str, context: Mapping[str, Any]) -> None:
-        """``context`` holds ``job_id``, ``round`` (number), ``attempt`` and ``round_id``."""
+    async def at(self, point: str, context: RoundPoint) -> None:
+        """``context``: the attempt that reached ``point``."""
         ...
 
 
 class NoHooks:
     """The production hooks: nothing happens."""
 
-    async def at(self, point: str, context: Mapping[str, Any]) -> None:
+    async def at(self, point: str, context: RoundPoint) -> None:
         del point, context
 
 

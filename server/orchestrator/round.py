@@ -43,7 +43,7 @@ from dpfl.server.errors import BudgetExceeded
 from dpfl.server.handlers import MalformedMessage, error_message, error_reply
 from dpfl.server.ledger_charges import store_charge
 from dpfl.server.orchestrator.channel import RoundChannel, invitation_session_id
-from dpfl.server.orchestrator.hooks import NO_HOOKS, FaultHooks
+from dpfl.server.orchestrator.hooks import NO_HOOKS, FaultHooks, RoundPoint
 from dpfl.server.orchestrator.sampling import attempt_sample
 from dpfl.server.orchestrator.state import round_record, with_summation
 from dpfl.server.orchestrator.wire_sum import sum_plainly, sum_securely
@@ -186,8 +186,9 @@ class WireRound:
         self.engine, self.store, self.registry = engine, engine.store, engine.registry
         self.deadlines, self.hooks = engine.deadlines, engine.hooks
         self.ctx, self.rnd, self.setup = ctx, rnd, record
-        self.info = {"job_id": ctx.job_id, "round": rnd.number, "attempt": rnd.attempt}
-        self.info["round_id"] = rnd.id
+        self.info = RoundPoint(
+            job_id=ctx.job_id, round=rnd.number, attempt=rnd.attempt, round_id=rnd.id
+        )
         self.accepted: tuple[str, ...] = ()
         self.channel = RoundChannel(
             job_id=ctx.job_id,

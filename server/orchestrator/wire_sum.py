@@ -53,8 +53,9 @@ async def sum_securely(run: WireRound, setup: SumSetup, commit: Commit) -> Summe
         ("masked_input", d.masked_input + d.training, None),
     )
     state: ServerState
+    encoding = setup.encoding.to_json()  # the protocol carries it to the agents unread
     state, outbound = secagg_server.start_round(
-        job_id=run.ctx.job_id, round=run.rnd.number, params=params
+        job_id=run.ctx.job_id, round=run.rnd.number, params=params, encoding_json=encoding
     )
     run.channel.open_stage(pb.STAGE_ADVERTISE_KEYS, session_id=state.ctx.session_id)
     expected: Sequence[str] = agents

@@ -17,10 +17,10 @@ from collections.abc import Callable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import Any, Self
+from typing import Self
 
 from dpfl.server.errors import InvalidInput, NotFound
-from dpfl.server.store.records import Agent, Job, ModelVersion, Round
+from dpfl.server.store.records import Agent, Job, JsonObject, ModelVersion, Round
 from dpfl.server.store.tx import StoreTx
 
 __all__ = [
@@ -297,14 +297,14 @@ def check_count(value: object, what: str, *, minimum: int = 0, maximum: int = MA
     return value
 
 
-def check_json_object(value: Mapping[str, Any] | None, what: str) -> dict[str, Any]:
+def check_json_object(value: Mapping[str, object] | None, what: str) -> JsonObject:
     """A JSON-serialisable mapping (deep-copied through JSON, so the store owns its copy)."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
         raise InvalidInput(f"{what} must be a mapping")
     try:
-        copied: dict[str, Any] = json.loads(json.dumps(dict(value), allow_nan=False))
+        copied: JsonObject = json.loads(json.dumps(dict(value), allow_nan=False))
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"{what} must be JSON-serialisable with finite numbers: {exc}") from None
     return copied

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import JsonValue
 
 from dpfl.accounting import (
     ORDERS,
@@ -32,7 +33,7 @@ from dpfl.accounting import (
     rdp_curve,
 )
 from dpfl.server.errors import InvalidInput, LedgerIntegrityError
-from dpfl.server.store.records import Agent, BudgetCheck, Charge, ProtectedUnit
+from dpfl.server.store.records import Agent, BudgetCheck, Charge, JsonObject, ProtectedUnit
 
 __all__ = [
     "CURVE_RTOL",
@@ -107,9 +108,9 @@ class PreparedCharge:
     approximate: bool
     secure_aggregation: bool
     honest_fraction: float
-    event: dict[str, Any]
+    event: JsonObject
     curve: Curve
-    data_dependent_event: dict[str, Any] | None
+    data_dependent_event: JsonObject | None
     data_dependent_curve: Curve | None
 
     def identity(self) -> tuple[Any, ...]:
@@ -134,9 +135,9 @@ def _as_bool(value: object, what: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class _CheckedEvent:
-    event: dict[str, Any]
+    event: JsonObject
     curve: Curve
-    data_dependent_event: dict[str, Any] | None
+    data_dependent_event: JsonObject | None
     data_dependent_curve: Curve | None
 
 
@@ -220,7 +221,7 @@ def prepare_charges(charges: Sequence[Charge]) -> list[PreparedCharge]:
 
 
 def recompute(
-    event: Mapping[str, Any], data_dependent_event: Mapping[str, Any] | None
+    event: Mapping[str, JsonValue], data_dependent_event: Mapping[str, JsonValue] | None
 ) -> tuple[Curve, Curve | None]:
     """The curves of a stored entry, recomputed from its stored parameters alone (rule 2).
 

@@ -18,9 +18,10 @@ from datetime import UTC, datetime
 from typing import Any, ClassVar
 
 import sqlalchemy as sa
-from pydantic import JsonValue
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from dpfl.server.store.records import JsonObject
 
 __all__ = [
     "AgentRow",
@@ -73,8 +74,11 @@ class Base(DeclarativeBase):
     type_annotation_map: ClassVar[dict[Any, Any]] = {
         datetime: UtcDateTime(),
         float: sa.Double(),
-        dict[str, Any]: sa.JSON(),
-        list[Any]: sa.JSON(),
+        JsonObject: sa.JSON(),
+        dict[str, str]: sa.JSON(),
+        dict[str, list[str]]: sa.JSON(),
+        dict[str, float]: sa.JSON(),
+        list[str]: sa.JSON(),
         bytes: sa.LargeBinary(),
     }
 
@@ -88,7 +92,7 @@ class AgentRow(Base):
 
     id: Mapped[str] = _id()
     name: Mapped[str] = mapped_column(sa.String(200))
-    labels: Mapped[dict[str, Any]]
+    labels: Mapped[dict[str, str]]
     status: Mapped[str] = mapped_column(sa.String(16))
     budget_epsilon: Mapped[float | None]
     budget_delta: Mapped[float | None]
@@ -139,7 +143,7 @@ class EnrollmentTokenRowModel(Base):
     expires_at: Mapped[datetime]
     budget_epsilon: Mapped[float | None]
     budget_delta: Mapped[float | None]
-    labels: Mapped[dict[str, Any]]
+    labels: Mapped[dict[str, str]]
     used_at: Mapped[datetime | None]
     agent_id: Mapped[str | None] = mapped_column(sa.ForeignKey("agents.id"))
 
@@ -150,7 +154,7 @@ class JobRow(Base):
     id: Mapped[str] = _id()
     name: Mapped[str] = mapped_column(sa.String(64))
     algorithm: Mapped[str] = mapped_column(sa.String(32))
-    spec: Mapped[dict[str, Any]]
+    spec: Mapped[JsonObject]
     delta: Mapped[float]
     status: Mapped[str] = mapped_column(sa.String(16), index=True)
     created_at: Mapped[datetime]
@@ -178,13 +182,13 @@ class RoundRow(Base):
     started_at: Mapped[datetime]
     committed_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
-    invited: Mapped[list[Any]]
-    accepted: Mapped[list[Any]]
-    survivors: Mapped[dict[str, Any]]
-    dropped: Mapped[dict[str, Any]]
-    stage_seconds: Mapped[dict[str, Any]]
+    invited: Mapped[list[str]]
+    accepted: Mapped[list[str]]
+    survivors: Mapped[dict[str, list[str]]]
+    dropped: Mapped[dict[str, list[str]]]
+    stage_seconds: Mapped[dict[str, float]]
     #: The attempt's :class:`~dpfl.server.store.round_setup.RoundSetup` (column ``noise``).
-    setup: Mapped[dict[str, JsonValue]] = mapped_column("noise", sa.JSON())
+    setup: Mapped[JsonObject] = mapped_column("noise", sa.JSON())
     accuracy: Mapped[float | None]
     epsilon: Mapped[float | None]
     model_version: Mapped[int | None]
@@ -219,12 +223,12 @@ class LedgerEntryRow(Base):
     attempt: Mapped[int]
     algorithm: Mapped[str] = mapped_column(sa.String(32))
     unit: Mapped[str] = mapped_column(sa.String(16))
-    event: Mapped[dict[str, Any]]
+    event: Mapped[JsonObject]
     curve: Mapped[bytes]
     approximate: Mapped[bool]
     secure_aggregation: Mapped[bool]
     honest_fraction: Mapped[float]
-    data_dependent_event: Mapped[dict[str, Any] | None] = mapped_column(sa.JSON(none_as_null=True))
+    data_dependent_event: Mapped[JsonObject | None] = mapped_column(sa.JSON(none_as_null=True))
     data_dependent_curve: Mapped[bytes | None]
     created_at: Mapped[datetime]
 
@@ -268,7 +272,7 @@ class PrivacyAuditRow(Base):
     epsilon_upper: Mapped[float]
     mu_lower: Mapped[float]
     epsilon_lower_gdp: Mapped[float]
-    details: Mapped[dict[str, Any]]
+    details: Mapped[JsonObject]
 
     __table_args__ = (
         sa.CheckConstraint(

@@ -13,11 +13,16 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeAlias
+
+from pydantic import JsonValue
 
 from dpfl.accounting import DpEvent
 from dpfl.server.errors import InvalidInput
 from dpfl.server.store.round_setup import RoundSetup
+
+#: A JSON object shaped by its producer (a job document, an event, an audit's report).
+JsonObject: TypeAlias = dict[str, JsonValue]
 
 __all__ = [
     "Agent",
@@ -36,6 +41,7 @@ __all__ = [
     "Job",
     "JobEpsilon",
     "JobStatus",
+    "JsonObject",
     "LedgerEntry",
     "Mismatch",
     "ModelVersion",
@@ -179,7 +185,7 @@ class Job:
     id: str
     name: str
     algorithm: str
-    spec: dict[str, Any]
+    spec: JsonObject
     delta: float
     status: JobStatus
     created_at: datetime
@@ -267,12 +273,12 @@ class LedgerEntry:
     attempt: int
     algorithm: str
     unit: ProtectedUnit
-    event: dict[str, Any]
+    event: JsonObject
     curve: tuple[float, ...] = field(repr=False)
     approximate: bool
     secure_aggregation: bool
     honest_fraction: float
-    data_dependent_event: dict[str, Any] | None
+    data_dependent_event: JsonObject | None
     data_dependent_curve: tuple[float, ...] | None = field(repr=False)
     created_at: datetime
 
@@ -438,7 +444,7 @@ class PrivacyAuditFigures:
     epsilon_upper: float
     mu_lower: float
     epsilon_lower_gdp: float
-    details: dict[str, Any] = field(default_factory=dict)
+    details: JsonObject = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,7 @@ from dpfl.server.store.ledger import (
     total,
 )
 from dpfl.server.store.records import (
+    Agent,
     Charge,
     CommitResult,
     JobStatus,
@@ -319,7 +320,7 @@ class RoundsMixin(StoreCore):
 
     @staticmethod
     def _check_budgets(
-        agents: Mapping[str, Any],
+        agents: Mapping[str, Agent],
         sums: Mapping[str, list[CurveSum]],
         prepared: Sequence[PreparedCharge],
         data_dependent: bool,

@@ -27,9 +27,9 @@ from dpfl.client.local_ledger import LEDGER_FILENAME, LocalLedger
 from dpfl.client.policy import Policy
 from dpfl.client.progress import AgentEvent, EventKind
 from dpfl.client.transport import GrpcTransport
+from dpfl.mechanisms import EncodingConfig, NoiseSpec
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
-from dpfl.secagg import RoundParameters, SeededRandomSource
-from dpfl.secagg.noise import NoiseSpec
+from dpfl.secagg import SeededRandomSource
 
 
 def _run(coro: object) -> None:
@@ -90,10 +90,8 @@ def test_a_setup_whose_noise_is_below_the_claim_is_refused_before_any_work(
     async def main() -> None:
         setup = fedavg_round(population=3)
 
-        def thin_noise(params: RoundParameters) -> RoundParameters:
-            assert params.encoding is not None
-            weak = dataclasses.replace(params.encoding, noise=NoiseSpec.none())
-            return dataclasses.replace(params, encoding=weak)
+        def thin_noise(encoding: EncodingConfig) -> EncodingConfig:
+            return dataclasses.replace(encoding, noise=NoiseSpec.none())
 
         async with federation(tmp_path, "inproc", 3) as (coord, agents):
             publish(coord, setup)

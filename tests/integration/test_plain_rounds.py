@@ -45,11 +45,12 @@ from dpfl.learning.algorithms.base import AgentData
 from dpfl.learning.algorithms.dp_fedavg import DpFedAvg, DpFedAvgTask, FedAvgAgent
 from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.jobs import JobSpec, job_to_dict, parse_job
+from dpfl.mechanisms import EncodingConfig, decode
+from dpfl.mechanisms.noise import NoiseKind, NoiseSpec
 from dpfl.protos import secagg_wire
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
-from dpfl.secagg import EncodingConfig, RoundParameters, decode
+from dpfl.secagg import RoundParameters
 from dpfl.secagg import server as server_sm
-from dpfl.secagg.noise import NoiseKind, NoiseSpec
 from dpfl.secagg.primitives import compute_session_id
 from dpfl.server.coordinator import Coordinator
 from dpfl.server.settings import Settings, StageDeadlines
@@ -270,8 +271,10 @@ def test_a_setup_of_the_other_mode_than_the_invitation_is_refused(
                 messages = [plain_setup(1, i, n, encoding, m, nonce=nonce) for i in range(n)]
             else:
                 probe = RoundParameters.choose(num_clients=n, vector_length=m, ring_bits=64)
-                params = dataclasses.replace(probe, ring_bits=encoding.ring_bits, encoding=encoding)
-                _, outbound = server_sm.start_round(job_id=JOB, round=1, params=params)
+                params = dataclasses.replace(probe, ring_bits=encoding.ring_bits)
+                _, outbound = server_sm.start_round(
+                    job_id=JOB, round=1, params=params, encoding_json=encoding.to_json()
+                )
                 messages = [secagg_wire.to_coordinator_message(o.message) for o in outbound]
             for agent_id, message in zip(ids, messages, strict=True):
                 coordinator.send(agent_id, message)

@@ -48,9 +48,10 @@ from dpfl.learning.algorithms.dp_fedavg import (
 )
 from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.jobs import JobSpec, parse_job
+from dpfl.mechanisms import EncodingConfig
+from dpfl.mechanisms.noise import NoiseSpec
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
-from dpfl.secagg import EncodingConfig, SeededRandomSource
-from dpfl.secagg.noise import NoiseSpec
+from dpfl.secagg import SeededRandomSource
 
 from .scripted_coordinator import ScriptedCoordinator, start_grpc
 

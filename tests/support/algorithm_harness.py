@@ -46,7 +46,8 @@ from dpfl.learning.jobs import JobSpec, job_to_dict, parse_job
 from dpfl.learning.rounds import Invitation, RoundJob, SumSetup, run_round
 from dpfl.learning.rounds.driver import NoiseStreams
 from dpfl.learning.rounds.state import Commitment
-from dpfl.secagg import EncodingConfig, SeededRandomSource
+from dpfl.mechanisms import EncodingConfig
+from dpfl.secagg import SeededRandomSource
 from dpfl.secagg.messages import Stage
 from dpfl.secagg.randomness import RandomSource, RandomStream
 from support.local_cohort import LocalCohort

@@ -1,8 +1,9 @@
 """The straightforward Poisson/Skellam samplers the fast paths of ``dpfl.secagg`` must reproduce.
 
 Every step per entry, with per-entry error bounds and two transcendental bounds per comparison:
-the samplers in ``secagg/noise.py`` and ``secagg/sampling.py`` take the same randomness from the
-stream in the same order and must return the same samples (tests/unit/secagg/test_noise_fast.py).
+the samplers in ``mechanisms/noise.py`` and ``mechanisms/sampling.py`` take the same randomness
+from the stream in the same order and must return the same samples
+(tests/unit/mechanisms/test_noise_fast.py).
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpfl.secagg.noise import _envelope_log_max, _exact_pmf_ratio, _log_pmf_ratio
-from dpfl.secagg.randomness import RandomStream
-from dpfl.secagg.sampling import (
+from dpfl.mechanisms.noise import _envelope_log_max, _exact_pmf_ratio, _log_pmf_ratio
+from dpfl.mechanisms.sampling import (
     _EXP_SLACK,
     _SCALE,
     _TOP_BITS,
@@ -23,6 +23,7 @@ from dpfl.secagg.sampling import (
     _LazyUniform,
     bernoulli_half,
 )
+from dpfl.secagg.randomness import RandomStream
 
 
 def uniform_tops(count: int, stream: RandomStream) -> FloatArray:

@@ -30,6 +30,7 @@ def data_dir_for_tests() -> Path | None:
 CODE_PACKAGES = {
     "api": "dpfl",
     "accounting": "dpfl.accounting",
+    "mechanisms": "dpfl.mechanisms",
     "secagg": "dpfl.secagg",
     "learning": "dpfl.learning",
     "protos": "dpfl.protos",

@@ -11,9 +11,9 @@ algorithm's coordinator side. It is reachable two ways, exactly like the real co
   :class:`dpfl.client.transport.InProcessConnector`;
 - over gRPC on loopback: :func:`start_grpc` serves the same core with ``grpc.aio``.
 
-Tests script misbehaviour through hooks (``setup_hook`` rewrites the setup, ``before_unmask`` runs
-between the masked-input stage and the unmask requests, a seeded ``rng`` repeats the session
-nonce) and by sending raw messages (:meth:`send`, :meth:`next_message`).
+Tests script misbehaviour through hooks (``setup_hook`` rewrites the encoding the setup carries,
+``before_unmask`` runs between the masked-input stage and the unmask requests, a seeded ``rng``
+repeats the session nonce) and by sending raw messages (:meth:`send`, :meth:`next_message`).
 """
 
 from __future__ import annotations
@@ -35,10 +35,11 @@ import numpy as np
 from dpfl.accounting import DpEvent, event_to_json
 from dpfl.learning.algorithms.base import Algorithm, JobPlan, RoundTask
 from dpfl.learning.jobs import JobSpec
+from dpfl.mechanisms import EncodingConfig, decode
 from dpfl.protos import secagg_wire
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.protos.dpfl.v1 import agent_pb2_grpc
-from dpfl.secagg import RoundParameters, ThreatModel, decode
+from dpfl.secagg import RoundParameters, ThreatModel
 from dpfl.secagg import messages as sm
 from dpfl.secagg import server as server_sm
 from dpfl.secagg.errors import ProtocolViolation
@@ -78,6 +79,7 @@ class RoundReport:
     declined: dict[str, str] = field(default_factory=dict)
     errors: dict[str, list[pb.Error]] = field(default_factory=dict)
     params: RoundParameters | None = None
+    encoding: EncodingConfig | None = None
     survivors: frozenset[str] = frozenset()
     aggregate: np.ndarray | None = None
     ring_sum: np.ndarray | None = None
@@ -287,7 +289,7 @@ class ScriptedCoordinator:
         task: RoundTask,
         events: Sequence[DpEvent] | None = None,
         timeout: float = 10.0,
-        setup_hook: Callable[[RoundParameters], RoundParameters] | None = None,
+        setup_hook: Callable[[EncodingConfig], EncodingConfig] | None = None,
         before_unmask: Callable[[ServerReadyToUnmask], Awaitable[None]] | None = None,
         masked_input_hook: Callable[[str], Awaitable[None]] | None = None,
         rng: RandomSource | None = None,
@@ -349,13 +351,14 @@ class ScriptedCoordinator:
             ring_bits=encoding.ring_bits,
             vector_length=task.vector_length,
             min_survivors=probe.min_survivors,
-            encoding=encoding,
         )
         if setup_hook is not None:
-            params = setup_hook(params)
-        report.params = params
+            encoding = setup_hook(encoding)
+        report.params, report.encoding = params, encoding
         state: ServerState
-        state, outbound = server_sm.start_round(job_id=job_id, round=round, params=params, rng=rng)
+        state, outbound = server_sm.start_round(
+            job_id=job_id, round=round, params=params, rng=rng, encoding_json=encoding.to_json()
+        )
         kinds = {
             sm.Stage.ADVERTISE_KEYS: "advertise_keys",
             sm.Stage.SHARE_KEYS: "share_keys",
@@ -389,8 +392,7 @@ class ScriptedCoordinator:
             report.survivors = frozenset(accepted[i] for i in state.survivors.a3)
         else:
             report.ring_sum = state.aggregate
-            assert params.encoding is not None
-            report.aggregate = decode(state.aggregate, config=params.encoding)
+            report.aggregate = decode(state.aggregate, config=encoding)
             report.survivors = frozenset(accepted[i] for i in state.survivors.a3)
         for agent_id in accepted:
             if agent_id in self.sessions:

@@ -20,10 +20,11 @@ import grpc.aio
 
 from dpfl.learning.algorithms.base import AgentData
 from dpfl.learning.algorithms.registry import get_algorithm
+from dpfl.mechanisms import EncodingConfig, encode
 from dpfl.protos import secagg_wire as wire
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.protos.dpfl.v1 import agent_pb2_grpc
-from dpfl.secagg import EncodingConfig, RoundParameters, encode
+from dpfl.secagg import RoundParameters
 from dpfl.secagg import client as secagg_client
 from dpfl.secagg.randomness import SystemRandomSource
 

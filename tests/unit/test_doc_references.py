@@ -27,6 +27,7 @@ SCANNED_DIRS = (
     "docs",
     "examples",
     "learning",
+    "mechanisms",
     "protos",
     "scripts",
     "secagg",

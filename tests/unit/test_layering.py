@@ -5,7 +5,10 @@ and at run time.
   ``server`` and ``client`` never import each other, nothing but ``cli`` imports ``dpfl.cli``,
   and ``cli`` imports of ``dpfl`` only the library API ``dpfl.simulation`` (``api/simulation``),
   which imports neither ``dpfl.cli`` nor the rest of ``dpfl``;
-- ``accounting``, ``secagg`` and ``cmdline`` import no torch, gRPC, protobuf, SQL or web framework;
+- ``accounting``, ``secagg``, ``mechanisms`` and ``cmdline`` import no torch, gRPC, protobuf, SQL
+  or web framework;
+- ``secagg`` holds the protocol alone: it never imports ``mechanisms`` (the DP encoding and noise,
+  which stand on its ring and randomness);
 - ``learning`` imports no transport;
 - ``protos`` imports only grpc/protobuf/numpy and the pure ``secagg`` (to convert its messages).
 """
@@ -37,15 +40,17 @@ HEAVY = (
 MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "accounting": (),
     "secagg": (),
+    "mechanisms": ("secagg",),
     "cmdline": (),
-    "learning": ("accounting", "secagg"),
+    "learning": ("accounting", "secagg", "mechanisms"),
     "protos": ("secagg",),
-    "server": ("accounting", "secagg", "learning", "protos", "cmdline"),
-    "client": ("accounting", "secagg", "learning", "protos", "cmdline"),
+    "server": ("accounting", "secagg", "mechanisms", "learning", "protos", "cmdline"),
+    "client": ("accounting", "secagg", "mechanisms", "learning", "protos", "cmdline"),
     # the ``dpfl`` command is a thin shell over the library API ``dpfl.simulation``
     "cli": (
         "accounting",
         "secagg",
+        "mechanisms",
         "learning",
         "protos",
         "server",
@@ -57,6 +62,7 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
     "api": (
         "accounting",
         "secagg",
+        "mechanisms",
         "learning",
         "protos",
         "server",
@@ -65,7 +71,16 @@ MAY_IMPORT: dict[str, tuple[str, ...]] = {
         "api/simulation",
     ),
     # the simulation library, below both ``dpfl`` and ``dpfl.cli``
-    "api/simulation": ("accounting", "secagg", "learning", "protos", "server", "client", "cmdline"),
+    "api/simulation": (
+        "accounting",
+        "secagg",
+        "mechanisms",
+        "learning",
+        "protos",
+        "server",
+        "client",
+        "cmdline",
+    ),
 }
 
 #: Subpackages of ``api/`` with rules of their own (a row of the package table each).
@@ -78,6 +93,7 @@ _FOLDER_OF = {package: folder for folder, package in CODE_PACKAGES.items()} | SU
 FORBIDDEN_LIBRARIES: dict[str, tuple[str, ...]] = {
     "accounting": HEAVY,
     "secagg": HEAVY,
+    "mechanisms": HEAVY,
     "cmdline": HEAVY,
     "learning": ("grpc", "google.protobuf", "sqlalchemy", "fastapi"),
     "protos": ("torch", "sqlalchemy", "fastapi"),
@@ -160,7 +176,22 @@ def test_the_checker_sees_a_forbidden_import(tmp_path: Path) -> None:
     assert not _forbidden("client", "dpfl.client.gate")
 
 
-@pytest.mark.parametrize("package", ["dpfl.accounting", "dpfl.secagg", "dpfl.cmdline"])
+def test_secagg_holds_the_protocol_alone() -> None:
+    """The protocol sums ring vectors and never learns how they were made: ``secagg`` may not
+    import the mechanisms (encoding, noise), while the mechanisms stand on its ring."""
+    assert _forbidden("secagg", "dpfl.mechanisms")
+    assert _forbidden("secagg", "dpfl.mechanisms.encoding")
+    assert not _forbidden("mechanisms", "dpfl.secagg.randomness")
+    assert _forbidden("mechanisms", "torch")
+    assert _forbidden("mechanisms", "grpc")
+    assert _forbidden("mechanisms", "sqlalchemy.orm")
+    assert _forbidden("mechanisms", "dpfl.learning")
+    assert _violations("secagg") == []
+
+
+@pytest.mark.parametrize(
+    "package", ["dpfl.accounting", "dpfl.secagg", "dpfl.mechanisms", "dpfl.cmdline"]
+)
 def test_pure_packages_do_not_load_heavy_modules(package: str) -> None:
     code = (
         "import importlib, pkgutil, sys\n"

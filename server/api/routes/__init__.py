@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from dpfl.server.api.schemas import ErrorPublic
 
 _DESCRIPTIONS = {
@@ -19,6 +17,6 @@ _DESCRIPTIONS = {
 }
 
 
-def error_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
+def error_responses(*statuses: int) -> dict[int | str, dict[str, object]]:
     """The OpenAPI ``responses`` entries of these error statuses (all ``ErrorPublic``)."""
     return {s: {"model": ErrorPublic, "description": _DESCRIPTIONS[s]} for s in statuses}

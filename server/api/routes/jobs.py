@@ -10,10 +10,11 @@ coordinator).
 from __future__ import annotations
 
 from functools import partial
-from typing import Annotated, Any
+from typing import Annotated
 
 import anyio.to_thread
 from fastapi import APIRouter, HTTPException, Query, Request, Response
+from pydantic import JsonValue
 
 from dpfl.server.api import handlers
 from dpfl.server.api.deps import AdminDep, JobId, JobsDep, SettingsDep, StoreDep
@@ -35,7 +36,7 @@ YAML_TYPES = frozenset(
 #: Both media types carry the same document, so both are described by its schema (a schema
 #: describes the value the body serialises, whatever the syntax): a YAML body that is a mere
 #: string matches no job, and the document's schema says so.
-JOB_BODY: dict[str, Any] = {
+JOB_BODY: dict[str, JsonValue] = {
     "required": True,
     "description": "A job document (see examples/*.yaml), as JSON or YAML.",
     "content": {

@@ -14,8 +14,8 @@ from dpfl.client.checks import SetupRefused, check_setup
 from dpfl.client.gate import InvitationReview
 from dpfl.learning.algorithms.base import CoordinatorData
 from dpfl.learning.algorithms.dp_fedavg import DpFedAvg
+from dpfl.mechanisms import EncodingConfig
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
-from dpfl.secagg import EncodingConfig
 from dpfl.secagg import messages as sm
 from dpfl.secagg.primitives import compute_session_id
 

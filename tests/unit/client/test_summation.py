@@ -15,6 +15,7 @@ from dpfl.client.summation import (
     ModeMismatchError,
     PlainParameters,
     PlainSummation,
+    SecureParameters,
     SecureSummation,
     Summation,
     check_mode,
@@ -22,7 +23,9 @@ from dpfl.client.summation import (
     start_summation,
 )
 from dpfl.learning.algorithms.base import AlgorithmError, TaskParams, parse_contract
-from dpfl.secagg import EncodingConfig, RoundParameters
+from dpfl.mechanisms import EncodingConfig
+from dpfl.mechanisms.noise import NoiseKind, NoiseSpec
+from dpfl.secagg import RoundParameters
 from dpfl.secagg import messages as sm
 from dpfl.secagg import server as server_sm
 from dpfl.secagg.errors import (
@@ -33,7 +36,6 @@ from dpfl.secagg.errors import (
     StaleMessage,
     WrongStage,
 )
-from dpfl.secagg.noise import NoiseKind, NoiseSpec
 from dpfl.secagg.primitives import compute_session_id
 from dpfl.secagg.randomness import SeededRandomSource
 from dpfl.secagg.server_states import ServerCompleted, ServerReadyToUnmask, ServerState
@@ -256,16 +258,55 @@ def test_the_answer_is_the_vector_itself_once() -> None:
 SECURE = RoundParameters(
     num_clients=3, degree=2, threshold=2, ring_bits=16, vector_length=4, min_survivors=2
 )
+SECURE_ENCODING = EncodingConfig(clip=1.0, scale_bits=4, ring_bits=16)
+
+
+def secure_setup(encoding_json: str = SECURE_ENCODING.to_json()) -> sm.SecAggSetup:
+    """Client 0's setup of :data:`SECURE` from the real secagg server, with ``encoding_json``."""
+    rng = SeededRandomSource(b"summation-tests!")
+    _, out = server_sm.start_round(
+        job_id=JOB, round=ROUND, params=SECURE, rng=rng, encoding_json=encoding_json
+    )
+    assert isinstance(out[0].message, sm.AdvertiseKeysRequest)
+    return out[0].message.setup
+
+
+def test_a_masked_setup_carries_the_encoding_beside_the_protocols_parameters() -> None:
+    params = SecureParameters.from_setup(secure_setup())
+    assert params.encoding == SECURE_ENCODING
+    assert RoundParameters.from_setup(secure_setup()) == SECURE
+    assert dataclasses.astuple(params)[:-1] == dataclasses.astuple(SECURE)
+
+
+@pytest.mark.parametrize(
+    ("encoding_json", "error", "match"),
+    [
+        ("", ParameterError, "encoding_json"),
+        ("{", ParameterError, "JSON"),
+        (dataclasses.replace(SECURE_ENCODING, ring_bits=17).to_json(), ParameterError, "differs"),
+        # 3 vectors of bound 2^14 wrap a 16-bit ring
+        (dataclasses.replace(SECURE_ENCODING, scale_bits=14).to_json(), EncodingOverflow, "16"),
+    ],
+)
+def test_a_masked_setup_whose_encoding_does_not_fit_is_refused(
+    encoding_json: str, error: type[Exception], match: str
+) -> None:
+    """The protocol carries the encoding unread, so the agent checks it against the ring and
+    the number of summands itself."""
+    with pytest.raises(error, match=match):
+        SecureParameters.from_setup(secure_setup(encoding_json))
 
 
 def secure_round() -> tuple[ServerState, dict[int, Summation], dict[int, sm.ServerMessage]]:
     """The real secagg server's setup, acknowledged by three agents' summations."""
     rng = SeededRandomSource(b"summation-tests!")
-    server, out = server_sm.start_round(job_id=JOB, round=ROUND, params=SECURE, rng=rng)
+    server, out = server_sm.start_round(
+        job_id=JOB, round=ROUND, params=SECURE, rng=rng, encoding_json=SECURE_ENCODING.to_json()
+    )
     agents: dict[int, Summation] = {}
     for o in out:
         assert isinstance(o.message, sm.AdvertiseKeysRequest)
-        params = RoundParameters.from_setup(o.message.setup)
+        params = SecureParameters.from_setup(o.message.setup)
         agent, reply = start_summation(
             params, o.message, job_id=JOB, round=ROUND, rng=rng.child(f"agent-{o.recipient}")
         )

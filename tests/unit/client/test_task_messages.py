@@ -92,8 +92,10 @@ def setup_request(setup: Setup, round_number: int) -> pb.CoordinatorMessage:
     encoding = setup.algorithm.bind(setup.job, setup.plan).encoding(
         setup.task, participants=2, min_survivors=probe.min_survivors
     )
-    params = dataclasses.replace(probe, ring_bits=encoding.ring_bits, encoding=encoding)
-    _, outbound = server_sm.start_round(job_id=JOB, round=round_number, params=params)
+    params = dataclasses.replace(probe, ring_bits=encoding.ring_bits)
+    _, outbound = server_sm.start_round(
+        job_id=JOB, round=round_number, params=params, encoding_json=encoding.to_json()
+    )
     return secagg_wire.to_coordinator_message(outbound[0].message)
 
 

@@ -75,14 +75,21 @@ def test_keys_are_fresh_every_round(make_world: Callable[..., Any]) -> None:
             lambda r: dataclasses.replace(r, setup=dataclasses.replace(r.setup, vector_length=5)),
             "expected 5",
         ),
-        (
-            lambda r: dataclasses.replace(r, setup=dataclasses.replace(r.setup, encoding_json="{")),
-            "JSON",
-        ),
     ],
 )
 def test_bad_setup_aborts(world: Any, change: Callable, match: str) -> None:  # type: ignore[type-arg]
     _aborted(world, ME, change(world.requests[ME]), match)
+
+
+def test_the_setups_encoding_json_is_carried_unread(world: Any) -> None:
+    """How the inputs were made is the application's agreement with its clients: the protocol
+    answers a setup whatever its ``encoding_json`` holds (the agent checks it:
+    tests/unit/client/test_summation.py)."""
+    request = world.requests[ME]
+    odd = dataclasses.replace(request, setup=dataclasses.replace(request.setup, encoding_json="{"))
+    state, reply = client.step(world.clients[ME], odd)
+    assert isinstance(state, ClientKeysAdvertised)
+    assert reply is not None
 
 
 # -- headers: stale, wrong stage, duplicate -------------------------------------------------------
@@ -411,48 +418,3 @@ def test_signed_inputs_given_before_the_setup(make_world: Callable[..., Any]) ->
     world.advance(4)
     expected = (7 * signed[0]) % (1 << 16)
     assert world.server.aggregate.tolist() == expected.tolist()
-
-
-def test_real_inputs_encoded_with_the_rounds_encoding_sum_to_the_real_total() -> None:
-    """The agent's path: each real vector is encoded (clip, scale, round, noise share) with the
-    round's encoding and attached as a ring vector; the decoded aggregate is the real sum."""
-    from dpfl.secagg import (
-        EncodingConfig,
-        NoiseSpec,
-        RoundParameters,
-        SeededRandomSource,
-        decode,
-        encode,
-    )
-    from dpfl.secagg import server as srv
-
-    encoding = EncodingConfig.for_summands(
-        clip=10.0, scale_bits=10, summands=5, noise=NoiseSpec.skellam(mu=2.0)
-    )
-    params = RoundParameters(
-        num_clients=5,
-        degree=4,
-        threshold=3,
-        ring_bits=encoding.ring_bits,
-        vector_length=3,
-        min_survivors=5,
-        encoding=encoding,
-    )
-    rng = SeededRandomSource(b"real-valued-inputs")
-    state, out = srv.start_round(job_id="j", round=0, params=params, rng=rng)
-    clients = {i: client.new_client(job_id="j", round=0, rng=rng.child(str(i))) for i in range(5)}
-    for stage in range(4):
-        for o in out:
-            i = o.recipient
-            if stage == 2:
-                stream = rng.child(f"agent-{i}").stream("encode")
-                encoded = encode([1.0, -2.0, 0.5 * i], config=encoding, stream=stream)
-                clients[i] = client.with_input(clients[i], encoded)
-            clients[i], reply = client.step(clients[i], o.message)
-            state = srv.receive(state, i, reply)
-        state, out = srv.close_stage(state)
-        if isinstance(state, srv.ServerReadyToUnmask):
-            state, out = srv.begin_unmask(state)
-    total = decode(state.aggregate, config=encoding)
-    noise = 10 * encoding.noise.summed_std(5) * 2.0**-10 + 5 * 2.0**-10
-    assert np.all(np.abs(total - [5.0, -10.0, 5.0]) <= noise)

@@ -9,8 +9,9 @@ from support.algorithm_harness import make_job
 from dpfl.learning.algorithms.base import CoordinatorState
 from dpfl.learning.algorithms.dp_fedavg import DpFedAvg
 from dpfl.learning.rounds.state import Summation, SumSetup
-from dpfl.secagg import EncodingConfig, RoundParameters
-from dpfl.secagg.noise import NoiseKind, NoiseSpec
+from dpfl.mechanisms import EncodingConfig
+from dpfl.mechanisms.noise import NoiseKind, NoiseSpec
+from dpfl.secagg import RoundParameters
 from dpfl.server.errors import LedgerIntegrityError
 from dpfl.server.orchestrator.sampling import AttemptSample
 from dpfl.server.orchestrator.state import plan_record, round_record, with_summation

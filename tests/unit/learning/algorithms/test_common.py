@@ -13,7 +13,8 @@ from pydantic import Field
 from dpfl.accounting import GaussianEvent, PoissonSampledEvent, SelfComposedEvent
 from dpfl.learning.algorithms import common
 from dpfl.learning.algorithms.base import AlgorithmError, Contract, parse_contract
-from dpfl.secagg import EncodingConfig, NoiseKind, SeededRandomSource
+from dpfl.mechanisms import EncodingConfig, NoiseKind
+from dpfl.secagg import SeededRandomSource
 
 
 def _stream(label: str = "s"):

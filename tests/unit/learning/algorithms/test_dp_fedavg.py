@@ -26,7 +26,8 @@ from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.models import build_model
 from dpfl.learning.params import flatten_parameters, model_from_bytes
 from dpfl.learning.training import local_update
-from dpfl.secagg import EncodingConfig, NoiseKind, NoiseSpec, SeededRandomSource
+from dpfl.mechanisms import EncodingConfig, NoiseKind, NoiseSpec
+from dpfl.secagg import SeededRandomSource
 
 POPULATION = [f"agent-{i:03d}" for i in range(100)]
 

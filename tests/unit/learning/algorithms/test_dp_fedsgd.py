@@ -40,7 +40,8 @@ from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.jobs import parse_job
 from dpfl.learning.models import build_model
 from dpfl.learning.params import flatten_parameters, model_from_bytes
-from dpfl.secagg import EncodingConfig, NoiseSpec, SeededRandomSource, centre
+from dpfl.mechanisms import EncodingConfig, NoiseSpec, centre
+from dpfl.secagg import SeededRandomSource
 
 AGENTS = [f"agent-{i:04d}" for i in range(10)]
 

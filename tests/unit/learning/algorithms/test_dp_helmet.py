@@ -35,7 +35,8 @@ from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.data import load_dataset
 from dpfl.learning.jobs import parse_job
 from dpfl.learning.params import read_model_bytes
-from dpfl.secagg import EncodingConfig, NoiseSpec, SeededRandomSource, centre, encode
+from dpfl.mechanisms import EncodingConfig, NoiseSpec, centre, encode
+from dpfl.secagg import SeededRandomSource
 
 AGENTS = [f"agent-{i:04d}" for i in range(10)]
 

@@ -21,10 +21,10 @@ from dpfl.accounting import SkellamEvent, rdp_curve
 from dpfl.learning.algorithms.base import AlgorithmError
 from dpfl.learning.algorithms.common import per_agent_noise, ring_encoding
 from dpfl.learning.algorithms.release import restore_dropped_noise
+from dpfl.mechanisms.encoding import EncodingConfig, centre, encode
+from dpfl.mechanisms.noise import NoiseKind
 from dpfl.secagg import RoundParameters, SeededRandomSource, ThreatModel, simulate
-from dpfl.secagg.encoding import centre, encode
 from dpfl.secagg.messages import Stage
-from dpfl.secagg.noise import NoiseKind
 
 DIMENSION = 19_178  # the MNIST cnn
 DROPOUT = 0.2  # both N = 10 and N = 9 then allow one dropout (min_survivors 8)
@@ -34,7 +34,7 @@ MU = (Z * SHIFT) ** 2 / 2.0  # the charged event's Skellam parameter
 ORDERS = (2.0, 4.0)
 
 
-def _share(accepted: int) -> tuple[float, RoundParameters]:
+def _share(accepted: int) -> tuple[float, RoundParameters, EncodingConfig]:
     probe = RoundParameters.choose(
         num_clients=accepted,
         vector_length=DIMENSION,
@@ -60,18 +60,16 @@ def _share(accepted: int) -> tuple[float, RoundParameters]:
         ring_bits=encoding.ring_bits,
         vector_length=DIMENSION,
         min_survivors=probe.min_survivors,
-        encoding=encoding,
     )
-    return noise.parameter, params
+    encoding.check_round(ring_bits=params.ring_bits, summands=accepted)
+    return noise.parameter, params, encoding
 
 
 def _released_shares(accepted: int, *, seed: bytes) -> float:
     """The noise of the released sum, in shares: ``accepted`` agents encode the zero vector, the
     last drops before its masked input, and the round drivers' restoration runs."""
-    share, params = _share(accepted)
+    share, params, encoding = _share(accepted)
     assert params.min_survivors <= accepted - 1  # the dropout is allowed
-    encoding = params.encoding
-    assert encoding is not None
     rng = SeededRandomSource(seed)
     vectors = [
         encode(np.zeros(DIMENSION), config=encoding, stream=rng.child(f"agent/{i}").stream("x"))
@@ -108,8 +106,8 @@ def test_one_dropout_in_the_cnn_dimension_costs_no_more_than_the_charge() -> Non
     and their exact divergence, shift and scale together, stays below the charged Skellam
     event's RDP. The same pair without the restoration (9 and 8 shares) is the issue's
     counterexample: its scale term alone (1.50 at α = 2, 3.05 at α = 4) exceeds the charge."""
-    share_with, _ = _share(10)
-    share_without, _ = _share(9)
+    share_with, _, _ = _share(10)
+    share_without, _, _ = _share(9)
     with_agent = round(_released_shares(10, seed=b"with-the-agent-present"))
     without_agent = round(_released_shares(9, seed=b"without-the-agent-at-all"))
     assert (with_agent, without_agent) == (10, 9)
@@ -128,9 +126,7 @@ def test_one_dropout_in_the_cnn_dimension_costs_no_more_than_the_charge() -> Non
 
 
 def test_counts_outside_the_accepted_agents_are_refused() -> None:
-    _, params = _share(3)
-    encoding = params.encoding
-    assert encoding is not None
+    _, _, encoding = _share(3)
     total = np.zeros(4, dtype=np.uint64)
     stream = SeededRandomSource(b"restoration-counts").stream("y")
     with pytest.raises(AlgorithmError, match="summed 4 must lie in"):

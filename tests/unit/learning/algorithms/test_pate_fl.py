@@ -26,7 +26,7 @@ from dpfl.learning.algorithms import teachers
 from dpfl.learning.algorithms.base import AgentData, AlgorithmError, CoordinatorData, JobPlan
 from dpfl.learning.algorithms.pate_fl import ALGORITHM, batch_sizes, vote_sensitivities
 from dpfl.learning.algorithms.registry import get_algorithm
-from dpfl.secagg import EncodingConfig, NoiseSpec
+from dpfl.mechanisms import EncodingConfig, NoiseSpec
 
 AGENTS = [f"agent-{i}" for i in range(10)]
 

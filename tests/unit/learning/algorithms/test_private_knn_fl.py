@@ -28,7 +28,8 @@ from dpfl.learning.algorithms.private_knn_fl import (
     neighbours_of,
 )
 from dpfl.learning.algorithms.registry import get_algorithm
-from dpfl.secagg import EncodingConfig, NoiseSpec, SeededRandomSource, centre, encode
+from dpfl.mechanisms import EncodingConfig, NoiseSpec, centre, encode
+from dpfl.secagg import SeededRandomSource
 
 AGENTS = [f"agent-{i}" for i in range(10)]
 

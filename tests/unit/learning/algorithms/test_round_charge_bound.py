@@ -26,8 +26,8 @@ from dpfl.learning.algorithms.adaptive_clip import (
     read_sum,
 )
 from dpfl.learning.algorithms.common import per_agent_noise
+from dpfl.mechanisms.noise import NoiseKind
 from dpfl.secagg import RoundParameters, ThreatModel
-from dpfl.secagg.noise import NoiseKind
 
 # integer orders of the ledger's grid where the tilted pmf stays inside float range at z ≥ 0.8
 CHECKED_ORDERS = (2, 3, 4, 6, 8, 12, 16)

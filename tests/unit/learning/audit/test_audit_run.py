@@ -14,7 +14,7 @@ from dpfl.learning.algorithms.base import AlgorithmError
 from dpfl.learning.audit import run_audit
 from dpfl.learning.audit.synthetic import synthetic_federation
 from dpfl.learning.jobs import parse_job
-from dpfl.secagg.noise import NoiseSpec
+from dpfl.mechanisms.noise import NoiseSpec
 
 SEED = b"dpfl-audit-test-seed-0001"
 

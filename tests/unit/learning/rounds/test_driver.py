@@ -39,8 +39,10 @@ from dpfl.learning.rounds import (
     run_round,
 )
 from dpfl.learning.rounds.state import Commitment
-from dpfl.secagg import SeededRandomSource, encode
+from dpfl.mechanisms import EncodingConfig, encode
+from dpfl.secagg import RoundParameters, SeededRandomSource
 from dpfl.secagg import server as secagg_server
+from dpfl.secagg.errors import EncodingOverflow, ParameterError
 from dpfl.secagg.messages import Stage
 from dpfl.secagg.randomness import RandomStream
 from dpfl.secagg.server_states import ServerReadyToUnmask
@@ -261,3 +263,21 @@ def test_a_sample_too_small_for_an_algorithm_without_sampling_credit_is_skipped(
     assert end.reason == "1 clients sampled, a round needs 2: skipped"
     assert ledger.commitments == []
     assert cohort.setups == []
+
+
+def test_a_secure_setup_holds_only_an_encoding_that_fits_its_parameters() -> None:
+    """The encoding travels beside secure aggregation's parameters, which never read it: the
+    round setup refuses an encoding of another ring, or one that n vectors could wrap, so no
+    agent is ever set up with it."""
+    params = RoundParameters(
+        num_clients=3, degree=2, threshold=2, ring_bits=16, vector_length=4, min_survivors=2
+    )
+    fits = EncodingConfig(clip=1.0, scale_bits=4, ring_bits=16)
+    agents = tuple(AGENTS[:3])
+    assert SumSetup(Summation.SECURE, agents, 4, fits, params).encoding == fits
+    with pytest.raises(ParameterError, match=r"encoding ring \(17 bits\) differs"):
+        SumSetup(Summation.SECURE, agents, 4, dataclasses.replace(fits, ring_bits=17), params)
+    with pytest.raises(EncodingOverflow, match="too small for 3 summands"):
+        SumSetup(Summation.SECURE, agents, 4, dataclasses.replace(fits, scale_bits=14), params)
+    # the plain summation's agents check their own share (min_survivors = 1) on receipt
+    assert SumSetup(Summation.PLAIN, agents[:1], 4, fits).params is None

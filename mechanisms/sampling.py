@@ -17,8 +17,8 @@ from fractions import Fraction
 import numpy as np
 import numpy.typing as npt
 
-from .errors import ParameterError
-from .randomness import RandomStream
+from dpfl.secagg.errors import ParameterError
+from dpfl.secagg.randomness import RandomStream
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]

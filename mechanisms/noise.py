@@ -6,7 +6,7 @@ Skellam, so the summed noise is exactly what the accountant analyses; the discre
 share of the total (:meth:`NoiseSpec.skellam_share`, :meth:`NoiseSpec.discrete_gaussian_share`;
 docs/algorithms.md#distributed-noise-rule). Poisson variates come from exact rejection against a
 discrete Laplace proposal, every acceptance decided exactly by
-:func:`dpfl.secagg.sampling.bernoulli_exp`, in batches (docs/secagg.md#integer-noise).
+:func:`dpfl.mechanisms.sampling.bernoulli_exp`, in batches (docs/mechanisms.md#integer-noise).
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ParameterError
-from .randomness import RandomStream
+from dpfl.secagg.errors import ParameterError
+from dpfl.secagg.randomness import RandomStream
+
 from .sampling import FloatArray, IntArray, bernoulli_exp, discrete_laplace, discrete_laplace_floats
 
 MAX_POISSON_MEAN = 2.0**50

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from dpfl.secagg.encoding import clip_l2, norm_at_most
+from dpfl.mechanisms.encoding import clip_l2, norm_at_most
 
 
 def _reference_norm(v: np.ndarray) -> float:

@@ -1,4 +1,4 @@
-"""The fast exact Skellam path (docs/secagg.md#fast-exact-skellam-sampling): the same samples as
+"""The fast exact Skellam path (docs/mechanisms.md#fast-exact-skellam-sampling): the same samples as
 the straightforward sampler, the Skellam law at small and huge μ, sound float decisions."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pytest
 from scipy import stats
 from support import noise_reference as reference
 
-from dpfl.secagg import noise, sampling
-from dpfl.secagg.noise import poisson, skellam
+from dpfl.mechanisms import noise, sampling
+from dpfl.mechanisms.noise import poisson, skellam
+from dpfl.mechanisms.sampling import _SCALE, discrete_laplace
 from dpfl.secagg.randomness import RandomStream, SeededRandomSource
-from dpfl.secagg.sampling import _SCALE, discrete_laplace
 
 SOURCE = SeededRandomSource(b"fast-noise-tests")
 

@@ -5,7 +5,7 @@ Conditional stochastic rounding makes Δ₂ an exact L2 sensitivity of one agent
 (:meth:`EncodingConfig.rounded_l2_bound`), and :func:`bit_budget` picks the smallest ring in
 which N vectors plus κ = 10 standard deviations of their summed noise cannot wrap
 (:meth:`EncodingConfig.check_no_wrap` refuses any that could). Formulas:
-docs/secagg.md#encoding-for-secure-aggregation.
+docs/mechanisms.md#encoding-for-secure-aggregation.
 """
 
 from __future__ import annotations
@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .errors import EncodingOverflow, ParameterError, SecAggError
+from dpfl.secagg.errors import EncodingOverflow, ParameterError, SecAggError
+from dpfl.secagg.prg import MAX_RING_BITS
+from dpfl.secagg.randomness import RandomStream
+
 from .noise import NoiseSpec
-from .prg import MAX_RING_BITS
-from .randomness import RandomStream
 
 DEFAULT_KAPPA = 10.0
 #: DDG's default failure probability of one rounding attempt (about 2.5 attempts on average).
@@ -180,6 +181,21 @@ class EncodingConfig:
                 f"(bound {self.coordinate_bound}, summed noise std "
                 f"{self.noise.summed_std(summands):.3g}, κ={kappa}): {need} bits needed"
             )
+
+    def check_round(self, *, ring_bits: int, summands: int, kappa: float = DEFAULT_KAPPA) -> None:
+        """Refuse this config for a summation over Z_{2^ring_bits} of ``summands`` vectors: the
+        summation's ring must be the encoding's, and the sum must not wrap it. Whoever puts an
+        encoding beside a summation's parameters (the round setup, the agent reading it) calls
+        this, since the summation itself only adds ring elements.
+
+        Raises:
+            ParameterError: another ring. EncodingOverflow: the sum could wrap.
+        """
+        if self.ring_bits != ring_bits:
+            raise ParameterError(
+                f"encoding ring ({self.ring_bits} bits) differs from the round's ({ring_bits} bits)"
+            )
+        self.check_no_wrap(summands, kappa=kappa)
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -1,5 +1,5 @@
-"""Exact integer noise samplers (docs/secagg.md#integer-noise): distributions, the exact fallback,
-the specs."""
+"""Exact integer noise samplers (docs/mechanisms.md#integer-noise): distributions, the exact
+fallback, the specs."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dpfl.secagg.errors import ParameterError
-from dpfl.secagg.noise import (
+from dpfl.mechanisms.noise import (
     NoiseKind,
     NoiseSpec,
     _exact_pmf_ratio,
@@ -20,8 +19,9 @@ from dpfl.secagg.noise import (
     poisson,
     skellam,
 )
+from dpfl.mechanisms.sampling import bernoulli_exp, discrete_laplace
+from dpfl.secagg.errors import ParameterError
 from dpfl.secagg.randomness import RandomStream, SeededRandomSource
-from dpfl.secagg.sampling import bernoulli_exp, discrete_laplace
 
 SOURCE = SeededRandomSource(b"noise-tests-seed")
 

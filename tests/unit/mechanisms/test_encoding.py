@@ -1,4 +1,4 @@
-"""Ring encoding (docs/secagg.md#encoding-for-secure-aggregation, #encoding): round trip, bit
+"""Ring encoding (docs/mechanisms.md#encoding-for-secure-aggregation): round trip, bit
 budget, no wrap, unbiased rounding."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from dpfl.secagg.encoding import (
+from dpfl.mechanisms.encoding import (
     EncodingConfig,
     bit_budget,
     centre,
@@ -18,8 +18,10 @@ from dpfl.secagg.encoding import (
     stochastic_round,
     to_ring,
 )
+from dpfl.mechanisms.noise import NoiseSpec
+from dpfl.secagg import RoundParameters, client
+from dpfl.secagg import server as srv
 from dpfl.secagg.errors import EncodingOverflow, ParameterError
-from dpfl.secagg.noise import NoiseSpec
 from dpfl.secagg.randomness import SeededRandomSource
 
 SOURCE = SeededRandomSource(b"encoding-tests!!")
@@ -188,7 +190,7 @@ def test_invalid_configs(kwargs: dict[str, object]) -> None:
 
 
 def test_norm_check_is_exact_at_the_boundary() -> None:
-    from dpfl.secagg.encoding import norm_at_most
+    from dpfl.mechanisms.encoding import norm_at_most
 
     z = np.array([3, 4], dtype=np.int64)  # norm exactly 5
     assert norm_at_most(z, 5.0)
@@ -196,3 +198,50 @@ def test_norm_check_is_exact_at_the_boundary() -> None:
     big = np.full(10_000, 2**20, dtype=np.int64)  # norm exactly 2^20 · 100
     assert norm_at_most(big, 100.0 * 2**20)
     assert not norm_at_most(big, math.nextafter(100.0 * 2**20, 0.0))
+
+
+def test_real_inputs_encoded_with_the_rounds_encoding_sum_to_the_real_total() -> None:
+    """The agent's path: each real vector is encoded (clip, scale, round, noise share) with the
+    round's encoding and attached as a ring vector to secure aggregation, which sums it unread;
+    the decoded aggregate is the real sum."""
+    encoding = EncodingConfig.for_summands(
+        clip=10.0, scale_bits=10, summands=5, noise=NoiseSpec.skellam(mu=2.0)
+    )
+    params = RoundParameters(
+        num_clients=5,
+        degree=4,
+        threshold=3,
+        ring_bits=encoding.ring_bits,
+        vector_length=3,
+        min_survivors=5,
+    )
+    encoding.check_round(ring_bits=params.ring_bits, summands=params.num_clients)
+    rng = SeededRandomSource(b"real-valued-inputs")
+    state, out = srv.start_round(job_id="j", round=0, params=params, rng=rng)
+    clients = {i: client.new_client(job_id="j", round=0, rng=rng.child(str(i))) for i in range(5)}
+    for stage in range(4):
+        for o in out:
+            i = o.recipient
+            if stage == 2:
+                stream = rng.child(f"agent-{i}").stream("encode")
+                encoded = encode([1.0, -2.0, 0.5 * i], config=encoding, stream=stream)
+                clients[i] = client.with_input(clients[i], encoded)
+            clients[i], reply = client.step(clients[i], o.message)
+            state = srv.receive(state, i, reply)
+        state, out = srv.close_stage(state)
+        if isinstance(state, srv.ServerReadyToUnmask):
+            state, out = srv.begin_unmask(state)
+    total = decode(state.aggregate, config=encoding)
+    noise = 10 * encoding.noise.summed_std(5) * 2.0**-10 + 5 * 2.0**-10
+    assert np.all(np.abs(total - [5.0, -10.0, 5.0]) <= noise)
+
+
+def test_an_encoding_fits_a_round_only_in_its_ring_and_without_wrapping() -> None:
+    """Whoever puts an encoding beside a summation's parameters checks both (the protocol only
+    adds ring elements)."""
+    config = EncodingConfig.for_summands(clip=1.0, scale_bits=8, summands=4)
+    config.check_round(ring_bits=config.ring_bits, summands=4)
+    with pytest.raises(ParameterError, match=r"encoding ring \(\d+ bits\) differs"):
+        config.check_round(ring_bits=config.ring_bits + 1, summands=4)
+    with pytest.raises(EncodingOverflow, match="too small for 400 summands"):
+        config.check_round(ring_bits=config.ring_bits, summands=400)
