@@ -16,7 +16,7 @@ import itertools
 import numpy as np
 
 from dpfl.learning.algorithms.dp_helmet import ALGORITHM
-from dpfl.learning.algorithms.helmet_training import augment_and_clip, predict, train
+from dpfl.learning.algorithms.parts.helmet_training import augment_and_clip, predict, train
 from dpfl.learning.data import load_dataset
 from dpfl.learning.jobs import parse_job
 

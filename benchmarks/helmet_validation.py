@@ -28,8 +28,8 @@ import yaml
 
 from dpfl.learning.algorithms.base import CoordinatorData
 from dpfl.learning.algorithms.dp_helmet import ALGORITHM, DpHelmetJob
-from dpfl.learning.algorithms.extractors import build_extractor, fit_artifact, is_learned
-from dpfl.learning.algorithms.helmet_training import augment_and_clip, predict, train
+from dpfl.learning.algorithms.parts.extractors import build_extractor, fit_artifact, is_learned
+from dpfl.learning.algorithms.parts.helmet_training import augment_and_clip, predict, train
 from dpfl.learning.data import Dataset, load_dataset
 from dpfl.learning.data.partition import IidPartition, federate
 from dpfl.learning.jobs import parse_job

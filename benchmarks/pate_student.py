@@ -26,7 +26,7 @@ import torch
 
 from dpfl.accounting import ComposedEvent, DpEvent, compute_epsilon
 from dpfl.learning.algorithms.base import AgentData, CoordinatorData
-from dpfl.learning.algorithms.federation import simulated_federation
+from dpfl.learning.algorithms.parts.data_sizes import simulated_federation
 from dpfl.learning.algorithms.pate_fl import ALGORITHM, PateFlJob
 from dpfl.learning.jobs import load_job
 from dpfl.learning.models import build_model

@@ -1,1 +1,1 @@
-"""The shipped algorithms, one module each, and their helpers; plugins add more (entry points)."""
+"""The contract, the family bases and one module per algorithm; their pieces: ``parts``."""

@@ -1,6 +1,6 @@
 """DP-Fed-LS: DP-FedAvg plus Laplacian smoothing of the noisy aggregate on the coordinator.
 
-Smoothing (:mod:`~dpfl.learning.algorithms.smoothing`) is post-processing, so privacy is
+Smoothing (:mod:`~dpfl.learning.algorithms.parts.smoothing`) is post-processing, so privacy is
 DP-FedAvg's; ``client_sampling: uniform`` draws a fixed-size sample and charges the replace-one
 ``SampledWithoutReplacementEvent`` instead. The paper's closed-form noise bound is reported beside
 the exact calibration, never charged. Details: docs/algorithms.md#dp-fed-ls.
@@ -39,7 +39,7 @@ from dpfl.learning.algorithms.dp_fedavg import (
     mechanism_event,
     noise_total,
 )
-from dpfl.learning.algorithms.smoothing import smooth_pieces
+from dpfl.learning.algorithms.parts.smoothing import smooth_pieces
 from dpfl.learning.jobs import JobSpec
 from dpfl.secagg.randomness import RandomStream
 

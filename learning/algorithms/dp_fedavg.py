@@ -28,19 +28,6 @@ from dpfl.accounting import (
     SelfComposedEvent,
     SkellamEvent,
 )
-from dpfl.learning.algorithms import common
-from dpfl.learning.algorithms.adaptation import DomainAdaptation
-from dpfl.learning.algorithms.adaptive_clip import (
-    CLIP_KEY,
-    AdaptiveClipping,
-    AdaptiveClippingPlan,
-    AdaptiveClippingTask,
-    agent_vector,
-    count_weight,
-    encoding_clip,
-    next_clip,
-    read_sum,
-)
 from dpfl.learning.algorithms.base import (
     AgentData,
     AlgorithmError,
@@ -49,16 +36,6 @@ from dpfl.learning.algorithms.base import (
     JobPlan,
     RoundOutcome,
     RoundTask,
-)
-from dpfl.learning.algorithms.extractors import (
-    FeatureParams,
-)
-from dpfl.learning.algorithms.frozen_features import (
-    FeaturePlanFields,
-    FeatureTaskFields,
-    agent_inputs,
-    front_for,
-    model_input_shape,
 )
 from dpfl.learning.algorithms.model_update import (
     ModelUpdateAgent,
@@ -70,7 +47,28 @@ from dpfl.learning.algorithms.model_update import (
     load_model,
     optimizer_round,
 )
-from dpfl.learning.algorithms.server_optimizers import (
+from dpfl.learning.algorithms.parts import common
+from dpfl.learning.algorithms.parts.adaptation import DomainAdaptation
+from dpfl.learning.algorithms.parts.adaptive_clip import (
+    CLIP_KEY,
+    AdaptiveClipping,
+    AdaptiveClippingPlan,
+    AdaptiveClippingTask,
+    agent_vector,
+    count_weight,
+    encoding_clip,
+    next_clip,
+    read_sum,
+)
+from dpfl.learning.algorithms.parts.extractors import FeatureParams
+from dpfl.learning.algorithms.parts.frozen_features import (
+    FeaturePlanFields,
+    FeatureTaskFields,
+    agent_inputs,
+    front_for,
+    model_input_shape,
+)
+from dpfl.learning.algorithms.parts.server_optimizers import (
     AdaptiveServer,
     MomentumServer,
     ServerOptimizer,
@@ -104,14 +102,14 @@ class DpFedAvgParams(FeatureParams):
 
     ``features`` (default ``identity``) puts a frozen map φ in front of the model, which is then
     sized for φ's output: a learned map is fitted on the public pool and shipped with the model
-    (:mod:`~dpfl.learning.algorithms.frozen_features`).
+    (:mod:`~dpfl.learning.algorithms.parts.frozen_features`).
 
     Local work is ``local_steps`` steps or ``local_epochs`` passes (give one); round r trains at
     ``learning_rate · learning_rate_decay^(r−1)``. The server step is ``server_optimizer``, or,
     when it is not given, FedAvgM from the older ``server_learning_rate`` and
     ``server_momentum`` (momentum 0: plain FedAvg). ``adaptive_clipping`` learns the clip as a
     quantile of the update norms, ``clip`` being the first round's
-    (:mod:`~dpfl.learning.algorithms.adaptive_clip`).
+    (:mod:`~dpfl.learning.algorithms.parts.adaptive_clip`).
     """
 
     clip: float = Field(default=1.0, gt=0)
@@ -411,8 +409,8 @@ class FedAvgCoordinator(ModelUpdateCoordinator[FS, FP, FT]):
 
     def noise_alone_encoding(self, task: RoundTask) -> EncodingConfig:
         """One agent's encoding of a one-agent round: its noise, ``total/(t·(1−δ))``
-        (:func:`~dpfl.learning.algorithms.common.per_agent_noise` with N = m_s = 1), is the law
-        of the N shares' sum in every round without dropouts, whatever N is."""
+        (:func:`~dpfl.learning.algorithms.parts.common.per_agent_noise` with N = m_s = 1), is the
+        law of the N shares' sum in every round without dropouts, whatever N is."""
         if not self.releases_every_sample:
             raise AlgorithmError(
                 f"{self.name} without secure aggregation never releases noise alone"

@@ -2,10 +2,10 @@
 
 Every participant runs the same S, C, p, σ and normaliser B (checked by
 :meth:`DpFedSgd.agent_check`) and sends the exact integer sum of its noisy steps
-(:mod:`~dpfl.learning.algorithms.integer_dpsgd`); the coordinator's update is the mean of the
+(:mod:`~dpfl.learning.algorithms.parts.integer_dpsgd`); the coordinator's update is the mean of the
 agents' local deltas. Whose noise the charge ``SelfComposedEvent(PoissonSampledEvent(p,
 SkellamEvent(μ, Δ₁, Δ₂, d)), S)`` stands for is decided in
-:mod:`~dpfl.learning.algorithms.fedsgd_accounting`: central for S = 1, each agent's own run
+:mod:`~dpfl.learning.algorithms.parts.fedsgd_accounting`: central for S = 1, each agent's own run
 otherwise. Math, modes and ring sizing: docs/algorithms.md#dp-fedsgd.
 The task is :class:`DpFedSgdTask`, the
 plan :class:`DpFedSgdPlan`.
@@ -28,7 +28,6 @@ from dpfl.accounting import (
     compute_epsilon,
     event_to_json,
 )
-from dpfl.learning.algorithms import common
 from dpfl.learning.algorithms.base import (
     AgentData,
     AlgorithmError,
@@ -38,31 +37,6 @@ from dpfl.learning.algorithms.base import (
     RoundOutcome,
 )
 from dpfl.learning.algorithms.dp_fedavg import noise_total
-from dpfl.learning.algorithms.extractors import FeatureParams
-from dpfl.learning.algorithms.federation import mean_local_size
-from dpfl.learning.algorithms.fedsgd_accounting import (
-    CENTRAL,
-    CLAIM_LABEL,
-    SUM_DOMINATING,
-    AccountingMode,
-    accounting_mode,
-    agent_event,
-    agent_noise_floor,
-    shares_noise,
-)
-from dpfl.learning.algorithms.frozen_features import (
-    FeaturePlanFields,
-    FeatureTaskFields,
-    agent_inputs,
-    front_for,
-    model_input_shape,
-)
-from dpfl.learning.algorithms.integer_dpsgd import (
-    integer_dp_sgd,
-    required_ring_bits,
-    step_event,
-    step_sensitivities,
-)
 from dpfl.learning.algorithms.model_update import (
     ModelUpdateAgent,
     ModelUpdateAlgorithm,
@@ -72,7 +46,33 @@ from dpfl.learning.algorithms.model_update import (
     initial_model_state,
     optimizer_round,
 )
-from dpfl.learning.algorithms.server_optimizers import (
+from dpfl.learning.algorithms.parts import common
+from dpfl.learning.algorithms.parts.data_sizes import mean_local_size
+from dpfl.learning.algorithms.parts.extractors import FeatureParams
+from dpfl.learning.algorithms.parts.fedsgd_accounting import (
+    CENTRAL,
+    CLAIM_LABEL,
+    SUM_DOMINATING,
+    AccountingMode,
+    accounting_mode,
+    agent_event,
+    agent_noise_floor,
+    shares_noise,
+)
+from dpfl.learning.algorithms.parts.frozen_features import (
+    FeaturePlanFields,
+    FeatureTaskFields,
+    agent_inputs,
+    front_for,
+    model_input_shape,
+)
+from dpfl.learning.algorithms.parts.integer_dpsgd import (
+    integer_dp_sgd,
+    required_ring_bits,
+    step_event,
+    step_sensitivities,
+)
+from dpfl.learning.algorithms.parts.server_optimizers import (
     AdaptiveServer,
     MomentumServer,
     ServerOptimizer,
@@ -194,7 +194,7 @@ class DpFedSgdPlan(ModelUpdatePlan, FeaturePlanFields):
     def guaranteed_round_event(self) -> DpEvent:
         """What a participant is charged for one round: :meth:`claimed_round_event`, or in the
         sum-dominating mode the same S steps of its own share ``agent_noise`` alone
-        (:func:`~dpfl.learning.algorithms.fedsgd_accounting.agent_event`)."""
+        (:func:`~dpfl.learning.algorithms.parts.fedsgd_accounting.agent_event`)."""
         d = self
         (event,) = agent_event(
             (self.claimed_round_event(),),
@@ -231,7 +231,7 @@ class DpFedSgdTask(ModelUpdateTask, FeatureTaskFields):
 
     @property
     def mode(self) -> str:
-        """The accounting mode (:mod:`~dpfl.learning.algorithms.fedsgd_accounting`)."""
+        """The accounting mode (:mod:`~dpfl.learning.algorithms.parts.fedsgd_accounting`)."""
         return accounting_mode(
             accounting=self.accounting,
             local_steps=self.local_steps,
@@ -444,7 +444,7 @@ class DpFedSgdAgent(ModelUpdateAgent[DpFedSgdTask]):
         local-DP event of this agent's own noise share (``agent_noise``, checked against the
         round's encoding by :meth:`check`; the coordinator announces the same event):
         what this agent's view proves
-        (:func:`~dpfl.learning.algorithms.fedsgd_accounting.agent_event`). The record sampling
+        (:func:`~dpfl.learning.algorithms.parts.fedsgd_accounting.agent_event`). The record sampling
         is the agent's own, so the amplification stays.
 
         Raises:
@@ -520,7 +520,7 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
 
     @staticmethod
     def _mode(job: DpFedSgdJob) -> AccountingMode:
-        """The job's accounting mode (:mod:`~dpfl.learning.algorithms.fedsgd_accounting`)."""
+        """The job's accounting mode (:mod:`~dpfl.learning.algorithms.parts.fedsgd_accounting`)."""
         return accounting_mode(
             accounting=job.privacy.accounting,
             local_steps=job.params.local_steps,

@@ -1,7 +1,7 @@
 """DP-Helmet: one-shot secure averaging of locally trained private linear models.
 
 One round: each agent trains K linear models on fixed public features, one-vs-rest or one
-softmax block (:mod:`~dpfl.learning.algorithms.helmet_training`), and sends the K×(p+1) block
+softmax block (:mod:`~dpfl.learning.algorithms.parts.helmet_training`), and sends the K×(p+1) block
 with its noise share; the coordinator's average of the sum is the model. One-vs-rest, every
 participant is charged K class releases of sensitivity ``2c/(MΛ)`` (one record;
 docs/accounting.md#dp-helmet-record-level-sensitivity) or ``2R`` (an agent's data set); softmax,
@@ -29,7 +29,6 @@ from dpfl.accounting import (
     SkellamEvent,
     simple_gaussian_epsilon,
 )
-from dpfl.learning.algorithms import common
 from dpfl.learning.algorithms.base import (
     AgentData,
     AlgorithmError,
@@ -39,7 +38,16 @@ from dpfl.learning.algorithms.base import (
     RoundOutcome,
     RoundTask,
 )
-from dpfl.learning.algorithms.extractors import (
+from dpfl.learning.algorithms.model_update import (
+    ModelUpdateAgent,
+    ModelUpdateAlgorithm,
+    ModelUpdateCoordinator,
+    ModelUpdatePlan,
+    ModelUpdateTask,
+)
+from dpfl.learning.algorithms.parts import common
+from dpfl.learning.algorithms.parts.data_sizes import smallest_local_size
+from dpfl.learning.algorithms.parts.extractors import (
     SHA256_PATTERN,
     FeatureParams,
     LearnedFeature,
@@ -48,8 +56,7 @@ from dpfl.learning.algorithms.extractors import (
     fit_artifact,
     is_learned,
 )
-from dpfl.learning.algorithms.federation import smallest_local_size
-from dpfl.learning.algorithms.helmet_training import (
+from dpfl.learning.algorithms.parts.helmet_training import (
     Loss,
     augment_and_clip,
     model_bytes,
@@ -59,13 +66,6 @@ from dpfl.learning.algorithms.helmet_training import (
     ring_scale_bits,
     sensitivity,
     train,
-)
-from dpfl.learning.algorithms.model_update import (
-    ModelUpdateAgent,
-    ModelUpdateAlgorithm,
-    ModelUpdateCoordinator,
-    ModelUpdatePlan,
-    ModelUpdateTask,
 )
 from dpfl.learning.jobs import JobSpec, ModelUpdateJob
 from dpfl.mechanisms.encoding import EncodingConfig

@@ -24,7 +24,6 @@ from pydantic import Field
 from typing_extensions import TypeVar
 
 from dpfl.accounting import DpEvent
-from dpfl.learning.algorithms import common
 from dpfl.learning.algorithms.base import (
     AgentSide,
     Algorithm,
@@ -40,8 +39,9 @@ from dpfl.learning.algorithms.base import (
     RoundTask,
     TaskParams,
 )
-from dpfl.learning.algorithms.frozen_features import FeatureFront, unpack
-from dpfl.learning.algorithms.server_optimizers import (
+from dpfl.learning.algorithms.parts import common
+from dpfl.learning.algorithms.parts.frozen_features import FeatureFront, unpack
+from dpfl.learning.algorithms.parts.server_optimizers import (
     AdaptiveServer,
     MomentumServer,
     SgdServer,

@@ -2,8 +2,8 @@
 
 This module is how a teacher votes (one-hot or soft) and what one agent's vote can change; the
 coordinator side is :mod:`~dpfl.learning.algorithms.voting`. Teachers are trained once per job
-without DP (:mod:`~dpfl.learning.algorithms.teachers`). Each round charges the summed voters the
-round's queries composed at the data-independent cost; the data-dependent bound is only
+without DP (:mod:`~dpfl.learning.algorithms.parts.teachers`). Each round charges the summed
+voters the round's queries composed at the data-independent cost; the data-dependent bound is only
 informational, because secure aggregation releases the whole noisy histogram
 (docs/algorithms.md#why-no-data-dependent-charge). Sensitivities and charge:
 docs/algorithms.md#pate-fl.
@@ -29,9 +29,9 @@ from dpfl.accounting import (
     SkellamEvent,
     VotingEvent,
 )
-from dpfl.learning.algorithms import common, teachers
-from dpfl.learning.algorithms.adaptation import DomainAdaptation
 from dpfl.learning.algorithms.base import AgentData, AlgorithmError, Contract
+from dpfl.learning.algorithms.parts import common, teachers
+from dpfl.learning.algorithms.parts.adaptation import DomainAdaptation
 from dpfl.learning.algorithms.voting import (
     SOURCE,
     Counts,

@@ -21,7 +21,6 @@ import numpy.typing as npt
 from pydantic import Field, model_validator
 
 from dpfl.accounting import DpEvent, GaussianEvent, SelfComposedEvent, SkellamEvent
-from dpfl.learning.algorithms import common
 from dpfl.learning.algorithms.base import (
     AgentData,
     AlgorithmError,
@@ -29,7 +28,8 @@ from dpfl.learning.algorithms.base import (
     CoordinatorState,
     RoundTask,
 )
-from dpfl.learning.algorithms.extractors import (
+from dpfl.learning.algorithms.parts import common
+from dpfl.learning.algorithms.parts.extractors import (
     SHA256_PATTERN,
     FeatureParams,
     LearnedFeature,

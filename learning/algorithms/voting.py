@@ -22,7 +22,6 @@ from pydantic import Field, model_validator
 from typing_extensions import TypeVar
 
 from dpfl.accounting import ComposedEvent, DataDependentVotingEvent, DpEvent, SelfComposedEvent
-from dpfl.learning.algorithms import common
 from dpfl.learning.algorithms.base import (
     AgentSide,
     Algorithm,
@@ -38,6 +37,7 @@ from dpfl.learning.algorithms.base import (
     RoundTask,
     TaskParams,
 )
+from dpfl.learning.algorithms.parts import common
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpec, VotingJob
 from dpfl.mechanisms.encoding import EncodingConfig

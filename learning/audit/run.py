@@ -37,7 +37,7 @@ from dpfl.learning.algorithms.base import (
 from dpfl.learning.algorithms.dp_fedavg import FedAvgFamily
 from dpfl.learning.algorithms.dp_fedsgd import DpFedSgd
 from dpfl.learning.algorithms.dp_helmet import DpHelmet
-from dpfl.learning.algorithms.federation import simulated_federation
+from dpfl.learning.algorithms.parts.data_sizes import simulated_federation
 from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.algorithms.voting import VotingAlgorithm
 from dpfl.learning.audit import fedavg, fedsgd, helmet, voting

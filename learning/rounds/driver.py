@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpfl.learning.algorithms.base import CoordinatorState, RoundCharge, RoundTask
-from dpfl.learning.algorithms.release import (
+from dpfl.learning.algorithms.parts.sample_release import (
     Release,
     minimum_accepted,
     release_for,

@@ -18,7 +18,7 @@ from dpfl.learning.algorithms.base import (
     RoundOutcome,
     RoundTask,
 )
-from dpfl.learning.algorithms.release import Release
+from dpfl.learning.algorithms.parts.sample_release import Release
 from dpfl.learning.jobs import JobSpec
 from dpfl.mechanisms import EncodingConfig
 from dpfl.secagg import RoundParameters

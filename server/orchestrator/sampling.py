@@ -4,7 +4,8 @@ The client-sampled charge bounds the release of a sample drawn exactly as its ev
 (docs/accounting.md#client-sampling-every-sample-is-released), so a round draws once and keeps
 the sample across its uncommitted attempts (:func:`attempt_sample`), and, where
 ``Algorithm.releases_every_sample`` holds, never skips a small sample
-(:func:`~dpfl.learning.algorithms.release.release_for`, shared with the audit and the simulations).
+(:func:`~dpfl.learning.algorithms.parts.sample_release.release_for`, shared with the audit and
+the simulations).
 Everything here is a pure function of its arguments and ``Algorithm.select``'s CSPRNG.
 """
 
@@ -14,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dpfl.learning.algorithms.base import AnyCoordinator
-from dpfl.learning.algorithms.release import Release, minimum_accepted, release_for
+from dpfl.learning.algorithms.parts.sample_release import Release, minimum_accepted, release_for
 from dpfl.server.store import Round
 
 __all__ = ["AttemptSample", "Release", "attempt_sample", "minimum_accepted", "release_for"]

@@ -17,9 +17,9 @@ from support.coordination import deadlines, small_job
 from support.stored_rounds import secagg_of
 
 from dpfl.accounting import PoissonSampledEvent, event_from_json
-from dpfl.learning.algorithms import common
 from dpfl.learning.algorithms.base import Algorithm
 from dpfl.learning.algorithms.dp_fedavg import DpFedAvg
+from dpfl.learning.algorithms.parts import common
 from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.secagg.randomness import SeededRandomSource
 from dpfl.simulation import Simulation

@@ -40,7 +40,7 @@ from dpfl.learning.algorithms.base import (
     CoordinatorState,
     JobPlan,
 )
-from dpfl.learning.algorithms.federation import simulated_federation
+from dpfl.learning.algorithms.parts.data_sizes import simulated_federation
 from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.jobs import JobSpec, job_to_dict, parse_job
 from dpfl.learning.rounds import Invitation, RoundJob, SumSetup, run_round

@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from dpfl.cli.sim_report import summary
-from dpfl.learning.algorithms.fedsgd_accounting import CLAIM_LABEL
+from dpfl.learning.algorithms.parts.fedsgd_accounting import CLAIM_LABEL
 from dpfl.simulation import SimulationResult
 from dpfl.simulation.result import Invitations, StopReason
 

@@ -10,14 +10,14 @@ import numpy as np
 import pytest
 
 from dpfl.learning.algorithms.base import AlgorithmError, CoordinatorData
-from dpfl.learning.algorithms.extractors import (
+from dpfl.learning.algorithms.parts.extractors import (
     PublicKMeansParams,
     build_extractor,
     feature_dim,
     feature_spec,
     fit_artifact,
 )
-from dpfl.learning.algorithms.helmet_training import augment_and_clip, predict, train
+from dpfl.learning.algorithms.parts.helmet_training import augment_and_clip, predict, train
 from dpfl.learning.data import load_dataset
 from dpfl.learning.errors import LearningError
 from dpfl.learning.public_features import (

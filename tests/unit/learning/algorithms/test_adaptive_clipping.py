@@ -13,7 +13,10 @@ import pytest
 from support.algorithm_harness import make_job, run_job
 
 from dpfl.accounting import PoissonSampledEvent, SkellamEvent
-from dpfl.learning.algorithms.adaptive_clip import (
+from dpfl.learning.algorithms.base import AlgorithmError, CoordinatorData, CoordinatorState
+from dpfl.learning.algorithms.dp_fed_ls import ALGORITHM as FEDLS
+from dpfl.learning.algorithms.dp_fedavg import ALGORITHM, DpFedAvg, DpFedAvgPlan
+from dpfl.learning.algorithms.parts.adaptive_clip import (
     CLIP_KEY,
     AdaptiveClippingPlan,
     AdaptiveClippingTask,
@@ -23,9 +26,6 @@ from dpfl.learning.algorithms.adaptive_clip import (
     next_clip,
     read_sum,
 )
-from dpfl.learning.algorithms.base import AlgorithmError, CoordinatorData, CoordinatorState
-from dpfl.learning.algorithms.dp_fed_ls import ALGORITHM as FEDLS
-from dpfl.learning.algorithms.dp_fedavg import ALGORITHM, DpFedAvg, DpFedAvgPlan
 from dpfl.learning.jobs import JobSpec, JobSpecError, job_to_dict, parse_job
 from dpfl.learning.models import build_model
 from dpfl.learning.params import flatten_parameters, model_from_bytes

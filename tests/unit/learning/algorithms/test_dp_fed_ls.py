@@ -24,8 +24,8 @@ from dpfl.accounting import (
 )
 from dpfl.learning.algorithms.base import AlgorithmError, CoordinatorData, JobPlan
 from dpfl.learning.algorithms.dp_fed_ls import ALGORITHM, DpFedLs, sample_size, uniform_sample
+from dpfl.learning.algorithms.parts.smoothing import laplacian_smooth, smooth_pieces
 from dpfl.learning.algorithms.registry import get_algorithm
-from dpfl.learning.algorithms.smoothing import laplacian_smooth, smooth_pieces
 from dpfl.learning.models import build_model
 from dpfl.learning.params import flatten_parameters, model_from_bytes, model_signature
 from dpfl.secagg import SeededRandomSource

@@ -23,9 +23,9 @@ from dpfl.accounting import (
 )
 from dpfl.learning.algorithms.base import AgentData, AlgorithmError, CoordinatorData, JobPlan
 from dpfl.learning.algorithms.dp_fedsgd import ALGORITHM, DpFedSgd, required_ring_bits
-from dpfl.learning.algorithms.federation import mean_local_size
-from dpfl.learning.algorithms.fedsgd_accounting import CLAIM_LABEL
-from dpfl.learning.algorithms.integer_dpsgd import (
+from dpfl.learning.algorithms.parts.data_sizes import mean_local_size
+from dpfl.learning.algorithms.parts.fedsgd_accounting import CLAIM_LABEL
+from dpfl.learning.algorithms.parts.integer_dpsgd import (
     _per_sample_gradients,
     clamp,
     clip_rows,

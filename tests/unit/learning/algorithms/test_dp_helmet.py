@@ -21,8 +21,8 @@ from dpfl.accounting import (
 )
 from dpfl.learning.algorithms.base import AgentData, AlgorithmError, CoordinatorData, JobPlan
 from dpfl.learning.algorithms.dp_helmet import ALGORITHM
-from dpfl.learning.algorithms.federation import local_sizes
-from dpfl.learning.algorithms.helmet_training import (
+from dpfl.learning.algorithms.parts.data_sizes import local_sizes
+from dpfl.learning.algorithms.parts.helmet_training import (
     augment_and_clip,
     predict,
     release_sensitivities,

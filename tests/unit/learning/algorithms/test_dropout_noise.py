@@ -19,8 +19,8 @@ from support.renyi_reference import renyi_product
 
 from dpfl.accounting import SkellamEvent, rdp_curve
 from dpfl.learning.algorithms.base import AlgorithmError
-from dpfl.learning.algorithms.common import per_agent_noise, ring_encoding
-from dpfl.learning.algorithms.release import restore_dropped_noise
+from dpfl.learning.algorithms.parts.common import per_agent_noise, ring_encoding
+from dpfl.learning.algorithms.parts.sample_release import restore_dropped_noise
 from dpfl.mechanisms.encoding import EncodingConfig, centre, encode
 from dpfl.mechanisms.noise import NoiseKind
 from dpfl.secagg import RoundParameters, SeededRandomSource, ThreatModel, simulate

@@ -15,8 +15,8 @@ from dpfl.learning.algorithms.base import AgentData, AlgorithmError, Coordinator
 from dpfl.learning.algorithms.dp_fed_ls import ALGORITHM as FEDLS
 from dpfl.learning.algorithms.dp_fedavg import ALGORITHM as FEDAVG
 from dpfl.learning.algorithms.dp_fedsgd import ALGORITHM as FEDSGD
-from dpfl.learning.algorithms.frozen_features import MAGIC, FeatureFront, front_for, unpack
 from dpfl.learning.algorithms.model_update import load_front, load_model
+from dpfl.learning.algorithms.parts.frozen_features import MAGIC, FeatureFront, front_for, unpack
 from dpfl.learning.jobs import parse_job
 from dpfl.learning.params import flatten_parameters
 from dpfl.simulation import simulate_job

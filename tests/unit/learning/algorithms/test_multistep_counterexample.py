@@ -21,7 +21,7 @@ from support.multistep_counterexample import (
 )
 
 from dpfl.accounting import GaussianEvent, SelfComposedEvent, rdp_curve
-from dpfl.learning.algorithms.fedsgd_accounting import SUM_DOMINATING, agent_event
+from dpfl.learning.algorithms.parts.fedsgd_accounting import SUM_DOMINATING, agent_event
 
 ORDERS = (1.5, 2.0, 4.0, 8.0, 32.0)
 

@@ -22,8 +22,8 @@ from dpfl.accounting import (
     event_from_json,
     rdp_curve,
 )
-from dpfl.learning.algorithms import teachers
 from dpfl.learning.algorithms.base import AgentData, AlgorithmError, CoordinatorData, JobPlan
+from dpfl.learning.algorithms.parts import teachers
 from dpfl.learning.algorithms.pate_fl import ALGORITHM, batch_sizes, vote_sensitivities
 from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.mechanisms import EncodingConfig, NoiseSpec

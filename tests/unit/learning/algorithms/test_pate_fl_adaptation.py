@@ -9,8 +9,8 @@ import pytest
 from pydantic import ValidationError
 from support.algorithm_harness import make_pate_job
 
-from dpfl.learning.algorithms import teachers
 from dpfl.learning.algorithms.base import AlgorithmError, CoordinatorData
+from dpfl.learning.algorithms.parts import teachers
 from dpfl.learning.algorithms.pate_fl import ALGORITHM
 from dpfl.learning.params import flatten_parameters
 from dpfl.learning.training import fit_teacher
@@ -108,7 +108,7 @@ def test_default_is_the_plain_teacher(digits_public: Any) -> None:
         raise AssertionError("the plain teacher was cached under its old key")
 
     cached = teachers.teacher_for(task.job_key, key, agents[0].x, agents[0].y, missing)  # type: ignore[attr-defined]
-    from dpfl.learning.algorithms import common
+    from dpfl.learning.algorithms.parts import common
 
     net = common.build_model("mlp", agents[0].input_shape, 10, seed=recipe.seed)
     fit_teacher(

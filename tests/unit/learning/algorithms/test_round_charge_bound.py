@@ -19,13 +19,13 @@ from hypothesis import strategies as st
 from support.renyi_reference import poisson_add_1d, poisson_remove
 
 from dpfl.accounting import ORDERS, PoissonSampledEvent, SkellamEvent, rdp_curve
-from dpfl.learning.algorithms.adaptive_clip import (
+from dpfl.learning.algorithms.parts.adaptive_clip import (
     AdaptiveClippingPlan,
     count_weight,
     encoding_clip,
     read_sum,
 )
-from dpfl.learning.algorithms.common import per_agent_noise
+from dpfl.learning.algorithms.parts.common import per_agent_noise
 from dpfl.mechanisms.noise import NoiseKind
 from dpfl.secagg import RoundParameters, ThreatModel
 

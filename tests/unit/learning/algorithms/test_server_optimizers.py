@@ -12,7 +12,7 @@ from support.algorithm_harness import make_job, run_job
 
 from dpfl.learning.algorithms.base import AlgorithmError, CoordinatorData
 from dpfl.learning.algorithms.dp_fedavg import ALGORITHM, DpFedAvg
-from dpfl.learning.algorithms.server_optimizers import (
+from dpfl.learning.algorithms.parts.server_optimizers import (
     AdaptiveServer,
     MomentumServer,
     SgdServer,

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from support.algorithm_harness import make_pate_job
 
-from dpfl.learning.algorithms import teachers
 from dpfl.learning.algorithms.base import AgentData, AlgorithmError, CoordinatorData
+from dpfl.learning.algorithms.parts import teachers
 from dpfl.learning.algorithms.pate_fl import ALGORITHM as PATE
 from dpfl.learning.algorithms.private_knn_fl import ALGORITHM as KNN
 from dpfl.learning.algorithms.voting import select_queries

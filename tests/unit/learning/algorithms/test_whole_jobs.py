@@ -15,8 +15,8 @@ import pytest
 from support.algorithm_harness import make_job, make_pate_job, run_job
 
 from dpfl.accounting import SelfComposedEvent, compute_epsilon, event_from_json
-from dpfl.learning.algorithms import teachers
 from dpfl.learning.algorithms.dp_fedavg import DpFedAvg
+from dpfl.learning.algorithms.parts import teachers
 from dpfl.secagg import SeededRandomSource
 from dpfl.secagg.messages import Stage
 
@@ -114,10 +114,11 @@ def test_pate_fl_charges_only_the_agents_whose_votes_were_summed() -> None:
 
 @pytest.mark.slow
 def test_dp_fedavg_releases_samples_of_zero_and_one_agents_as_the_coordinator_does() -> None:
-    """The harness follows the coordinator's release policy (``dpfl.learning.algorithms.release``):
-    with q = 0.3 of 4 agents this seed samples 1, 2, 0 and 1 agents. No round is skipped, every
-    agent is charged the sampled event for each of the four rounds, a lone agent is summed in
-    the plain transport carrying the whole noise, and the empty sample releases the noise alone."""
+    """The harness follows the coordinator's release policy
+    (``dpfl.learning.algorithms.parts.sample_release``): with q = 0.3 of 4 agents this seed samples
+    1, 2, 0 and 1 agents. No round is skipped, every agent is charged the sampled event for each of
+    the four rounds, a lone agent is summed in the plain transport carrying the whole noise, and the
+    empty sample releases the noise alone."""
     job = make_job(name="harness-small-samples", rounds=4)
     algorithm = DpFedAvg(random_source=SeededRandomSource(b"harness-small-samples-0"))
     result = run_job(job, num_agents=4, algorithm=algorithm)

@@ -1,8 +1,8 @@
 """The audit releases every sample the way the coordinator does
-(``dpfl.learning.algorithms.release``): for DP-FedAvg, whose charge credits client sampling, a
-round of one real agent is summed with that agent carrying the whole noise and a round without
-real agents releases the noise alone, so no round is skipped and the audit's ledger is the one
-the coordinator's round engine commits. Its client sample is drawn from the audit's seed."""
+(``dpfl.learning.algorithms.parts.sample_release``): for DP-FedAvg, whose charge credits client
+sampling, a round of one real agent is summed with that agent carrying the whole noise and a round
+without real agents releases the noise alone, so no round is skipped and the audit's ledger is the
+one the coordinator's round engine commits. Its client sample is drawn from the audit's seed."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from support.algorithm_harness import make_job
 
 from dpfl.learning.algorithms.dp_fedavg import DpFedAvg
-from dpfl.learning.algorithms.release import Release, release_for
+from dpfl.learning.algorithms.parts.sample_release import Release, release_for
 from dpfl.learning.audit import run_audit
 from dpfl.secagg import SeededRandomSource
 

@@ -25,7 +25,7 @@ from dpfl.learning.algorithms.dp_fedavg import (
     DpFedAvgTask,
     FedAvgCoordinator,
 )
-from dpfl.learning.algorithms.release import Release
+from dpfl.learning.algorithms.parts.sample_release import Release
 from dpfl.learning.rounds import (
     Acceptance,
     Commit,

@@ -201,7 +201,7 @@ async def test_a_claim_that_is_not_a_bound_is_shown_apart_from_the_charged_epsil
     """DP-FedSGD's sum-dominating figure: in the job view as ``claimed_epsilon`` with its
     ``claim`` label, while the ledger (``epsilons``) holds the guaranteed own-share charge."""
     from dpfl.learning.algorithms.dp_fedsgd import ALGORITHM
-    from dpfl.learning.algorithms.fedsgd_accounting import CLAIM_LABEL
+    from dpfl.learning.algorithms.parts.fedsgd_accounting import CLAIM_LABEL
     from dpfl.server.store import Charge, ProtectedUnit
 
     doc = {

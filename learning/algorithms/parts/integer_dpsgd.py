@@ -21,8 +21,8 @@ import numpy as np
 import numpy.typing as npt
 
 from dpfl.accounting import DpEvent, GaussianEvent, PoissonSampledEvent, SkellamEvent
-from dpfl.learning.algorithms import common
 from dpfl.learning.algorithms.base import AlgorithmError
+from dpfl.learning.algorithms.parts import common
 from dpfl.mechanisms.encoding import DEFAULT_KAPPA, EncodingConfig, bit_budget
 from dpfl.mechanisms.noise import NoiseSpec
 from dpfl.secagg.randomness import RandomStream

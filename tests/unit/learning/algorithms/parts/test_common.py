@@ -11,8 +11,8 @@ import pytest
 from pydantic import Field
 
 from dpfl.accounting import GaussianEvent, PoissonSampledEvent, SelfComposedEvent
-from dpfl.learning.algorithms import common
 from dpfl.learning.algorithms.base import AlgorithmError, Contract, parse_contract
+from dpfl.learning.algorithms.parts import common
 from dpfl.mechanisms import EncodingConfig, NoiseKind
 from dpfl.secagg import SeededRandomSource
 

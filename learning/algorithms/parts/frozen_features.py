@@ -28,7 +28,7 @@ import numpy.typing as npt
 from pydantic import BaseModel, Field, model_validator
 
 from dpfl.learning.algorithms.base import AgentData, AlgorithmError, CoordinatorData
-from dpfl.learning.algorithms.extractors import (
+from dpfl.learning.algorithms.parts.extractors import (
     SHA256_PATTERN,
     build_extractor,
     feature_dim,

@@ -22,8 +22,8 @@ from dpfl.accounting import (
     SelfComposedEvent,
     SkellamEvent,
 )
-from dpfl.learning.algorithms import common
 from dpfl.learning.algorithms.base import AlgorithmError
+from dpfl.learning.algorithms.parts import common
 from dpfl.mechanisms.noise import NoiseKind
 
 __all__ = [

@@ -19,8 +19,8 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from dpfl.learning.algorithms import common
 from dpfl.learning.algorithms.base import AlgorithmError
+from dpfl.learning.algorithms.parts import common
 
 __all__ = [
     "LOSSES",
