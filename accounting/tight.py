@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ from scipy import optimize, special
 from .bessel import log_ive
 from .errors import AccountingError, InvalidParameterError, TightPathError, UnsupportedEventError
 from .event_protocol import DpEvent, TightParts, flatten_tight
+from .skellam_domination import skellam_domination
 
 __all__ = [
     "PLD_RELATIVE_TOLERANCE",
@@ -57,6 +59,60 @@ def _parts_of(event: DpEvent) -> TightParts:
     return parts
 
 
+@dataclass(frozen=True, slots=True)
+class _Resolved:
+    """Parts whose Skellam releases are replaced by their dominating Gaussians, and the total
+    mass split off from those Gaussians (added to δ)."""
+
+    parts: TightParts
+    slack: float
+
+
+def _resolve(parts: TightParts) -> _Resolved:
+    """Replace each Skellam release of ``parts.skellam_gaussian`` by its dominating Gaussian
+    (Gaussian RDP ``ρ = (m₁·Δ₂)²/2``, Poisson-subsampled at its rate) and add up the split-off
+    masses ``η`` (one per moved coordinate per release). Why this dominates:
+    docs/accounting.md#skellam-in-several-coordinates.
+
+    Raises:
+        TightPathError: the domination of some μ cannot be computed.
+    """
+    out = TightParts(parts.rho, Counter(parts.sampled), Counter(parts.skellam))
+    slack = 0.0
+    for (rate, shift), count in parts.skellam_gaussian.items():
+        dom = skellam_domination(shift.mu, shift.max_shift)
+        scaled = dom.rate * shift.l2
+        rho = 0.5 * scaled * scaled
+        if rate >= 1.0 or not math.isfinite(rho):
+            out.rho += count * rho
+        else:
+            out.sampled[(rate, 1.0 / scaled)] += count
+        slack += count * shift.dimension * dom.slack
+    return _Resolved(out, slack)
+
+
+#: The split-off mass may take at most this fraction of δ (far below: it is about e^{-300} per
+#: coordinate); beyond it the tight path is refused.
+_MAX_SLACK_FRACTION = 1e-6
+
+
+def _delta_after_slack(delta: float, slack: float) -> float:
+    """The δ the dominating Gaussians are read at, so that with the split-off mass added the
+    total stays ≤ ``delta``: ``delta − slack`` rounded down (one float step below).
+
+    Raises:
+        TightPathError: the slack is not negligible next to δ.
+    """
+    if slack == 0.0:
+        return delta
+    if not slack <= _MAX_SLACK_FRACTION * delta:
+        raise TightPathError(
+            f"the Skellam domination splits off a mass {slack:.3g}, not negligible next to "
+            f"δ = {delta:g}"
+        )
+    return math.nextafter(delta - slack, 0.0)
+
+
 def _unbounded(parts: TightParts) -> bool:
     """Some composed Gaussian has a vanishing noise: no finite ε is claimed (+inf is a bound)."""
     return not math.isfinite(parts.rho) or any(z <= 0.0 for _, z in parts.sampled)
@@ -68,7 +124,8 @@ def tight_method(event: DpEvent) -> str | None:
         parts = _parts_of(event)
     except UnsupportedEventError:
         return None
-    return "pld" if parts.sampled or parts.skellam else "analytic_gaussian"
+    sampled_skellam = any(rate < 1.0 for rate, _ in parts.skellam_gaussian)
+    return "pld" if parts.sampled or parts.skellam or sampled_skellam else "analytic_gaussian"
 
 
 def supports_tight(event: DpEvent) -> bool:
@@ -303,7 +360,14 @@ def adaptive_pld_epsilon(
         TightPathError: the first grid's computation failed.
     """
     _check_delta(delta)
-    parts = _parts_of(event)
+    resolved = _resolve(_parts_of(event))
+    return _adaptive_pld(
+        resolved.parts, _delta_after_slack(delta, resolved.slack), epsilon_hint=epsilon_hint
+    )
+
+
+def _adaptive_pld(parts: TightParts, delta: float, *, epsilon_hint: float | None) -> PldEpsilon:
+    """:func:`adaptive_pld_epsilon` on resolved parts (no Skellam domination left)."""
     if _unbounded(parts):
         return PldEpsilon(math.inf, _COARSE_INTERVAL, ())
     if epsilon_hint is not None and math.isfinite(epsilon_hint) and epsilon_hint > 0.0:
@@ -365,7 +429,9 @@ def tight_epsilon(
         0.0 < value_discretization_interval <= 0.1
     ):
         raise InvalidParameterError("value_discretization_interval must be in (0, 0.1]")
-    parts = _parts_of(event)
+    resolved = _resolve(_parts_of(event))
+    parts = resolved.parts
+    delta = _delta_after_slack(delta, resolved.slack)
     pld = bool(parts.sampled or parts.skellam)
     if _unbounded(parts):
         return TightResult(math.inf, "pld" if pld else "analytic_gaussian")
@@ -374,5 +440,5 @@ def tight_epsilon(
     if value_discretization_interval is not None:
         interval = float(value_discretization_interval)
         return TightResult(_pld_epsilon(parts, delta, interval), "pld", interval)
-    adaptive = adaptive_pld_epsilon(event, delta=delta, epsilon_hint=epsilon_hint)
+    adaptive = _adaptive_pld(parts, delta, epsilon_hint=epsilon_hint)
     return TightResult(adaptive.epsilon, "pld", adaptive.interval)

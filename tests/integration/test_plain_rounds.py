@@ -403,9 +403,10 @@ def test_simulate_without_secure_aggregation_charges_local_dp_in_both_ledgers(
                 assert [[event_to_json(x) for x in e.events] for e in local] == [
                     [e.event] for e in mine
                 ]
-                assert agent.ledger.epsilon(delta=delta) == pytest.approx(
-                    result.epsilon[agent.agent_id], rel=1e-9
-                )
+                # both ledgers sum the same RDP curves; the job's own figure may be tighter
+                own = store.job_epsilon_reports(sim.job_id)[agent.agent_id]
+                assert agent.ledger.epsilon(delta=delta) == pytest.approx(own.rdp_epsilon, rel=1e-9)
+                assert result.epsilon[agent.agent_id] <= own.rdp_epsilon * (1 + 1e-12)
                 setups = [e for e in agent.events if e.kind is EventKind.SETUP]
                 assert [e.data["secure_aggregation"] for e in setups] == [False, False]
         finally:

@@ -404,9 +404,12 @@ class LedgerContract:
         assert report.method == "rdp"
         assert report.epsilon == pytest.approx(j.rdp_epsilon, rel=1e-12)
         assert report.epsilon_at_budget_delta == pytest.approx(j.rdp_epsilon, rel=1e-12)
-        # a Skellam job has no tight path: its figure is RDP and says so
+        # an event with no tight path (a sampled composition of Skellam releases): RDP, said so
         skellam = PoissonSampledEvent(
-            0.3, SkellamEvent(mu=1e4, l1_sensitivity=50.0, l2_sensitivity=10.0, dimension=100)
+            0.3,
+            SelfComposedEvent(
+                SkellamEvent(mu=1e4, l1_sensitivity=50.0, l2_sensitivity=10.0, dimension=100), 2
+            ),
         )
         other = store.create_job(FEDAVG, members=population[2:3])
         store.set_job_status(other.id, JobStatus.RUNNING)
@@ -414,6 +417,16 @@ class LedgerContract:
         sk = store.client_budget(population[2], delta=1e-5).by_job[other.id]
         assert sk.method == "rdp"
         assert sk.epsilon == sk.rdp_epsilon
+        # one sampled Skellam release per round dominates a Gaussian: its job figure is tight
+        single = PoissonSampledEvent(
+            0.3, SkellamEvent(mu=1e4, l1_sensitivity=50.0, l2_sensitivity=10.0, dimension=100)
+        )
+        third = store.create_job(FEDAVG, members=population[3:4])
+        store.set_job_status(third.id, JobStatus.RUNNING)
+        self.charge_all(store, third.id, 1, population[3:4], event=single)
+        one = store.client_budget(population[3], delta=1e-5).by_job[third.id]
+        assert one.method == "pld"
+        assert one.epsilon < one.rdp_epsilon
         # the summary listing keeps RDP per job (no entries read)
         listed = {b.agent_id: b for b in store.list_client_budgets(delta=1e-5)}
         assert listed[population[0]].by_job[job.id].method == "rdp"
