@@ -378,7 +378,9 @@ def _adaptive_pld(parts: TightParts, delta: float, *, epsilon_hint: float | None
     ratio = 1.0 / 3.0
     for _ in range(_MAX_REFINEMENTS):
         coarse, coarse_eps = tried[-1]
-        if coarse_eps == 0.0 or coarse <= _MIN_INTERVAL:
+        # an infinite figure is the PLD's truncated tail charged at +inf above δ: no finer grid
+        # changes it (the caller has the RDP figure)
+        if coarse_eps == 0.0 or not math.isfinite(coarse_eps) or coarse <= _MIN_INTERVAL:
             break
         fine = max(_MIN_INTERVAL, coarse * ratio)
         try:

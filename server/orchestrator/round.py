@@ -49,7 +49,7 @@ from dpfl.server.orchestrator.state import round_record, with_summation
 from dpfl.server.orchestrator.wire_sum import sum_plainly, sum_securely
 from dpfl.server.sessions import SessionRegistry
 from dpfl.server.settings import StageDeadlines
-from dpfl.server.store import AgentStatus, Round, RoundSetup, Store
+from dpfl.server.store import AgentStatus, ProtectedUnit, Round, RoundSetup, Store
 
 __all__ = ["JobContext", "RoundEngine", "RoundReport"]
 
@@ -133,7 +133,13 @@ class RoundEngine:
             ctx.spec, ctx.plan, round_number=number, population=members, participants=members
         )
         events = {a: charges[a].event for a in members if a in charges}
-        checks = self.store.check_budgets(events, data_dependent=self.data_dependent_budget)
+        units = {charges[a].unit for a in events}
+        checks = self.store.check_budgets(
+            events,
+            data_dependent=self.data_dependent_budget,
+            job_id=ctx.job_id,
+            unit=ProtectedUnit(units.pop()) if len(units) == 1 else ProtectedUnit.AGENT,
+        )
         excluded = sorted(a for a, c in checks.items() if not c.allowed)
         return [a for a in members if a not in excluded], excluded
 

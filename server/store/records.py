@@ -296,6 +296,8 @@ class BudgetCheck:
     budget: Budget | None
     epsilon_before: float | None
     epsilon_after: float | None
+    #: how ``epsilon_after`` was obtained (``dpfl.accounting.history.HistoryFigure.method``)
+    method: str = "rdp"
 
 
 @dataclass(frozen=True, slots=True)
@@ -338,7 +340,7 @@ class ClientBudget:
     guaranteed figure, valid when the client's jobs share one neighbouring relation (and unit);
     ``replace_one_epsilon`` is valid whatever relations and units they mixed: replacing one
     record of the client, from the total converted by RDP's weak triangle inequality
-    (:mod:`dpfl.server.store.relations`; reported as at least ``epsilon``; budgets stay
+    (:mod:`dpfl.accounting.relations`; reported as at least ``epsilon``; budgets stay
     enforced on ``epsilon``). ``data_dependent_epsilon`` uses the data-dependent curves
     where entries have one (it is itself a function of private data). ``remaining_epsilon`` is
     measured at the budget's own δ and is never negative. ``approximate``: at least one of the
@@ -360,6 +362,8 @@ class ClientBudget:
     events: tuple[EventReport, ...]
     replace_one_epsilon: float = math.inf
     approximate: bool = False
+    #: the RDP bound of the same history, shown beside the figure
+    rdp_epsilon: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
