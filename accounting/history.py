@@ -35,6 +35,7 @@ from .report import compute_epsilon
 from .serialization import event_from_json, event_to_json
 
 __all__ = [
+    "ONE_JOB",
     "REPLACE_ONE_METHOD",
     "EventMultiset",
     "HistoryFigure",
@@ -45,6 +46,8 @@ __all__ = [
 
 #: ``method`` of a figure for a history that mixes neighbouring relations.
 REPLACE_ONE_METHOD = "rdp_replace_one"
+#: The relation tag of one job's events: one job is one algorithm, hence one relation.
+ONE_JOB = "one_job"
 
 
 def canonical_event(event: DpEvent | Mapping[str, object]) -> str:

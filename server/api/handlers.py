@@ -14,7 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TypedDict
 
-from dpfl.accounting.history import EventMultiset, canonical_event, history_figure
+from dpfl.accounting.history import ONE_JOB, EventMultiset, canonical_event, history_figure
 from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.errors import LearningError
 from dpfl.server.api.schemas import (
@@ -43,7 +43,6 @@ from dpfl.server.store import (
     Store,
 )
 from dpfl.server.store.ledger import relation_of
-from dpfl.server.store.reports import ONE_JOB
 
 __all__ = [
     "budget_report",

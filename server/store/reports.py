@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from dpfl.accounting import AccountingError, DpEvent
-from dpfl.accounting.history import canonical_event, history_figure
+from dpfl.accounting.history import ONE_JOB, canonical_event, history_figure
 from dpfl.accounting.relations import replace_one_curve
 from dpfl.server.errors import LedgerIntegrityError
 from dpfl.server.store.core import StoreCore
@@ -54,7 +54,6 @@ from dpfl.server.store.tx import EntryKey, StoreTx
 __all__ = [
     "DEFAULT_REPORT_DELTA",
     "HISTORY_META_KEY",
-    "ONE_JOB",
     "ORDERS_META_KEY",
     "ReportsMixin",
 ]
@@ -71,10 +70,6 @@ HISTORY_VERSION = "1"
 
 def _array(values: Sequence[float]) -> Curve:
     return np.asarray(values, dtype=np.float64)
-
-
-#: The relation tag of a single job's groups: one job is one algorithm, hence one relation.
-ONE_JOB = "one_job"
 
 
 def _job_epsilon(

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from dpfl.accounting.history import history_figure
+from dpfl.accounting.history import ONE_JOB, history_figure
 from dpfl.server.errors import (
     AlreadyExists,
     BudgetExceeded,
@@ -52,7 +52,6 @@ from dpfl.server.store.records import (
     Round,
     RoundStatus,
 )
-from dpfl.server.store.reports import ONE_JOB
 from dpfl.server.store.round_setup import RoundSetup
 from dpfl.server.store.tx import NewRound, StoreTx
 
