@@ -63,6 +63,10 @@ PATE = parse_job(
 )
 ROUND_EVENT = PoissonSampledEvent(0.3, GaussianEvent(sigma=1.1))
 AGENT = ProtectedUnit.AGENT
+#: The demo's DP-FedAvg round at its current noise: q = 0.3, z = 1.533, Skellam over d = 650.
+DEMO_ROUND = PoissonSampledEvent(
+    0.3, SkellamEvent((1.533 * 1024.6) ** 2 / 2.0, 26122.0, 1024.6, 650)
+)
 
 
 def accountant_epsilon(events: list, delta: float) -> float:
@@ -634,6 +638,75 @@ class LedgerContract:
         assert store.verify_ledger().ok
         eps = store.client_budget(population[0], delta=1e-5).epsilon
         assert eps == pytest.approx(composed_epsilon([ROUND_EVENT] * 20, 1e-5), rel=1e-9)
+
+    # budgets on the tight figure ----------------------------------------------------------------
+    def _demo_rounds(self, store: Store, job_id: str, agent: str, first: int) -> int:
+        """Charge ``agent`` the demo's round from round ``first`` on until refused; the number
+        of rounds charged."""
+        number = first
+        while True:
+            rnd = store.start_round(job_id, number, invited=[agent])
+            try:
+                store.commit_round(rnd.id, [Charge(agent, DEMO_ROUND, AGENT)])
+            except BudgetExceeded:
+                store.abort_round(rnd.id, reason="over budget")
+                return number - first
+            store.complete_round(rnd.id)
+            number += 1
+
+    @pytest.mark.slow
+    def test_a_budget_of_4_runs_the_rounds_the_tight_figure_allows(
+        self, store: Store, population: list[str]
+    ) -> None:
+        """The demo's round at its current noise (z = 1.533): RDP allowed 10 rounds under
+        ε = 4, the tight figure allows more (13), and the client gets exactly those."""
+        a = population[0]
+        store.set_agent_budget(a, Budget(4.0, 1e-5))
+        job = store.create_job(FEDAVG, members=[a])
+        store.set_job_status(job.id, JobStatus.RUNNING)
+        rounds = self._demo_rounds(store, job.id, a, 1)
+        allowed = max(n for n in range(1, 30) if composed_epsilon([DEMO_ROUND] * n, 1e-5) <= 4.0)
+        by_rdp = max(n for n in range(1, 30) if accountant_epsilon([DEMO_ROUND] * n, 1e-5) <= 4.0)
+        assert by_rdp == 10
+        assert rounds == allowed >= 11
+        report = store.client_budget(a)
+        assert report.method == "pld"
+        assert report.epsilon <= 4.0 < composed_epsilon([DEMO_ROUND] * (rounds + 1), 1e-5)
+
+    @pytest.mark.slow
+    def test_two_jobs_charging_one_client_at_once_never_exceed_its_budget(
+        self, store: Store, population: list[str]
+    ) -> None:
+        """Two jobs commit rounds for the same client concurrently until refused: each commit
+        computes its candidate figure outside its transaction, so one of them must notice the
+        other's charge and recompute; together they stop exactly at the budget."""
+        a = population[0]
+        store.set_agent_budget(a, Budget(4.0, 1e-5))
+        jobs = []
+        for _ in range(2):
+            job = store.create_job(FEDAVG, members=[a])
+            store.set_job_status(job.id, JobStatus.RUNNING)
+            jobs.append(job.id)
+        counts: list[int] = []
+        errors: list[BaseException] = []
+
+        def run(job_id: str) -> None:
+            try:
+                counts.append(self._demo_rounds(store, job_id, a, 1))
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(j,)) for j in jobs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        allowed = max(n for n in range(1, 30) if composed_epsilon([DEMO_ROUND] * n, 1e-5) <= 4.0)
+        assert sum(counts) == allowed
+        assert len(store.ledger_entries(agent_id=a)) == allowed
+        assert store.client_budget(a).epsilon <= 4.0
+        assert store.verify_ledger().ok
 
 
 class TestSqliteLedger(SqliteBackend, LedgerContract):
