@@ -150,7 +150,7 @@ def _figure(history: EventMultiset, delta: float) -> HistoryFigure:
         return HistoryFigure(
             max(converted, rdp_eps), delta, REPLACE_ONE_METHOD, rdp_eps, history.entries
         )
-    report = compute_epsilon(event, delta=delta, tight=True)
+    report = compute_epsilon(event, delta=delta, tight=True, shared_grid=True)
     rdp_eps = report.rdp_epsilon if report.rdp_epsilon is not None else math.inf
     return HistoryFigure(report.epsilon, delta, report.method, rdp_eps, history.entries)
 

@@ -304,33 +304,51 @@ def _pld_epsilon(parts: TightParts, delta: float, interval: float) -> float:
 
 
 def _compose_pld_epsilon(parts: TightParts, delta: float, interval: float) -> float:
-    from dp_accounting.pld import privacy_loss_distribution as pld_lib
-
     composed = None
     if parts.rho > 0.0:
-        composed = pld_lib.from_gaussian_mechanism(
-            standard_deviation=1.0 / math.sqrt(2.0 * parts.rho),
-            sensitivity=1.0,
-            pessimistic_estimate=True,
-            value_discretization_interval=interval,
-        )
+        composed = _gaussian_block(1.0, 1.0 / math.sqrt(2.0 * parts.rho), interval, 1)
     for (mu, shift), count in sorted(parts.skellam.items()):
         one = skellam_pld(mu, shift, interval)
         block = one.self_compose(count) if count > 1 else one
         composed = block if composed is None else composed.compose(block)
     for (rate, z), count in sorted(parts.sampled.items()):
-        step = pld_lib.from_gaussian_mechanism(
-            standard_deviation=z,
-            sensitivity=1.0,
-            sampling_prob=rate,
-            pessimistic_estimate=True,
-            value_discretization_interval=interval,
-        )
-        block = step.self_compose(count) if count > 1 else step
+        block = _gaussian_block(rate, z, interval, count)
         composed = block if composed is None else composed.compose(block)
     if composed is None:  # nothing private was composed
         return 0.0
     return float(composed.get_epsilon_for_delta(delta))
+
+
+@functools.lru_cache(maxsize=64)
+def _gaussian_block(rate: float, z: float, interval: float, count: int) -> Any:
+    """``count`` compositions of the (Poisson-subsampled at ``rate`` < 1) Gaussian of noise
+    multiplier ``z``, pessimistic, on the grid ``interval``. Cached: a client's history repeats
+    a few events, and a round's commit composes the same groups for many clients and again at
+    the next round (the grid steps are powers of two, so consecutive figures share them)."""
+    one = _gaussian_step(rate, z, interval)
+    return one.self_compose(count) if count > 1 else one
+
+
+@functools.lru_cache(maxsize=64)
+def _gaussian_step(rate: float, z: float, interval: float) -> Any:
+    """One step of :func:`_gaussian_block` (its construction dominates the cost of a figure)."""
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    return pld_lib.from_gaussian_mechanism(
+        standard_deviation=z,
+        sensitivity=1.0,
+        sampling_prob=min(1.0, rate),
+        pessimistic_estimate=True,
+        value_discretization_interval=interval,
+    )
+
+
+def _power_of_two(step: float, *, up: bool) -> float:
+    """The nearest power of 2^(1/8) above (``up``) or below ``step`` (a pessimistic PLD is a
+    bound at any step; equal steps let figures share their cached blocks; the lattice, 9 %, is
+    fine enough to keep the refinement's tightness)."""
+    exponent = 8.0 * math.log2(step)
+    return 2.0 ** ((math.ceil(exponent - 1e-9) if up else math.floor(exponent + 1e-9)) / 8.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,14 +384,20 @@ def adaptive_pld_epsilon(
     )
 
 
-def _adaptive_pld(parts: TightParts, delta: float, *, epsilon_hint: float | None) -> PldEpsilon:
-    """:func:`adaptive_pld_epsilon` on resolved parts (no Skellam domination left)."""
+def _adaptive_pld(
+    parts: TightParts, delta: float, *, epsilon_hint: float | None, shared_grid: bool = True
+) -> PldEpsilon:
+    """:func:`adaptive_pld_epsilon` on resolved parts (no Skellam domination left).
+    ``shared_grid``: every step a power of two, so that figures of similar histories (a
+    client's ledger round after round) share their cached one-step and per-group PLDs."""
     if _unbounded(parts):
         return PldEpsilon(math.inf, _COARSE_INTERVAL, ())
     if epsilon_hint is not None and math.isfinite(epsilon_hint) and epsilon_hint > 0.0:
         interval = min(_MAX_INTERVAL, max(_MIN_INTERVAL, 5e-4 * float(epsilon_hint)))
     else:
         interval = _COARSE_INTERVAL
+    if shared_grid:
+        interval = _power_of_two(interval, up=True)
     tried = [(interval, _pld_epsilon(parts, delta, interval))]
     ratio = 1.0 / 3.0
     for _ in range(_MAX_REFINEMENTS):
@@ -383,6 +407,8 @@ def _adaptive_pld(parts: TightParts, delta: float, *, epsilon_hint: float | None
         if coarse_eps == 0.0 or not math.isfinite(coarse_eps) or coarse <= _MIN_INTERVAL:
             break
         fine = max(_MIN_INTERVAL, coarse * ratio)
+        if shared_grid:
+            fine = _power_of_two(fine, up=False)
         try:
             fine_eps = _pld_epsilon(parts, delta, fine)
         except TightPathError:
@@ -406,6 +432,7 @@ def tight_epsilon(
     value_discretization_interval: float | None = None,
     force_pld: bool = False,
     epsilon_hint: float | None = None,
+    shared_grid: bool = True,
 ) -> TightResult:
     """A tight upper bound on ε at ``delta`` for ``event``.
 
@@ -417,6 +444,8 @@ def tight_epsilon(
         force_pld: use the PLD even where the exact Gaussian profile applies (for tests and
             comparisons; never tighter than the exact profile).
         epsilon_hint: an upper bound on ε (e.g. the RDP figure) to start the adaptive grid at.
+        shared_grid: adaptive steps that are powers of two (the ledger's figures share cached
+            PLDs across rounds and clients).
 
     Returns:
         The ε and the method.
@@ -442,5 +471,5 @@ def tight_epsilon(
     if value_discretization_interval is not None:
         interval = float(value_discretization_interval)
         return TightResult(_pld_epsilon(parts, delta, interval), "pld", interval)
-    adaptive = _adaptive_pld(parts, delta, epsilon_hint=epsilon_hint)
+    adaptive = _adaptive_pld(parts, delta, epsilon_hint=epsilon_hint, shared_grid=shared_grid)
     return TightResult(adaptive.epsilon, "pld", adaptive.interval)
