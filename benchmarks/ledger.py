@@ -112,7 +112,7 @@ def measure_history(url: str, agents: int, prior: int, rounds: int, cohorts: int
             for event, n in zip(PRIOR, (first, prior - first), strict=True):
                 text = canonical_event(event)
                 groups.append(HistoryGroup(a, before.id, "agent/add_remove", text, n))
-        with store._transaction(write=True) as tx:  # noqa: SLF001 (seeding, see the docstring)
+        with store._transaction(write=True) as tx:  # seeding: see the module docstring
             tx.add_history(groups)
         times = []
         for number in range(1, rounds + 1):
