@@ -348,7 +348,8 @@ def _power_of_two(step: float, *, up: bool) -> float:
     bound at any step; equal steps let figures share their cached blocks; the lattice, 9 %, is
     fine enough to keep the refinement's tightness)."""
     exponent = 8.0 * math.log2(step)
-    return 2.0 ** ((math.ceil(exponent - 1e-9) if up else math.floor(exponent + 1e-9)) / 8.0)
+    eighths = math.ceil(exponent - 1e-9) if up else math.floor(exponent + 1e-9)
+    return float(2.0 ** (eighths / 8.0))
 
 
 @dataclass(frozen=True, slots=True)
