@@ -340,8 +340,9 @@ class ClientBudget:
     where each event has one, RDP otherwise, ``method`` says which; ``rdp_epsilon`` beside it),
     the guaranteed figure budgets are enforced on; where the client's jobs mix neighbouring
     relations it is the total converted to replacing one record. ``replace_one_epsilon`` is that
-    conversion whatever the jobs were (:mod:`dpfl.accounting.relations`; at least ``epsilon``). ``data_dependent_epsilon`` uses the data-dependent curves
-    where entries have one (it is itself a function of private data). ``remaining_epsilon`` is
+    conversion whatever the jobs were (:mod:`dpfl.accounting.relations`; at least ``epsilon``).
+    ``data_dependent_epsilon`` uses the data-dependent curves where entries have one (it is
+    itself a function of private data). ``remaining_epsilon`` is
     measured at the budget's own δ and is never negative. ``approximate``: at least one of the
     client's entries is approximate (:class:`Charge`), so none of these figures (totals, budget
     and remaining ε alike) is a proven upper bound.
