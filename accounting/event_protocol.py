@@ -49,15 +49,31 @@ _KINDS: dict[str, type[DpEvent]] = {}
 _SCHEMAS: dict[type[DpEvent], tuple[tuple[str, ...], dict[str, object]]] = {}
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class SkellamShift:
+    """A Skellam release ``Sk(mu)`` per coordinate whose neighbouring outputs differ by an integer
+    vector of L2 norm ≤ ``l2`` with entries of magnitude ≤ ``max_shift``, in ``dimension``
+    coordinates. Its dominating Gaussian pair: docs/accounting.md#skellam-in-several-coordinates."""
+
+    mu: float
+    max_shift: int
+    l2: float
+    dimension: int
+
+
 @dataclass
 class TightParts:
     """An event flattened for the tight path: the coefficient ρ of its composed Gaussians
     (RDP ``ρ·α``, exact profile), its Poisson-subsampled Gaussians ``(rate, noise multiplier)``
-    and its one-coordinate Skellam releases ``(mu, integer shift)`` (PLD), with counts."""
+    its one-coordinate Skellam releases ``(mu, integer shift)`` (PLD) and the Skellam releases
+    accounted by a dominating Gaussian, with counts."""
 
     rho: float = 0.0
     sampled: Counter[tuple[float, float]] = field(default_factory=Counter)
     skellam: Counter[tuple[float, int]] = field(default_factory=Counter)
+    #: Skellam releases accounted by their dominating Gaussian, keyed by (sampling rate, shift);
+    #: rate 1 is an unsampled release.
+    skellam_gaussian: Counter[tuple[float, SkellamShift]] = field(default_factory=Counter)
 
     def add_rho(self, count: int, compute: Callable[[], float | None]) -> None:
         """Add ``count`` times a ρ; +inf where it overflows (noise negligible next to the
@@ -148,6 +164,11 @@ class DpEvent:
         """ρ if the event is a composition of Gaussian mechanisms (RDP exactly ``ρ·α``), else
         None. Gaussians composed on the same data are one Gaussian mechanism, which is what lets
         a sampled composition of them be accounted as one subsampled Gaussian."""
+        return None
+
+    def skellam_shift(self) -> SkellamShift | None:
+        """The event as one Skellam release (its noise and shift bounds), or None: what a
+        Poisson-subsampled Skellam release is accounted from on the tight path."""
         return None
 
     def unsampleable_part(self) -> DpEvent | None:

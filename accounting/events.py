@@ -27,6 +27,7 @@ from .event_protocol import (
     FloatArray,
     Orders,
     ParseNested,
+    SkellamShift,
     TightParts,
     flatten_tight,
     overflow_as_inf,
@@ -209,10 +210,16 @@ class PoissonSampledEvent(DpEvent):
         inner = self.event
         rho = overflow_as_inf(inner.gaussian_coefficient)
         if rho is None:
-            raise UnsupportedEventError(
-                f"no tight path for PoissonSampledEvent of {type(inner).__name__} "
-                "(only compositions of Gaussians)"
-            )
+            shift = inner.skellam_shift()
+            if shift is None:
+                raise UnsupportedEventError(
+                    f"no tight path for PoissonSampledEvent of {type(inner).__name__} "
+                    "(only compositions of Gaussians and a bare Skellam release)"
+                )
+            if shift.max_shift > 0:
+                rate = min(1.0, self.sampling_rate)
+                parts.skellam_gaussian[(rate, shift)] += count
+            return
         if rho > 0.0:
             if self.sampling_rate >= 1.0 or not math.isfinite(rho):
                 parts.rho += count * rho
@@ -450,15 +457,22 @@ class SkellamEvent(DpEvent):
         return skellam_rdp(self, orders)
 
     def add_tight_parts(self, count: int, parts: TightParts) -> None:
-        if self.dimension != 1:
-            raise UnsupportedEventError(
-                f"no tight path for a SkellamEvent of dimension {self.dimension} (only one "
-                "coordinate: docs/accounting.md#skellam-votes-the-pld-of-one-coordinate)"
-            )
-        # integer query and noise: a shift within the bound is at most its integer part
-        shift = math.floor(min(self.l1_sensitivity, self.l2_sensitivity))
-        if shift > 0:
-            parts.skellam[(self.mu, shift)] += count
+        shift = self.skellam_shift()
+        if shift.max_shift == 0:
+            return
+        if self.dimension == 1:
+            # the exact PLD of the worst shift (docs/accounting.md, "Skellam votes")
+            parts.skellam[(self.mu, shift.max_shift)] += count
+        else:
+            # a dominating Gaussian pair: docs/accounting.md#skellam-in-several-coordinates
+            parts.skellam_gaussian[(1.0, shift)] += count
+
+    def skellam_shift(self) -> SkellamShift:
+        # integer query and noise: a coordinate's shift is at most the integer part of either
+        # sensitivity, and ‖v‖₂ ≤ ‖v‖₁ ≤ Δ₁
+        max_shift = math.floor(min(self.l1_sensitivity, self.l2_sensitivity))
+        l2 = min(self.l1_sensitivity, self.l2_sensitivity)
+        return SkellamShift(self.mu, max_shift, l2, self.dimension)
 
     def min_noise_multiplier(self) -> float:
         l2 = min(self.l2_sensitivity, self.l1_sensitivity)

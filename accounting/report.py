@@ -85,6 +85,7 @@ def compute_epsilon(
     tight: bool = True,
     orders: Sequence[float] = ORDERS,
     value_discretization_interval: float | None = None,
+    shared_grid: bool = True,
 ) -> EpsilonReport:
     """ε of ``event`` at ``delta``: the min of the RDP bound and (if asked) the tight bound.
 
@@ -98,6 +99,7 @@ def compute_epsilon(
         value_discretization_interval: a fixed PLD grid step; None (default) refines the grid
             relative to ε, starting from the RDP figure
             (:func:`dpfl.accounting.tight.adaptive_pld_epsilon`).
+        shared_grid: adaptive PLD steps that are powers of two (see ``tight_epsilon``).
 
     Returns:
         The :class:`EpsilonReport`.
@@ -130,6 +132,7 @@ def compute_epsilon(
                 delta=delta,
                 value_discretization_interval=value_discretization_interval,
                 epsilon_hint=rdp_eps,
+                shared_grid=shared_grid,
             )
         except TightPathError as exc:
             if rdp_eps is None:

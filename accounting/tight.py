@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ from scipy import optimize, special
 from .bessel import log_ive
 from .errors import AccountingError, InvalidParameterError, TightPathError, UnsupportedEventError
 from .event_protocol import DpEvent, TightParts, flatten_tight
+from .skellam_domination import skellam_domination
 
 __all__ = [
     "PLD_RELATIVE_TOLERANCE",
@@ -57,6 +59,60 @@ def _parts_of(event: DpEvent) -> TightParts:
     return parts
 
 
+@dataclass(frozen=True, slots=True)
+class _Resolved:
+    """Parts whose Skellam releases are replaced by their dominating Gaussians, and the total
+    mass split off from those Gaussians (added to δ)."""
+
+    parts: TightParts
+    slack: float
+
+
+def _resolve(parts: TightParts) -> _Resolved:
+    """Replace each Skellam release of ``parts.skellam_gaussian`` by its dominating Gaussian
+    (Gaussian RDP ``ρ = (m₁·Δ₂)²/2``, Poisson-subsampled at its rate) and add up the split-off
+    masses ``η`` (one per moved coordinate per release). Why this dominates:
+    docs/accounting.md#skellam-in-several-coordinates.
+
+    Raises:
+        TightPathError: the domination of some μ cannot be computed.
+    """
+    out = TightParts(parts.rho, Counter(parts.sampled), Counter(parts.skellam))
+    slack = 0.0
+    for (rate, shift), count in parts.skellam_gaussian.items():
+        dom = skellam_domination(shift.mu, shift.max_shift)
+        scaled = dom.rate * shift.l2
+        rho = 0.5 * scaled * scaled
+        if rate >= 1.0 or not math.isfinite(rho):
+            out.rho += count * rho
+        else:
+            out.sampled[(rate, 1.0 / scaled)] += count
+        slack += count * shift.dimension * dom.slack
+    return _Resolved(out, slack)
+
+
+#: The split-off mass may take at most this fraction of δ (far below: it is about e^{-300} per
+#: coordinate); beyond it the tight path is refused.
+_MAX_SLACK_FRACTION = 1e-6
+
+
+def _delta_after_slack(delta: float, slack: float) -> float:
+    """The δ the dominating Gaussians are read at, so that with the split-off mass added the
+    total stays ≤ ``delta``: ``delta − slack`` rounded down (one float step below).
+
+    Raises:
+        TightPathError: the slack is not negligible next to δ.
+    """
+    if slack == 0.0:
+        return delta
+    if not slack <= _MAX_SLACK_FRACTION * delta:
+        raise TightPathError(
+            f"the Skellam domination splits off a mass {slack:.3g}, not negligible next to "
+            f"δ = {delta:g}"
+        )
+    return math.nextafter(delta - slack, 0.0)
+
+
 def _unbounded(parts: TightParts) -> bool:
     """Some composed Gaussian has a vanishing noise: no finite ε is claimed (+inf is a bound)."""
     return not math.isfinite(parts.rho) or any(z <= 0.0 for _, z in parts.sampled)
@@ -68,7 +124,8 @@ def tight_method(event: DpEvent) -> str | None:
         parts = _parts_of(event)
     except UnsupportedEventError:
         return None
-    return "pld" if parts.sampled or parts.skellam else "analytic_gaussian"
+    sampled_skellam = any(rate < 1.0 for rate, _ in parts.skellam_gaussian)
+    return "pld" if parts.sampled or parts.skellam or sampled_skellam else "analytic_gaussian"
 
 
 def supports_tight(event: DpEvent) -> bool:
@@ -247,33 +304,52 @@ def _pld_epsilon(parts: TightParts, delta: float, interval: float) -> float:
 
 
 def _compose_pld_epsilon(parts: TightParts, delta: float, interval: float) -> float:
-    from dp_accounting.pld import privacy_loss_distribution as pld_lib
-
     composed = None
     if parts.rho > 0.0:
-        composed = pld_lib.from_gaussian_mechanism(
-            standard_deviation=1.0 / math.sqrt(2.0 * parts.rho),
-            sensitivity=1.0,
-            pessimistic_estimate=True,
-            value_discretization_interval=interval,
-        )
+        composed = _gaussian_block(1.0, 1.0 / math.sqrt(2.0 * parts.rho), interval, 1)
     for (mu, shift), count in sorted(parts.skellam.items()):
         one = skellam_pld(mu, shift, interval)
         block = one.self_compose(count) if count > 1 else one
         composed = block if composed is None else composed.compose(block)
     for (rate, z), count in sorted(parts.sampled.items()):
-        step = pld_lib.from_gaussian_mechanism(
-            standard_deviation=z,
-            sensitivity=1.0,
-            sampling_prob=rate,
-            pessimistic_estimate=True,
-            value_discretization_interval=interval,
-        )
-        block = step.self_compose(count) if count > 1 else step
+        block = _gaussian_block(rate, z, interval, count)
         composed = block if composed is None else composed.compose(block)
     if composed is None:  # nothing private was composed
         return 0.0
     return float(composed.get_epsilon_for_delta(delta))
+
+
+@functools.lru_cache(maxsize=64)
+def _gaussian_block(rate: float, z: float, interval: float, count: int) -> Any:
+    """``count`` compositions of the (Poisson-subsampled at ``rate`` < 1) Gaussian of noise
+    multiplier ``z``, pessimistic, on the grid ``interval``. Cached: a client's history repeats
+    a few events, and a round's commit composes the same groups for many clients and again at
+    the next round (the grid steps are powers of two, so consecutive figures share them)."""
+    one = _gaussian_step(rate, z, interval)
+    return one.self_compose(count) if count > 1 else one
+
+
+@functools.lru_cache(maxsize=64)
+def _gaussian_step(rate: float, z: float, interval: float) -> Any:
+    """One step of :func:`_gaussian_block` (its construction dominates the cost of a figure)."""
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    return pld_lib.from_gaussian_mechanism(
+        standard_deviation=z,
+        sensitivity=1.0,
+        sampling_prob=min(1.0, rate),
+        pessimistic_estimate=True,
+        value_discretization_interval=interval,
+    )
+
+
+def _power_of_two(step: float, *, up: bool) -> float:
+    """The nearest power of 2^(1/8) above (``up``) or below ``step`` (a pessimistic PLD is a
+    bound at any step; equal steps let figures share their cached blocks; the lattice, 9 %, is
+    fine enough to keep the refinement's tightness)."""
+    exponent = 8.0 * math.log2(step)
+    eighths = math.ceil(exponent - 1e-9) if up else math.floor(exponent + 1e-9)
+    return float(2.0 ** (eighths / 8.0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,20 +379,37 @@ def adaptive_pld_epsilon(
         TightPathError: the first grid's computation failed.
     """
     _check_delta(delta)
-    parts = _parts_of(event)
+    resolved = _resolve(_parts_of(event))
+    return _adaptive_pld(
+        resolved.parts, _delta_after_slack(delta, resolved.slack), epsilon_hint=epsilon_hint
+    )
+
+
+def _adaptive_pld(
+    parts: TightParts, delta: float, *, epsilon_hint: float | None, shared_grid: bool = True
+) -> PldEpsilon:
+    """:func:`adaptive_pld_epsilon` on resolved parts (no Skellam domination left).
+    ``shared_grid``: every step a power of two, so that figures of similar histories (a
+    client's ledger round after round) share their cached one-step and per-group PLDs."""
     if _unbounded(parts):
         return PldEpsilon(math.inf, _COARSE_INTERVAL, ())
     if epsilon_hint is not None and math.isfinite(epsilon_hint) and epsilon_hint > 0.0:
         interval = min(_MAX_INTERVAL, max(_MIN_INTERVAL, 5e-4 * float(epsilon_hint)))
     else:
         interval = _COARSE_INTERVAL
+    if shared_grid:
+        interval = _power_of_two(interval, up=True)
     tried = [(interval, _pld_epsilon(parts, delta, interval))]
     ratio = 1.0 / 3.0
     for _ in range(_MAX_REFINEMENTS):
         coarse, coarse_eps = tried[-1]
-        if coarse_eps == 0.0 or coarse <= _MIN_INTERVAL:
+        # an infinite figure is the PLD's truncated tail charged at +inf above δ: no finer grid
+        # changes it (the caller has the RDP figure)
+        if coarse_eps == 0.0 or not math.isfinite(coarse_eps) or coarse <= _MIN_INTERVAL:
             break
         fine = max(_MIN_INTERVAL, coarse * ratio)
+        if shared_grid:
+            fine = _power_of_two(fine, up=False)
         try:
             fine_eps = _pld_epsilon(parts, delta, fine)
         except TightPathError:
@@ -340,6 +433,7 @@ def tight_epsilon(
     value_discretization_interval: float | None = None,
     force_pld: bool = False,
     epsilon_hint: float | None = None,
+    shared_grid: bool = True,
 ) -> TightResult:
     """A tight upper bound on ε at ``delta`` for ``event``.
 
@@ -351,6 +445,8 @@ def tight_epsilon(
         force_pld: use the PLD even where the exact Gaussian profile applies (for tests and
             comparisons; never tighter than the exact profile).
         epsilon_hint: an upper bound on ε (e.g. the RDP figure) to start the adaptive grid at.
+        shared_grid: adaptive steps that are powers of two (the ledger's figures share cached
+            PLDs across rounds and clients).
 
     Returns:
         The ε and the method.
@@ -365,7 +461,9 @@ def tight_epsilon(
         0.0 < value_discretization_interval <= 0.1
     ):
         raise InvalidParameterError("value_discretization_interval must be in (0, 0.1]")
-    parts = _parts_of(event)
+    resolved = _resolve(_parts_of(event))
+    parts = resolved.parts
+    delta = _delta_after_slack(delta, resolved.slack)
     pld = bool(parts.sampled or parts.skellam)
     if _unbounded(parts):
         return TightResult(math.inf, "pld" if pld else "analytic_gaussian")
@@ -374,5 +472,5 @@ def tight_epsilon(
     if value_discretization_interval is not None:
         interval = float(value_discretization_interval)
         return TightResult(_pld_epsilon(parts, delta, interval), "pld", interval)
-    adaptive = adaptive_pld_epsilon(event, delta=delta, epsilon_hint=epsilon_hint)
+    adaptive = _adaptive_pld(parts, delta, epsilon_hint=epsilon_hint, shared_grid=shared_grid)
     return TightResult(adaptive.epsilon, "pld", adaptive.interval)

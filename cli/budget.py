@@ -78,7 +78,7 @@ def register(subparsers: Subparsers) -> None:
         "and tests only)",
     )
     p.add_argument("--delta", type=float, help="δ to report ε at (default: each budget's δ)")
-    p.add_argument("--tight", action="store_true", help="also try the tight (PLD) bound")
+    p.add_argument("--tight", action="store_true", help="accepted; every figure is the tight one")
     p.add_argument("--events", action="store_true", help="list every ledger event (one client)")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait (default 10)")
     p.add_argument("--json", action="store_true", help="print the API's JSON document")

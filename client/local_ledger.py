@@ -5,14 +5,15 @@ The agent does not trust the coordinator's arithmetic
 (``Algorithm.agent_charge``) before sending, one durable transaction per write (WAL,
 ``synchronous=FULL``), one row per release keyed by an attempt id it draws itself
 (docs/accounting.md#what-the-agents-local-ledger-records-per-attempt). Each row keeps its events
-and their RDP curve, so :meth:`LocalLedger.verify` can recompute it; ε at δ converts the summed
-curves with :func:`dpfl.accounting.epsilon_from_rdp`.
+and their RDP curve, so :meth:`LocalLedger.verify` can recompute it. ε at δ is the tight
+composition of every recorded event (:func:`dpfl.accounting.history.history_figure`, the figure
+the coordinator's ledger uses: pessimistic PLD where every event has a tight path, RDP otherwise,
+the replace-one conversion where the agent's jobs mix neighbouring relations).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import sqlite3
 import threading
 import time
@@ -29,12 +30,13 @@ from dpfl.accounting import (
     ORDERS,
     AccountingError,
     DpEvent,
-    epsilon_from_rdp,
     event_from_json,
     event_to_json,
     guaranteed_event,
     rdp_curve,
 )
+from dpfl.accounting.history import ONE_JOB, EventMultiset, canonical_event, history_figure
+from dpfl.accounting.relations import relation_class
 from dpfl.client.errors import AgentError
 
 __all__ = [
@@ -300,7 +302,7 @@ class LocalLedger:
                 for limit, scope in ((max_epsilon_job, job_id), (max_epsilon_total, None)):
                     if limit is None:
                         continue
-                    eps = _epsilon(self.curve(job_id=scope) + curve, d)
+                    eps = self._figure(scope, events, algorithm, d)
                     if eps > limit:
                         where = f"job {job_id!r}" if scope is not None else "all jobs"
                         raise LocalBudgetExceeded(
@@ -367,32 +369,60 @@ class LocalLedger:
             total = total + values
         return total
 
+    def _history(self, job_id: str | None, algorithm_of_job: bool) -> EventMultiset:
+        """The recorded events (one job's, or all) as a multiset; ``algorithm_of_job``: one
+        job's events share one relation (its algorithm's), so they are tagged alike."""
+        query = "SELECT algorithm, events_json, COUNT(*) FROM charges"
+        args: tuple[str, ...] = ()
+        if job_id is not None:
+            query, args = query + " WHERE job_id = ?", (job_id,)
+        with self._lock:
+            rows = self._conn.execute(query + " GROUP BY algorithm, events_json", args).fetchall()
+        groups = []
+        for algorithm, text, count in rows:
+            try:
+                events = [event_from_json(e) for e in json.loads(text)]
+            except (ValueError, AccountingError) as exc:
+                raise LocalLedgerError(f"a corrupt record of job {job_id!r}: {exc}") from exc
+            groups += [(_tag(e, algorithm, algorithm_of_job), count) for e in events]
+        return EventMultiset.of(groups)
+
+    def _figure(
+        self, job_id: str | None, extra: Sequence[DpEvent], algorithm: str, delta: float
+    ) -> float:
+        """ε at ``delta`` of the recorded events (one job's, or all) with ``extra`` added."""
+        history = self._history(job_id, job_id is not None)
+        for e in extra:
+            history = history.plus(*_tag(guaranteed_event(e), algorithm, job_id is not None))
+        try:
+            return history_figure(history, delta).epsilon
+        except AccountingError as exc:
+            raise LocalLedgerError(f"the recorded events cannot be accounted: {exc}") from exc
+
     def epsilon(self, *, delta: float, job_id: str | None = None) -> float:
         """ε spent at ``delta``, in total or on one job (0 when nothing is recorded)."""
-        return _epsilon(self.curve(job_id=job_id), _check_delta(delta))
+        return self._figure(job_id, (), "", _check_delta(delta))
 
     def epsilon_with(
-        self, events: Sequence[DpEvent], *, job_id: str, delta: float
+        self, events: Sequence[DpEvent], *, job_id: str, delta: float, algorithm: str = ""
     ) -> tuple[float, float]:
-        """``(ε of job_id, ε in total)`` at ``delta`` if ``events`` were recorded too.
+        """``(ε of job_id, ε in total)`` at ``delta`` if ``events`` (of a job of ``algorithm``)
+        were recorded too.
 
         Raises:
             LocalLedgerError: events that cannot be accounted.
         """
-        _, extra = _canonical(events)
+        _canonical(events)
         d = _check_delta(delta)
-        return (
-            _epsilon(self.curve(job_id=job_id) + extra, d),
-            _epsilon(self.curve() + extra, d),
-        )
+        return self._figure(job_id, events, algorithm, d), self._figure(None, events, algorithm, d)
 
     def spent(self, *, delta: float) -> Spent:
         """ε at ``delta`` in total and per job."""
         d = _check_delta(delta)
         return Spent(
             delta=d,
-            total=_epsilon(self.curve(), d),
-            by_job={job: _epsilon(self.curve(job_id=job), d) for job in self.jobs()},
+            total=self.epsilon(delta=d),
+            by_job={job: self.epsilon(delta=d, job_id=job) for job in self.jobs()},
         )
 
     def verify(self) -> None:
@@ -416,8 +446,8 @@ class LocalLedger:
                 )
 
 
-def _epsilon(curve: npt.NDArray[np.float64], delta: float) -> float:
-    if not np.any(curve):
-        return 0.0
-    eps, _ = epsilon_from_rdp(curve, delta=delta)
-    return eps if math.isfinite(eps) else math.inf
+def _tag(event: DpEvent, algorithm: str, one_job: bool) -> tuple[str, str]:
+    """(relation class, canonical JSON) of a recorded event: its relation
+    (:func:`dpfl.accounting.relations.relation_class`), or :data:`ONE_JOB` within one job."""
+    relation = ONE_JOB if one_job else relation_class(event, algorithm)
+    return relation, canonical_event(event)

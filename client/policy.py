@@ -218,7 +218,9 @@ class Policy(BaseModel):
             if not events:
                 raise PolicyError("no privacy events claimed")
             z = min(noise_multiplier(e) for e in events)
-            job_eps, total_eps = ledger.epsilon_with(events, job_id=job_id, delta=self.delta)
+            job_eps, total_eps = ledger.epsilon_with(
+                events, job_id=job_id, delta=self.delta, algorithm=algorithm
+            )
         except (PolicyError, LocalLedgerError) as exc:
             return _no("events", f"cannot account for the claimed events: {exc}")
         if z < self.min_noise_multiplier:

@@ -42,16 +42,15 @@ from typing import TypeVar
 import httpx
 import kube_podman
 import kube_test
-import numpy as np
 import podman_env
 import yaml
 from images import AGENT, COORDINATOR, DEBIAN_IMAGE, REPORT
+from kube_test import ledger_figure
 from podman_env import ROOT, WORK, PodmanError
 
 from dpfl.client.data import data_spec_for_job
 from dpfl.learning.jobs import parse_job
 from dpfl.server.store import LedgerEntry, RoundStatus, open_store
-from dpfl.server.store.ledger import epsilon_of
 
 PREFIX = "dpfl-it"
 NETWORK = f"{PREFIX}-net"
@@ -490,8 +489,7 @@ def check_budgets(fed: Federation, api: Api, report: Report) -> None:
         for agent_id in names:
             entries = store.ledger_entries(agent_id=agent_id)
             recharged[agent_id] = charges_beyond_rounds(entries, job.rounds)
-            curves = [np.asarray(e.curve, dtype=float) for e in entries]
-            ledger[agent_id] = epsilon_of(sum(curves, np.zeros_like(curves[0])), delta)[0]
+            ledger[agent_id] = ledger_figure(entries, delta)
     if sorted(names.values()) != sorted(SILOS):
         raise FederationError(f"agents bound to {sorted(names.values())}, expected {SILOS}")
     for agent_id, name in names.items():

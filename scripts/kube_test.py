@@ -33,22 +33,22 @@ import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
 import httpx
 import kube_podman
-import numpy as np
 import podman_env
 import yaml
 from podman_env import ROOT, WORK
 
+from dpfl.accounting.history import EventMultiset, canonical_event, history_figure
 from dpfl.client.data import data_spec_for_job
 from dpfl.learning.jobs import parse_job
-from dpfl.server.store import open_store
-from dpfl.server.store.ledger import epsilon_of
+from dpfl.server.store import LedgerEntry, open_store
+from dpfl.server.store.ledger import relation_of
 
 KUBE = WORK / "kube"
 SILOS = ("silo-1", "silo-2", "silo-3")
@@ -230,6 +230,20 @@ def run_job(rest: Rest, job_text: str, report: KubeReport) -> str:
     return job_id
 
 
+def ledger_figure(entries: Sequence[LedgerEntry], delta: float) -> float:
+    """A client's ε recomputed from its ledger rows alone: every entry's event under its
+    neighbouring relation, composed as the store composes them (accounting/history.py), so
+    REST and ``dpfl budget`` are checked against the rows, not against themselves."""
+    history = EventMultiset.of(
+        ((relation_of(canonical_event(e.event), e.algorithm, e.unit), canonical_event(e.event)), 1)
+        for e in entries
+    )
+    figure = history_figure(history, delta)
+    if not figure.epsilon <= figure.rdp_epsilon * (1 + 1e-9):
+        raise KubeTestError(f"tight ε {figure.epsilon} above the RDP bound {figure.rdp_epsilon}")
+    return figure.epsilon
+
+
 def check_budgets(
     rest: Rest, database_url: str, job_text: str, job_id: str, report: KubeReport
 ) -> None:
@@ -243,8 +257,7 @@ def check_budgets(
         rounds = store.list_rounds(job_id)
         ledger = {}
         for agent_id in names:
-            curves = [np.asarray(e.curve, float) for e in store.ledger_entries(agent_id=agent_id)]
-            ledger[agent_id] = epsilon_of(sum(curves, np.zeros_like(curves[0])), delta)[0]
+            ledger[agent_id] = ledger_figure(store.ledger_entries(agent_id=agent_id), delta)
         mismatches = store.verify_ledger().mismatches
     if sorted(names.values()) != sorted(SILOS):
         raise KubeTestError(f"agents bound to {sorted(names.values())}, expected {SILOS}")

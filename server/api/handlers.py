@@ -4,8 +4,8 @@
 Routers only authenticate, call one of these in a worker thread (every store method is one
 blocking transaction) and let the typed errors of ``dpfl.server.errors`` become statuses. Nothing
 here computes a privacy figure of its own except :func:`epsilon_history`, which replays the
-client's cached RDP curves in ledger order with the store's own conversion; its last point equals
-the store's total (the same curves, added up). Every figure that adds entries up carries the
+client's events in ledger order through the store's own composition; its last point equals the
+store's total (the same events, grouped the same way). Every figure that adds entries up carries the
 store's ``approximate`` flag: true when one of those entries is approximate.
 """
 
@@ -14,8 +14,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TypedDict
 
-import numpy as np
-
+from dpfl.accounting.history import ONE_JOB, EventMultiset, canonical_event, history_figure
 from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.errors import LearningError
 from dpfl.server.api.schemas import (
@@ -43,7 +42,7 @@ from dpfl.server.store import (
     Round,
     Store,
 )
-from dpfl.server.store.ledger import epsilon_of
+from dpfl.server.store.ledger import relation_of
 
 __all__ = [
     "budget_report",
@@ -153,6 +152,7 @@ def budget_report(
     return BudgetReport(
         client_id=b.agent_id,
         epsilon=b.epsilon,
+        rdp_epsilon=b.rdp_epsilon,
         replace_one_epsilon=b.replace_one_epsilon,
         delta=b.delta,
         order=b.order,
@@ -184,9 +184,10 @@ def budget_report(
 def epsilon_history(store: Store, client_id: str, *, delta: float | None = None) -> EpsilonHistory:
     """The client's cumulative ε after each of its ledger entries, oldest first.
 
-    The curves of the entries are added in ledger order (RDP composes by addition, across jobs
-    too) and each prefix is converted like the store converts the total, so every point is an
-    upper bound and the last one is the client's current total.
+    Each point is the client's figure over the entries so far (the same composition the store
+    uses for the total: :func:`dpfl.accounting.history.history_figure` of the grouped events,
+    cached per prefix), so every point is an upper bound and the last one is the client's
+    current total; ``job_epsilon`` is the figure of the entry's job so far.
 
     Raises:
         NotFound: no such client.
@@ -195,18 +196,16 @@ def epsilon_history(store: Store, client_id: str, *, delta: float | None = None)
     # validates δ and resolves its default exactly as the budget report does
     at = store.client_budget(client_id, delta=delta, include_events=False).delta
     entries = store.ledger_entries(agent_id=client_id)
-    total: np.ndarray | None = None
-    per_job: dict[str, np.ndarray] = {}
+    total = EventMultiset()
+    per_job: dict[str, EventMultiset] = {}
     approximate_jobs: set[str] = set()  # an approximate entry taints every later figure
     points = []
     for e in entries:
         if e.approximate:
             approximate_jobs.add(e.job_id)
-        curve = np.asarray(e.curve, dtype=np.float64)
-        with np.errstate(over="ignore"):  # an overflowing sum is +inf: no bound at that order
-            total = curve.copy() if total is None else total + curve
-            job_sum = per_job.get(e.job_id)
-            per_job[e.job_id] = curve.copy() if job_sum is None else job_sum + curve
+        text = canonical_event(e.event)
+        total = total.plus(relation_of(text, e.algorithm, e.unit.value), text)
+        per_job[e.job_id] = per_job.get(e.job_id, EventMultiset()).plus(ONE_JOB, text)
         points.append(
             EpsilonPoint(
                 entry_id=e.id,
@@ -215,8 +214,8 @@ def epsilon_history(store: Store, client_id: str, *, delta: float | None = None)
                 round_number=e.round_number,
                 attempt=e.attempt,
                 created_at=e.created_at,
-                epsilon=epsilon_of(total, at)[0],
-                job_epsilon=epsilon_of(per_job[e.job_id], at)[0],
+                epsilon=history_figure(total, at).epsilon,
+                job_epsilon=history_figure(per_job[e.job_id], at).epsilon,
                 approximate=bool(approximate_jobs),
                 job_approximate=e.job_id in approximate_jobs,
             )

@@ -152,20 +152,26 @@ class BudgetReport(_Public):
 
     client_id: str
     epsilon: float = Field(
-        description="Total ε over every job (RDP curves add across jobs; with ?tight=true the "
-        "smaller of that and the PLD of every event composed); valid when the client's jobs "
-        "share one neighbouring relation (docs/accounting.md). Budgets use the RDP total."
+        description="Total ε over every job: every event of the client composed, by pessimistic "
+        "PLD or the exact Gaussian profile where each has a tight path, by RDP otherwise; where "
+        "the client's jobs mix neighbouring relations, the RDP total converted to replacing one "
+        "record (docs/accounting.md, section (d)). Budgets, remaining_epsilon and the history use "
+        "this figure. ?tight=true changes nothing (kept for clients that ask for it)."
+    )
+    rdp_epsilon: float | None = Field(
+        default=None, description="The RDP bound of the same events composed, for comparison."
     )
     replace_one_epsilon: float = Field(
         description="ε for replacing one record of the client, valid whatever neighbouring "
         "relations (add/remove, replace-one) and units its jobs mixed: the total converted by "
-        "RDP's weak triangle inequality (Mironov 2017, Prop. 11). Budgets use 'epsilon'."
+        "RDP's weak triangle inequality (Mironov 2017, Prop. 11); at least 'epsilon'."
     )
     delta: float
     order: float | None
     method: str = Field(
-        description="'rdp', or the tight method when it gave a smaller figure (whether it is a "
-        "proven bound is 'approximate')."
+        description="How 'epsilon' was obtained: 'pld' or 'analytic_gaussian' (tight path), "
+        "'rdp' (some event has no tight path), 'rdp_fallback' (the tight path failed), "
+        "'rdp_replace_one' (mixed relations). Whether it is a proven bound is 'approximate'."
     )
     data_dependent_epsilon: float | None
     budget_epsilon: float | None
@@ -192,11 +198,12 @@ class EpsilonPoint(_Public):
     attempt: int
     created_at: datetime
     epsilon: float = Field(
-        description="Total ε over every job so far, at the history's δ (RDP curves summed)."
+        description="Total ε over every job so far, at the history's δ (the budget report's "
+        "composition of the entries so far)."
     )
     job_epsilon: float = Field(
-        description="ε within this entry's job so far (its RDP curves summed; the job's tight "
-        "figure is in the budget report's by_job)."
+        description="ε within this entry's job so far (its events composed, as the budget "
+        "report's by_job)."
     )
     approximate: bool = Field(description=_APPROXIMATE + " Of 'epsilon' (every job so far).")
     job_approximate: bool = Field(

@@ -49,7 +49,7 @@ from dpfl.server.orchestrator.state import round_record, with_summation
 from dpfl.server.orchestrator.wire_sum import sum_plainly, sum_securely
 from dpfl.server.sessions import SessionRegistry
 from dpfl.server.settings import StageDeadlines
-from dpfl.server.store import AgentStatus, Round, RoundSetup, Store
+from dpfl.server.store import AgentStatus, ProtectedUnit, Round, RoundSetup, Store
 
 __all__ = ["JobContext", "RoundEngine", "RoundReport"]
 
@@ -130,8 +130,15 @@ class RoundEngine:
         if not members or not self.enforce_budgets:
             return members, []
         charge = ctx.coordinator.round_charge(round_number=number, population=members)
-        events = {a: c.event for a, c in charge.charges(members).items()}
-        checks = self.store.check_budgets(events, data_dependent=self.data_dependent_budget)
+        charges = charge.charges(members)
+        events = {a: c.event for a, c in charges.items()}
+        units = {c.unit for c in charges.values()}
+        checks = self.store.check_budgets(
+            events,
+            data_dependent=self.data_dependent_budget,
+            job_id=ctx.job_id,
+            unit=ProtectedUnit(units.pop()) if len(units) == 1 else ProtectedUnit.AGENT,
+        )
         excluded = sorted(a for a, c in checks.items() if not c.allowed)
         return [a for a in members if a not in excluded], excluded
 

@@ -2,9 +2,11 @@
 
 The rules of docs/architecture.md#the-privacy-ledger rest here: charges are validated completely
 before anything is written, every entry's event JSON must parse back to the same event
-(:func:`recompute` is what ``verify_ledger`` compares with), and budgets compare converted sums of
-RDP curves. A data-dependent curve is kept as the elementwise minimum of both upper bounds; the
-guaranteed counterpart is what is charged.
+(:func:`recompute` is what ``verify_ledger`` compares with), and budgets compare the client's
+figure: the tight composition of its grouped history (:class:`HistoryGroup`,
+:mod:`dpfl.accounting.history`). RDP curves are cached per entry and summed per job for the
+RDP figures shown beside it. A data-dependent curve is kept as the elementwise minimum of both
+upper bounds; the guaranteed counterpart is what is charged.
 """
 
 from __future__ import annotations
@@ -32,12 +34,15 @@ from dpfl.accounting import (
     is_data_dependent,
     rdp_curve,
 )
+from dpfl.accounting.history import EventMultiset, canonical_event, history_figure
+from dpfl.accounting.relations import relation_class
 from dpfl.server.errors import InvalidInput, LedgerIntegrityError
 from dpfl.server.store.records import Agent, BudgetCheck, Charge, JsonObject, ProtectedUnit
 
 __all__ = [
     "CURVE_RTOL",
     "CurveSum",
+    "HistoryGroup",
     "PreparedCharge",
     "canonical_json",
     "check_delta",
@@ -45,9 +50,11 @@ __all__ = [
     "encode_curve",
     "epsilon_of",
     "evaluate_budget",
+    "history_of",
     "orders_fingerprint",
     "prepare_charges",
     "recompute",
+    "relation_of",
     "same_curve",
 ]
 
@@ -112,6 +119,12 @@ class PreparedCharge:
     curve: Curve
     data_dependent_event: JsonObject | None
     data_dependent_curve: Curve | None
+    #: the canonical JSON of ``event`` (the key of its history group)
+    event_text: str = ""
+
+    def relation(self, algorithm: str) -> str:
+        """The neighbouring relation class of this charge in a job of ``algorithm``."""
+        return relation_of(self.event_text, algorithm, self.unit.value)
 
     def identity(self) -> tuple[Any, ...]:
         """What must match for a repeated commit to count as the same charge."""
@@ -139,6 +152,7 @@ class _CheckedEvent:
     curve: Curve
     data_dependent_event: JsonObject | None
     data_dependent_curve: Curve | None
+    text: str
 
 
 def _check_event(event: DpEvent, what: str) -> _CheckedEvent:
@@ -159,6 +173,7 @@ def _check_event(event: DpEvent, what: str) -> _CheckedEvent:
         curve=curve,
         data_dependent_event=None if dd is None else event_to_json(dd),
         data_dependent_curve=dd_curve,
+        text=canonical_event(guaranteed),
     )
 
 
@@ -215,6 +230,7 @@ def prepare_charges(charges: Sequence[Charge]) -> list[PreparedCharge]:
                 curve=event.curve,
                 data_dependent_event=event.data_dependent_event,
                 data_dependent_curve=event.data_dependent_curve,
+                event_text=event.text,
             )
         )
     return out
@@ -288,6 +304,32 @@ class CurveSum:
         return self.add(charge.curve, charge.data_dependent_curve)
 
 
+@dataclass(frozen=True, slots=True)
+class HistoryGroup:
+    """``entries`` ledger entries of one client in one job with the same relation class and
+    guaranteed event (``event``: its canonical JSON). The client's history is the multiset of
+    its groups over every job (:func:`history_of`)."""
+
+    agent_id: str
+    job_id: str
+    relation: str
+    event: str
+    entries: int
+
+    @property
+    def key(self) -> str:
+        """SHA-256 (hex) of the relation class and the event: the group's stored key."""
+        return hashlib.sha256(f"{self.relation}\n{self.event}".encode()).hexdigest()
+
+
+def history_of(groups: Iterable[HistoryGroup], *, relation: str | None = None) -> EventMultiset:
+    """The multiset of the given groups (those of one client: over every job, or one job's);
+    ``relation`` replaces every group's relation class (one job's groups share one relation)."""
+    return EventMultiset.of(
+        ((g.relation if relation is None else relation, g.event), g.entries) for g in groups
+    )
+
+
 def total(sums: Iterable[CurveSum]) -> tuple[Curve, Curve, int, int]:
     """Guaranteed and data-dependent curves of several jobs composed (RDP adds)."""
     curve = np.zeros(len(ORDERS), dtype=np.float64)
@@ -325,14 +367,40 @@ def _converted(blob: bytes, delta: float) -> tuple[float, float | None]:
     return float(epsilon), float(order)
 
 
-def evaluate_budget(agent: Agent, current: Curve, extra: Curve) -> BudgetCheck:
-    """Would ``extra`` on top of ``current`` keep ``agent`` within its budget?
+def evaluate_budget(
+    agent: Agent,
+    history: EventMultiset,
+    extra: tuple[str, str],
+    *,
+    data_dependent: tuple[Curve, Curve] | None = None,
+) -> BudgetCheck:
+    """Would one more ``extra`` = (relation class, event JSON) on top of ``history`` keep
+    ``agent`` within its budget?
 
-    ε is measured at the budget's own δ on the composed curve; an agent without a budget is always
-    allowed (and reports no ε, since there is no δ to measure it at).
+    ε is the client's figure (:func:`dpfl.accounting.history.history_figure`: the tight
+    composition of every event, RDP where some event has no tight path) at the budget's own δ;
+    an agent without a budget is always allowed (and reports no ε, since there is no δ to
+    measure it at). ``data_dependent``: the operator's opt-in, (the client's data-dependent
+    curve, the new entry's guaranteed curve); each figure is then the smaller of the two.
     """
     if agent.budget is None:
         return BudgetCheck(agent.id, True, None, None, None)
-    before, _ = epsilon_of(current, agent.budget.delta)
-    after, _ = epsilon_of(current + extra, agent.budget.delta)
-    return BudgetCheck(agent.id, after <= agent.budget.epsilon, agent.budget, before, after)
+    delta = agent.budget.delta
+    before = history_figure(history, delta).epsilon
+    candidate = history_figure(history.plus(*extra), delta)
+    after, method = candidate.epsilon, candidate.method
+    if data_dependent is not None:
+        current, added = data_dependent
+        before = min(before, epsilon_of(current, delta)[0])
+        dd_after = epsilon_of(current + added, delta)[0]
+        if dd_after < after:
+            after, method = dd_after, "rdp_data_dependent"
+    return BudgetCheck(agent.id, after <= agent.budget.epsilon, agent.budget, before, after, method)
+
+
+@functools.lru_cache(maxsize=1024)
+def relation_of(event_text: str, algorithm: str, unit: str) -> str:
+    """The relation class of a charge's guaranteed event (its canonical JSON) in a job of
+    ``algorithm`` (:func:`dpfl.accounting.relations.relation_class`), memoised: a round charges
+    one event to a whole population."""
+    return relation_class(event_from_json(json.loads(event_text)), algorithm, unit)

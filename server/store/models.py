@@ -30,6 +30,7 @@ __all__ = [
     "CredentialRowModel",
     "CurveSumRow",
     "EnrollmentTokenRowModel",
+    "HistoryGroupRow",
     "JobMemberRow",
     "JobRow",
     "LedgerEntryRow",
@@ -250,6 +251,21 @@ class CurveSumRow(Base):
     data_dependent_curve: Mapped[bytes]
     entries: Mapped[int]
     data_dependent_entries: Mapped[int]
+
+
+class HistoryGroupRow(Base):
+    """A client's events in one job grouped: how many entries charged this (relation class,
+    guaranteed event) pair (migration 0006). The client's privacy figure is composed from these
+    groups, never from the entries one by one."""
+
+    __tablename__ = "history_groups"
+
+    agent_id: Mapped[str] = mapped_column(sa.ForeignKey("agents.id"), primary_key=True)
+    job_id: Mapped[str] = mapped_column(sa.ForeignKey("jobs.id"), primary_key=True, index=True)
+    key: Mapped[str] = mapped_column(sa.String(64), primary_key=True)
+    relation: Mapped[str] = mapped_column(sa.String(64))
+    event: Mapped[str] = mapped_column(sa.Text)
+    entries: Mapped[int]
 
 
 class PrivacyAuditRow(Base):

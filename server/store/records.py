@@ -302,6 +302,8 @@ class BudgetCheck:
     budget: Budget | None
     epsilon_before: float | None
     epsilon_after: float | None
+    #: how ``epsilon_after`` was obtained (``dpfl.accounting.history.HistoryFigure.method``)
+    method: str = "rdp"
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,8 +321,8 @@ class JobEpsilon:
 
     ``epsilon`` is the smaller of two upper bounds on the whole job (one neighbouring relation):
     ``rdp_epsilon``, the job's summed RDP curve converted, and, when every event of the job has a
-    tight path (Gaussian, voting, Poisson-subsampled Gaussian), the tight figure of the same
-    events composed (exact Gaussian profile or pessimistic PLD); ``method`` names the winner
+    tight path, the tight figure of the same events composed (exact Gaussian profile or
+    pessimistic PLD; ``dpfl.accounting.history``); ``method`` names the winner
     (``"rdp"``, ``"pld"``, ``"analytic_gaussian"``) and ``order`` is the RDP bound's order.
     ``approximate``: at least one of the job's entries is approximate (:class:`Charge`), so
     neither figure is a proven upper bound, whatever ``method`` says.
@@ -340,13 +342,13 @@ class JobEpsilon:
 class ClientBudget:
     """How much privacy one client has spent, at ``delta``, and what remains of its budget.
 
-    ``epsilon`` composes every job (RDP curves add across jobs on the same data) and is the
-    guaranteed figure, valid when the client's jobs share one neighbouring relation (and unit);
-    ``replace_one_epsilon`` is valid whatever relations and units they mixed: replacing one
-    record of the client, from the total converted by RDP's weak triangle inequality
-    (:mod:`dpfl.server.store.relations`; reported as at least ``epsilon``; budgets stay
-    enforced on ``epsilon``). ``data_dependent_epsilon`` uses the data-dependent curves
-    where entries have one (it is itself a function of private data). ``remaining_epsilon`` is
+    ``epsilon`` composes every event of every job (``dpfl.accounting.history``: the tight path
+    where each event has one, RDP otherwise, ``method`` says which; ``rdp_epsilon`` beside it),
+    the guaranteed figure budgets are enforced on; where the client's jobs mix neighbouring
+    relations it is the total converted to replacing one record. ``replace_one_epsilon`` is that
+    conversion whatever the jobs were (:mod:`dpfl.accounting.relations`; at least ``epsilon``).
+    ``data_dependent_epsilon`` uses the data-dependent curves where entries have one (it is
+    itself a function of private data). ``remaining_epsilon`` is
     measured at the budget's own δ and is never negative. ``approximate``: at least one of the
     client's entries is approximate (:class:`Charge`), so none of these figures (totals, budget
     and remaining ε alike) is a proven upper bound.
@@ -366,6 +368,8 @@ class ClientBudget:
     events: tuple[EventReport, ...]
     replace_one_epsilon: float = math.inf
     approximate: bool = False
+    #: the RDP bound of the same history, shown beside the figure
+    rdp_epsilon: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,44 +1,39 @@
 """Reading the ledger: ε per client and per job, budget checks, and verification.
 
-Every ε is recomputed on demand, never stored, and ``verify_ledger`` recomputes every cached curve
-and running sum. A client's ε in one job is the smaller of its RDP figure and, where every event
-has one, its tight figure; totals, budgets and history stay RDP
-(docs/accounting.md#which-bound-each-ledger-figure-is). Budgets use the guaranteed curves only.
+Every ε is recomputed on demand, never stored, and ``verify_ledger`` recomputes every cached curve,
+running sum and history group. A client's figure, in total and per job, is the tight composition
+of its grouped history (:func:`dpfl.accounting.history.history_figure`: PLD or the exact Gaussian
+profile where every event has a tight path, RDP otherwise, converted to replace-one where the
+client's jobs mix relations); totals, budgets, remaining ε and history all use it
+(docs/accounting.md#which-bound-each-ledger-figure-is). Budgets use the guaranteed events only.
 A figure that adds up at least one approximate entry (``Charge.approximate``: not a proven upper
 bound for the noise used) is itself flagged ``approximate``, whichever method gave it.
 """
 
 from __future__ import annotations
 
-import functools
-import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from dpfl.accounting import (
-    AccountingError,
-    ComposedEvent,
-    DpEvent,
-    EpsilonReport,
-    SelfComposedEvent,
-    compute_epsilon,
-    event_from_json,
-    supports_tight,
-)
+from dpfl.accounting import AccountingError, DpEvent
+from dpfl.accounting.history import ONE_JOB, canonical_event, history_figure
+from dpfl.accounting.relations import replace_one_curve
 from dpfl.server.errors import LedgerIntegrityError
 from dpfl.server.store.core import StoreCore
 from dpfl.server.store.ledger import (
     Curve,
     CurveSum,
-    canonical_json,
+    HistoryGroup,
     check_delta,
     epsilon_of,
     evaluate_budget,
+    history_of,
     orders_fingerprint,
     prepare_charges,
     recompute,
+    relation_of,
     same_curve,
     total,
 )
@@ -54,68 +49,71 @@ from dpfl.server.store.records import (
     ProtectedUnit,
     VerifyReport,
 )
-from dpfl.server.store.relations import replace_one_curve
 from dpfl.server.store.tx import EntryKey, StoreTx
 
-__all__ = ["DEFAULT_REPORT_DELTA", "ORDERS_META_KEY", "ReportsMixin"]
+__all__ = [
+    "DEFAULT_REPORT_DELTA",
+    "HISTORY_META_KEY",
+    "ORDERS_META_KEY",
+    "ReportsMixin",
+]
 
 #: δ of a report when neither the caller nor the client's budget gives one.
 DEFAULT_REPORT_DELTA = 1e-5
 #: Metadata key holding the fingerprint of the order grid the cached curves are on.
 ORDERS_META_KEY = "rdp_orders_sha256"
 RDP_METHOD = "rdp"
+#: Metadata key marking the history groups as built from every entry (and their format).
+HISTORY_META_KEY = "history_groups"
+HISTORY_VERSION = "1"
 
 
 def _array(values: Sequence[float]) -> Curve:
     return np.asarray(values, dtype=np.float64)
 
 
-#: A multiset of stored events: (canonical event JSON, count), sorted.
-Composition = tuple[tuple[str, int], ...]
-
-
-def _composition(entries: Iterable[LedgerEntry]) -> Composition:
-    counts: dict[str, int] = defaultdict(int)
-    for e in entries:
-        counts[canonical_json(e.event)] += 1
-    return tuple(sorted(counts.items()))
-
-
-@functools.lru_cache(maxsize=1024)
-def _tight_report(composition: Composition, delta: float) -> EpsilonReport | None:
-    """``compute_epsilon`` of the events composed, or None when one of them has no tight path.
-
-    Identical events become one self-composition, which the PLD composes by repeated squaring.
-    """
-    if not composition:
-        return None
-    try:
-        events = tuple(SelfComposedEvent(event_from_json(json.loads(k)), n) for k, n in composition)
-        event: DpEvent = events[0] if len(events) == 1 else ComposedEvent(events)
-        if not supports_tight(event):
-            return None
-        return compute_epsilon(event, delta=delta, tight=True)
-    except AccountingError:
-        return None
-
-
 def _job_epsilon(
-    job_id: str,
-    s: CurveSum,
-    entries: Sequence[LedgerEntry] | None,
-    delta: float,
-    approximate: bool,
+    s: CurveSum, groups: Sequence[HistoryGroup], delta: float, approximate: bool
 ) -> JobEpsilon:
-    """One job's figure: min(RDP of the summed curve, tight of the same events) when given;
+    """One job's figure (its groups composed) with the RDP figure of its summed curve beside it;
     ``approximate``: whether one of the job's entries (for this client) is."""
     rdp_eps, order = epsilon_of(s.curve, delta)
     dd_eps = epsilon_of(s.data_dependent_curve, delta)[0] if s.data_dependent_entries else None
+    figure = history_figure(history_of(groups, relation=ONE_JOB), delta)
     eps, method = rdp_eps, RDP_METHOD
-    if entries:
-        report = _tight_report(_composition(entries), delta)
-        if report is not None and report.epsilon < eps:
-            eps, method = float(report.epsilon), str(report.method)
-    return JobEpsilon(job_id, eps, order, s.entries, dd_eps, method, rdp_eps, approximate)
+    if figure.epsilon < eps:
+        eps, method = figure.epsilon, figure.method
+    return JobEpsilon(s.job_id, eps, order, s.entries, dd_eps, method, rdp_eps, approximate)
+
+
+def _groups_of(entries: Iterable[LedgerEntry]) -> list[HistoryGroup]:
+    """The history groups of ``entries`` recomputed from their stored events (what the cached
+    groups must equal)."""
+    counts: dict[tuple[str, str, str, str], int] = defaultdict(int)
+    for e in entries:
+        text = canonical_event(e.event)
+        try:
+            relation = relation_of(text, e.algorithm, e.unit.value)
+        except AccountingError:  # verify_ledger names the entry itself
+            relation = "unstated/unparseable"
+        counts[(e.agent_id, e.job_id, relation, text)] += 1
+    return [HistoryGroup(a, j, r, t, n) for (a, j, r, t), n in counts.items()]
+
+
+def _check_groups(entries: Sequence[LedgerEntry], groups: Sequence[HistoryGroup]) -> list[Mismatch]:
+    """The stored history groups against those recomputed from the entries."""
+    want = {(g.agent_id, g.job_id, g.key): g.entries for g in _groups_of(entries)}
+    have = {(g.agent_id, g.job_id, g.key): g.entries for g in groups}
+    return [
+        Mismatch(
+            "history",
+            "history group differs from the entries' events",
+            agent_id=key[0],
+            job_id=key[1],
+        )
+        for key in sorted(set(want) | set(have))
+        if want.get(key) != have.get(key)
+    ]
 
 
 def _approximate_rounds(keys: Sequence[EntryKey]) -> set[int]:
@@ -186,47 +184,46 @@ class ReportsMixin(StoreCore):
         *,
         delta: float | None = None,
         include_events: bool = True,
-        tight: bool = False,
+        tight: bool = True,
     ) -> ClientBudget:
         """What one client has spent, in total and per job, and what remains.
 
         Args:
             agent_id: the client.
             delta: the δ to report ε at (default: the client's budget δ, else 1e-5).
-            include_events: list every entry with its own ε (one conversion each).
-            tight: also compose all the client's events, across jobs, and ask
-                ``compute_epsilon`` for its tightest valid bound; the reported total is the
-                smaller of that and the RDP figure, and ``method`` says which. Budgets are
-                always enforced on the RDP figure. (``by_job`` always carries each job's tight
-                figure where one applies.)
+            include_events: list every entry with its own ε.
+            tight: kept for callers that ask for the tight figure: every figure already is
+                the client's tight composition (the module doc).
 
         Raises:
             NotFound: no such client.
             InvalidInput: δ outside (0, 1).
         """
+        del tight
         with self._transaction(write=False) as tx:
             agent = self._agent_of(tx, agent_id)
             sums = tx.curve_sums([agent_id])
-            entries = tx.entries(agent_id=agent_id)
-        approximate = {e.job_id for e in entries if e.approximate}
-        return self._client_budget(agent, sums, entries, approximate, delta, include_events, tight)
+            groups = tx.history_groups([agent_id])
+            entries = tx.entries(agent_id=agent_id) if include_events else None
+            flagged = tx.entry_keys(approximate=True)
+        approximate = {k.job_id for k in flagged if k.agent_id == agent_id}
+        return self._client_budget(agent, sums, groups, entries, approximate, delta)
 
     def list_client_budgets(self, *, delta: float | None = None) -> list[ClientBudget]:
-        """Every client's totals (without events), oldest client first.
-
-        ``by_job`` here is the RDP figure of each job (method ``"rdp"``): the tight one needs the
-        entries, which :meth:`client_budget` reads for one client.
-        """
+        """Every client's totals (without events), oldest client first."""
         with self._transaction(write=False) as tx:
             agents = tx.list_agents()
             by_agent: dict[str, list[CurveSum]] = defaultdict(list)
             for s in tx.curve_sums(None):
                 by_agent[s.agent_id].append(s)
+            groups: dict[str, list[HistoryGroup]] = defaultdict(list)
+            for g in tx.history_groups(None):
+                groups[g.agent_id].append(g)
             approximate: dict[str, set[str]] = defaultdict(set)
             for k in tx.entry_keys(approximate=True):
                 approximate[k.agent_id].add(k.job_id)
         return [
-            self._client_budget(a, by_agent[a.id], None, approximate[a.id], delta, False, False)
+            self._client_budget(a, by_agent[a.id], groups[a.id], None, approximate[a.id], delta)
             for a in agents
         ]
 
@@ -234,64 +231,51 @@ class ReportsMixin(StoreCore):
         self,
         agent: Agent,
         sums: Sequence[CurveSum],
+        groups: Sequence[HistoryGroup],
         entries: Sequence[LedgerEntry] | None,
         approximate: set[str],
         delta: float | None,
-        include_events: bool,
-        tight: bool,
     ) -> ClientBudget:
         """``approximate``: the jobs in which the client has an approximate entry."""
         if delta is None:
             delta = agent.budget.delta if agent.budget is not None else DEFAULT_REPORT_DELTA
         delta = check_delta(delta)
         curve, dd_curve, _, dd_entries = total(sums)
-        epsilon, order = epsilon_of(curve, delta)
-        # valid whatever relations the client's jobs mixed (relations.py); a looser bound than
-        # the plain total is still a bound, so it is reported as at least ``epsilon``
+        history = history_of(groups)
+        figure = history_figure(history, delta)
+        _, order = epsilon_of(curve, delta)
+        # valid whatever relations the client's jobs mixed; a looser bound than the figure is
+        # still a bound, so it is reported as at least the figure
         replace_one, _ = epsilon_of(replace_one_curve(curve), delta)
-        method = RDP_METHOD
-        if tight and entries:
-            # across jobs: valid under the same one-relation condition as the RDP sum
-            report = _tight_report(_composition(entries), delta)
-            if report is not None and report.epsilon < epsilon:
-                epsilon, method = float(report.epsilon), str(report.method)
-        per_job: dict[str, list[LedgerEntry]] = defaultdict(list)
-        for e in entries or ():
-            per_job[e.job_id].append(e)
+        per_job: dict[str, list[HistoryGroup]] = defaultdict(list)
+        for g in groups:
+            per_job[g.job_id].append(g)
         by_job = {
-            s.job_id: _job_epsilon(
-                s.job_id,
-                s,
-                None if entries is None else per_job[s.job_id],
-                delta,
-                s.job_id in approximate,
-            )
+            s.job_id: _job_epsilon(s, per_job[s.job_id], delta, s.job_id in approximate)
             for s in sums
         }
-        reports: tuple[EventReport, ...] = ()
-        if include_events:
-            reports = tuple(
-                EventReport(
-                    e,
-                    epsilon_of(_array(e.curve), delta)[0],
-                    None
-                    if e.data_dependent_curve is None
-                    else epsilon_of(_array(e.data_dependent_curve), delta)[0],
-                )
-                for e in entries or ()
+        reports = tuple(
+            EventReport(
+                e,
+                epsilon_of(_array(e.curve), delta)[0],
+                None
+                if e.data_dependent_curve is None
+                else epsilon_of(_array(e.data_dependent_curve), delta)[0],
             )
+            for e in entries or ()
+        )
         at_budget = remaining = None
         exceeded = False
         if agent.budget is not None:
-            at_budget = epsilon_of(curve, agent.budget.delta)[0]
+            at_budget = history_figure(history, agent.budget.delta).epsilon
             remaining = max(0.0, agent.budget.epsilon - at_budget)
             exceeded = at_budget > agent.budget.epsilon
         return ClientBudget(
             agent_id=agent.id,
             delta=delta,
-            epsilon=epsilon,
+            epsilon=figure.epsilon,
             order=order,
-            method=method,
+            method=figure.method,
             data_dependent_epsilon=epsilon_of(dd_curve, delta)[0] if dd_entries else None,
             budget=agent.budget,
             epsilon_at_budget_delta=at_budget,
@@ -299,13 +283,14 @@ class ReportsMixin(StoreCore):
             exceeded=exceeded,
             by_job=by_job,
             events=reports,
-            replace_one_epsilon=max(replace_one, epsilon),
+            replace_one_epsilon=max(replace_one, figure.epsilon),
             approximate=any(s.job_id in approximate for s in sums),
+            rdp_epsilon=figure.rdp_epsilon,
         )
 
     def job_epsilons(self, job_id: str, *, delta: float | None = None) -> dict[str, float]:
         """Each charged client's ε in this job alone, at ``delta`` (default: the job's δ): the
-        min of the RDP figure and the tight one of the same events (see :class:`JobEpsilon`).
+        tight composition of its events in the job (see :class:`JobEpsilon`).
         :meth:`job_epsilon_reports` says which of them are approximate.
 
         Raises:
@@ -325,19 +310,14 @@ class ReportsMixin(StoreCore):
         with self._transaction(write=False) as tx:
             job = self._job_of(tx, job_id)
             sums = tx.curve_sums(None, job_id)
-            entries = tx.entries(job_id=job_id)
+            groups = tx.history_groups(None, job_id)
+            approximate = {k.agent_id for k in tx.entry_keys(job_id=job_id, approximate=True)}
         at = check_delta(job.delta if delta is None else delta)
-        per_agent: dict[str, list[LedgerEntry]] = defaultdict(list)
-        for e in entries:
-            per_agent[e.agent_id].append(e)
+        per_agent: dict[str, list[HistoryGroup]] = defaultdict(list)
+        for g in groups:
+            per_agent[g.agent_id].append(g)
         return {
-            s.agent_id: _job_epsilon(
-                job_id,
-                s,
-                per_agent[s.agent_id],
-                at,
-                any(e.approximate for e in per_agent[s.agent_id]),
-            )
+            s.agent_id: _job_epsilon(s, per_agent[s.agent_id], at, s.agent_id in approximate)
             for s in sums
         }
 
@@ -356,36 +336,51 @@ class ReportsMixin(StoreCore):
         return _approximate_rounds(keys)
 
     def check_budgets(
-        self, events: Mapping[str, DpEvent], *, data_dependent: bool = False
+        self,
+        events: Mapping[str, DpEvent],
+        *,
+        data_dependent: bool = False,
+        job_id: str | None = None,
+        unit: ProtectedUnit = ProtectedUnit.AGENT,
     ) -> dict[str, BudgetCheck]:
         """Would charging each client its event keep it within budget? (before invitation)
 
         Args:
             events: client id → the event the next round would charge it (its guaranteed part is
                 what counts).
-            data_dependent: measure existing spending with the data-dependent curves.
+            data_dependent: measure existing spending with the data-dependent curves too.
+            job_id: the job that would charge them (its algorithm states the events'
+                neighbouring relation); None: the relation the events state themselves.
+            unit: the unit the charges would protect (with the algorithm, it states the
+                relation of a release that does not carry its own).
 
         Raises:
-            NotFound: an unknown client.
+            NotFound: an unknown client or job.
             InvalidInput: an event the accountant rejects.
         """
         ids = sorted(events)
         prepared = {
-            p.agent_id: p
-            for p in prepare_charges(
-                [Charge(a, events[a], ProtectedUnit.AGENT) for a in ids]  # unit is irrelevant
-            )
+            p.agent_id: p for p in prepare_charges([Charge(a, events[a], unit) for a in ids])
         }
         with self._transaction(write=False) as tx:
+            algorithm = "" if job_id is None else self._job_of(tx, job_id).algorithm
             agents = self._existing_agents(tx, ids)
             by_agent: dict[str, list[CurveSum]] = defaultdict(list)
             for s in tx.curve_sums(ids):
                 by_agent[s.agent_id].append(s)
+            groups: dict[str, list[HistoryGroup]] = defaultdict(list)
+            for g in tx.history_groups(ids):
+                groups[g.agent_id].append(g)
         out = {}
         for a in ids:
-            curve, dd_curve, _, _ = total(by_agent[a])
-            current = dd_curve if data_dependent else curve
-            out[a] = evaluate_budget(agents[a], current, prepared[a].curve)
+            p = prepared[a]
+            dd = (total(by_agent[a])[1], p.curve) if data_dependent else None
+            out[a] = evaluate_budget(
+                agents[a],
+                history_of(groups[a]),
+                (p.relation(algorithm), p.event_text),
+                data_dependent=dd,
+            )
         return out
 
     def check_budget(
@@ -401,8 +396,9 @@ class ReportsMixin(StoreCore):
         with self._transaction(write=False) as tx:
             entries = tx.entries()
             sums = tx.curve_sums(None)
+            groups = tx.history_groups(None)
             fingerprint = tx.get_meta(ORDERS_META_KEY)
-        mismatches: list[Mismatch] = []
+        mismatches: list[Mismatch] = _check_groups(entries, groups)
         if entries and fingerprint != orders_fingerprint():
             mismatches.append(
                 Mismatch("orders", "the cached curves are on another order grid than ORDERS")
@@ -455,16 +451,22 @@ class ReportsMixin(StoreCore):
             sums[key] = (sums.get(key) or CurveSum.zero(*key)).add(curve, dd)
         tx.delete_curve_sums()
         tx.put_curve_sums(list(sums.values()))
+        tx.delete_history_groups()
+        tx.add_history(_groups_of(entries))
         tx.set_meta(ORDERS_META_KEY, orders_fingerprint())
+        tx.set_meta(HISTORY_META_KEY, HISTORY_VERSION)
         return len(entries)
 
     def _ensure_orders(self) -> None:
-        """Bring the cache onto the current order grid if it was built on another one."""
+        """Bring the cache onto the current order grid if it was built on another one, and build
+        the history groups of a ledger written before they existed."""
         with self._transaction(write=True) as tx:
             fingerprint = tx.get_meta(ORDERS_META_KEY)
-            if fingerprint == orders_fingerprint():
+            current = tx.get_meta(HISTORY_META_KEY) == HISTORY_VERSION
+            if fingerprint == orders_fingerprint() and current:
                 return
-            if fingerprint is None and not tx.entries():
+            if not tx.entries():
                 tx.set_meta(ORDERS_META_KEY, orders_fingerprint())
+                tx.set_meta(HISTORY_META_KEY, HISTORY_VERSION)
                 return
             self._rebuild(tx)

@@ -9,10 +9,11 @@ docs/architecture.md#round-attempts-in-the-store.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from dpfl.accounting.history import ONE_JOB, history_figure
 from dpfl.server.errors import (
     AlreadyExists,
     BudgetExceeded,
@@ -31,17 +32,21 @@ from dpfl.server.store.core import (
 )
 from dpfl.server.store.ledger import (
     CurveSum,
+    HistoryGroup,
     PreparedCharge,
     canonical_json,
-    epsilon_of,
     evaluate_budget,
+    history_of,
     prepare_charges,
     total,
 )
 from dpfl.server.store.records import (
     Agent,
+    Budget,
+    BudgetCheck,
     Charge,
     CommitResult,
+    Job,
     JobStatus,
     LedgerEntry,
     Round,
@@ -84,6 +89,90 @@ def _identity(entry: LedgerEntry) -> tuple[Any, ...]:
         entry.honest_fraction,
         canonical_json(entry.event),
         None if dd is None else canonical_json(dd),
+    )
+
+
+#: How often a commit recomputes its candidate figures outside the transaction when a charged
+#: client's ledger moved between reading it and writing (another commit charged it meanwhile);
+#: after that it computes them inside, under the clients' row locks, which always completes.
+COMMIT_ATTEMPTS = 4
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    """The state of the charged clients that a commit's figures depend on: the job, their
+    budgets, their running sums and their history groups (compared again inside the write)."""
+
+    job_id: str
+    algorithm: str
+    delta: float
+    budgets: tuple[tuple[str, Budget | None], ...]
+    groups: dict[str, list[HistoryGroup]]
+    #: move with the groups (one commit writes both), so they are not compared
+    sums: dict[str, list[CurveSum]] = field(compare=False)
+    agents: dict[str, Agent] = field(compare=False)
+
+
+def _snapshot(tx: StoreTx, job: Job, ids: Sequence[str]) -> _Snapshot:
+    agents = tx.get_agents(ids)
+    sums: dict[str, list[CurveSum]] = {a: [] for a in ids}
+    for s in tx.curve_sums(ids):
+        sums[s.agent_id].append(s)
+    groups: dict[str, list[HistoryGroup]] = {a: [] for a in ids}
+    for g in tx.history_groups(ids):
+        groups[g.agent_id].append(g)
+    budgets = tuple((a, agents[a].budget if a in agents else None) for a in ids)
+    return _Snapshot(job.id, job.algorithm, job.delta, budgets, groups, sums, agents)
+
+
+@dataclass(frozen=True, slots=True)
+class _Figures:
+    """A commit's candidate figures: each charged client's budget check and the round's ε (the
+    largest job figure among the charged clients after the charge)."""
+
+    checks: dict[str, BudgetCheck]
+    round_epsilon: float
+
+
+def _candidates(
+    seen: _Snapshot, prepared: Sequence[PreparedCharge], enforce: bool, data_dependent: bool
+) -> _Figures:
+    """The figures of every charged client with its new entry, computed outside any
+    transaction (a PLD takes far longer than a write should hold locks); clients that share a
+    history and charge share one computation (``history_figure`` is cached)."""
+    checks: dict[str, BudgetCheck] = {}
+    worst = 0.0
+    for p in prepared:
+        relation = p.relation(seen.algorithm)
+        groups = seen.groups.get(p.agent_id, [])
+        if enforce:
+            dd = (total(seen.sums[p.agent_id])[1], p.curve) if data_dependent else None
+            agent = seen.agents.get(p.agent_id)
+            if agent is None:
+                continue  # an unknown client: the write refuses the commit, naming it
+            checks[p.agent_id] = evaluate_budget(
+                agent,
+                history_of(groups),
+                (relation, p.event_text),
+                data_dependent=dd,
+            )
+        own = [g for g in groups if g.job_id == seen.job_id]
+        job_history = history_of(own, relation=ONE_JOB).plus(ONE_JOB, p.event_text)
+        worst = max(worst, history_figure(job_history, seen.delta).epsilon)
+    return _Figures(checks, worst)
+
+
+def _refuse(over: Sequence[BudgetCheck]) -> None:
+    """Raises BudgetExceeded naming every client over its budget."""
+    detail = ", ".join(
+        f"{c.agent_id!r} (ε {c.epsilon_after:.4g} > {c.budget.epsilon:g} at δ "
+        f"{c.budget.delta:g}, {c.method})"
+        for c in over
+        if c.budget is not None and c.epsilon_after is not None
+    )
+    raise BudgetExceeded(
+        f"charging this round would exceed the budget of {detail}",
+        clients=tuple(c.agent_id for c in over),
     )
 
 
@@ -267,6 +356,37 @@ class RoundsMixin(StoreCore):
         if not isinstance(charges, Sequence) or not charges:
             raise InvalidInput("a round that releases an aggregate charges at least one client")
         prepared = prepare_charges(charges)
+        rule = (enforce_budget, data_dependent_budget)
+        for _ in range(COMMIT_ATTEMPTS):
+            seen = self._commit_snapshot(round_id, prepared)
+            figures = _candidates(seen, prepared, *rule)
+            result = self._commit_write(round_id, prepared, rule, (seen, figures))
+            if result is not None:
+                return result
+        # the clients' ledgers kept moving (other jobs charging them): compute under the locks
+        result = self._commit_write(round_id, prepared, rule, None)
+        assert result is not None
+        return result
+
+    def _commit_snapshot(self, round_id: int, prepared: Sequence[PreparedCharge]) -> _Snapshot:
+        """What the candidate figures are computed from, read in its own transaction."""
+        ids = sorted(p.agent_id for p in prepared)
+        with self._transaction(write=False) as tx:
+            rnd = self._round_of(tx, round_id)
+            job = self._job_of(tx, rnd.job_id)
+            return _snapshot(tx, job, ids)
+
+    def _commit_write(
+        self,
+        round_id: int,
+        prepared: Sequence[PreparedCharge],
+        rule: tuple[bool, bool],
+        candidate: tuple[_Snapshot, _Figures] | None,
+    ) -> CommitResult | None:
+        """The commit's transaction: check the candidate figures against the budgets and write,
+        or None (nothing written) when a charged client's state moved since the candidate's
+        snapshot. Without a candidate the figures are computed here, under the clients' locks.
+        ``rule``: (enforce the budgets, with the data-dependent curves)."""
         with self._transaction(write=True) as tx:
             rnd = self._round_of(tx, round_id, lock=True)
             if rnd.committed_at is not None:
@@ -291,20 +411,32 @@ class RoundsMixin(StoreCore):
             absent = [a for a in ids if a not in agents]
             if absent:
                 raise InvalidInput(f"charges for unknown agents: {absent}")
-            sums: dict[str, list[CurveSum]] = {a: [] for a in ids}
-            for s in tx.curve_sums(ids):
-                sums[s.agent_id].append(s)
-            if enforce_budget:
-                self._check_budgets(agents, sums, prepared, data_dependent_budget)
-            own = {s.agent_id: s for a in ids for s in sums[a] if s.job_id == job.id}
+            now_seen = _snapshot(tx, job, ids)
+            if candidate is None:
+                seen, figures = now_seen, _candidates(now_seen, prepared, *rule)
+            elif now_seen != candidate[0]:
+                return None  # another commit charged one of them (or a budget changed): retry
+            else:
+                seen, figures = candidate
+            over = [c for c in figures.checks.values() if not c.allowed]
+            if over:
+                _refuse(over)
+            own = {s.agent_id: s for a in ids for s in seen.sums[a] if s.job_id == job.id}
             updated = [
                 own.get(p.agent_id, CurveSum.zero(p.agent_id, job.id)).plus(p) for p in prepared
             ]
             now = self._now()
             entries = tx.insert_entries(rnd, job.algorithm, prepared, now)
             tx.put_curve_sums(updated)
-            worst = max(epsilon_of(s.curve, job.delta)[0] for s in updated)
-            rnd = replace(rnd, status=RoundStatus.COMMITTED, committed_at=now, epsilon=worst)
+            tx.add_history(
+                [
+                    HistoryGroup(p.agent_id, job.id, p.relation(job.algorithm), p.event_text, 1)
+                    for p in prepared
+                ]
+            )
+            rnd = replace(
+                rnd, status=RoundStatus.COMMITTED, committed_at=now, epsilon=figures.round_epsilon
+            )
             tx.update_round(rnd)
         return CommitResult(rnd, tuple(entries), replayed=False)
 
@@ -317,33 +449,6 @@ class RoundsMixin(StoreCore):
                 f"{rnd.job_id!r}) is already committed with different charges"
             )
         return CommitResult(rnd, tuple(existing), replayed=True)
-
-    @staticmethod
-    def _check_budgets(
-        agents: Mapping[str, Agent],
-        sums: Mapping[str, list[CurveSum]],
-        prepared: Sequence[PreparedCharge],
-        data_dependent: bool,
-    ) -> None:
-        over = []
-        for p in prepared:
-            curve, dd_curve, _, _ = total(sums[p.agent_id])
-            check = evaluate_budget(
-                agents[p.agent_id], dd_curve if data_dependent else curve, p.curve
-            )
-            if not check.allowed:
-                over.append(check)
-        if over:
-            detail = ", ".join(
-                f"{c.agent_id!r} (ε {c.epsilon_after:.4g} > {c.budget.epsilon:g} at δ "
-                f"{c.budget.delta:g})"
-                for c in over
-                if c.budget is not None and c.epsilon_after is not None
-            )
-            raise BudgetExceeded(
-                f"charging this round would exceed the budget of {detail}",
-                clients=tuple(c.agent_id for c in over),
-            )
 
     def complete_round(
         self, round_id: int, *, accuracy: float | None = None, model: bytes | None = None

@@ -29,13 +29,14 @@ from dpfl.server.store.engine import (
     is_memory_sqlite,
     upgrade_to_head,
 )
-from dpfl.server.store.ledger import Curve, CurveSum, PreparedCharge, encode_curve
+from dpfl.server.store.ledger import Curve, CurveSum, HistoryGroup, PreparedCharge, encode_curve
 from dpfl.server.store.models import (
     AgentRow,
     AuditRecordRow,
     CredentialRowModel,
     CurveSumRow,
     EnrollmentTokenRowModel,
+    HistoryGroupRow,
     JobMemberRow,
     JobRow,
     LedgerEntryRow,
@@ -89,6 +90,7 @@ __all__ = ["SqlStore"]
 _AGENTS = cast(sa.Table, AgentRow.__table__)
 _ENTRIES = cast(sa.Table, LedgerEntryRow.__table__)
 _SUMS = cast(sa.Table, CurveSumRow.__table__)
+_GROUPS = cast(sa.Table, HistoryGroupRow.__table__)
 
 
 class _SqlTx(StoreTx):
@@ -521,6 +523,66 @@ class _SqlTx(StoreTx):
             if isinstance(obj, CurveSumRow):
                 self._s.expunge(obj)
         self._s.execute(sa.delete(CurveSumRow).execution_options(synchronize_session=False))
+
+    def history_groups(
+        self, agent_ids: Sequence[str] | None = None, job_id: str | None = None
+    ) -> list[HistoryGroup]:
+        c = _GROUPS.c
+        query = sa.select(c.agent_id, c.job_id, c.relation, c.event, c.entries).order_by(
+            c.agent_id, c.job_id, c.key
+        )
+        if agent_ids is not None:
+            query = query.where(c.agent_id.in_(list(agent_ids)))
+        if job_id is not None:
+            query = query.where(c.job_id == job_id)
+        return [
+            HistoryGroup(r.agent_id, r.job_id, r.relation, r.event, r.entries)
+            for r in self._s.execute(query)
+        ]
+
+    def add_history(self, groups: Sequence[HistoryGroup]) -> None:
+        # the keys that exist, one query per job; then one executemany UPDATE and one INSERT
+        c = _GROUPS.c
+        existing: set[tuple[str, str, str]] = set()
+        for job_id in {g.job_id for g in groups}:
+            query = sa.select(c.agent_id, c.key).where(
+                c.job_id == job_id,
+                c.agent_id.in_(sorted({g.agent_id for g in groups if g.job_id == job_id})),
+            )
+            existing.update((r.agent_id, job_id, r.key) for r in self._s.execute(query))
+        updates, inserts = [], []
+        for g in groups:
+            if (g.agent_id, g.job_id, g.key) in existing:
+                updates.append(
+                    {"k_agent": g.agent_id, "k_job": g.job_id, "k_key": g.key, "n": g.entries}
+                )
+            else:
+                inserts.append(
+                    {
+                        "agent_id": g.agent_id,
+                        "job_id": g.job_id,
+                        "key": g.key,
+                        "relation": g.relation,
+                        "event": g.event,
+                        "entries": g.entries,
+                    }
+                )
+        if updates:
+            statement = (
+                sa.update(_GROUPS)
+                .where(
+                    c.agent_id == sa.bindparam("k_agent"),
+                    c.job_id == sa.bindparam("k_job"),
+                    c.key == sa.bindparam("k_key"),
+                )
+                .values(entries=c.entries + sa.bindparam("n"))
+            )
+            self._s.execute(statement, updates)
+        if inserts:
+            self._s.execute(sa.insert(_GROUPS), inserts)
+
+    def delete_history_groups(self) -> None:
+        self._s.execute(sa.delete(_GROUPS))
 
     # agents by certificate and the audit trail ------------------------------------------------
     def agent_by_certificate_cn(self, certificate_cn: str) -> Agent | None:

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from dpfl.server.store.ledger import Curve, CurveSum, PreparedCharge
+from dpfl.server.store.ledger import Curve, CurveSum, HistoryGroup, PreparedCharge
 from dpfl.server.store.records import (
     Agent,
     AgentStatus,
@@ -237,6 +237,21 @@ class StoreTx(abc.ABC):
 
     @abc.abstractmethod
     def delete_curve_sums(self) -> None: ...
+
+    @abc.abstractmethod
+    def history_groups(
+        self, agent_ids: Sequence[str] | None = None, job_id: str | None = None
+    ) -> list[HistoryGroup]:
+        """The grouped histories of the given agents (all when None), ordered by (agent, job,
+        key)."""
+
+    @abc.abstractmethod
+    def add_history(self, groups: Sequence[HistoryGroup]) -> None:
+        """Add each group's entries to the stored group of its (agent, job, key), created at 0
+        when missing."""
+
+    @abc.abstractmethod
+    def delete_history_groups(self) -> None: ...
 
     # privacy audits ---------------------------------------------------------------------------
     @abc.abstractmethod

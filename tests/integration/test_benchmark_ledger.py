@@ -51,6 +51,19 @@ def test_ledger_benchmark_on_sqlite() -> None:
         assert all(isinstance(p[k], float) and p[k] >= 0 for k in FIELDS)
 
 
+def test_the_commit_over_long_histories_at_a_tiny_size() -> None:
+    """``--prior-events``: the commit of clients with prior histories, one JSON line each."""
+    points = _run("--rounds", "2", "--prior-events", "50", "--cohorts", "2")
+    assert [(p["database"], p["agents"]) for p in points] == [("sqlite", 3), ("sqlite", 5)]
+    for p in points:
+        assert p["benchmark"] == "ledger_history"
+        assert p["prior_events"] == 50
+        assert p["method"] == "pld"
+        assert 0 < p["commit_median_s"] <= p["commit_max_s"]
+        assert 0 < p["max_rss_mb"] < 4096
+        assert 0 < p["epsilon"] < 10
+
+
 @pytest.mark.postgres
 def test_ledger_benchmark_on_postgresql_drops_its_database() -> None:
     url = postgres_admin_url()

@@ -410,9 +410,13 @@ def test_simulate_without_secure_aggregation_charges_local_dp_in_both_ledgers(
                 assert [[event_to_json(x) for x in e.events] for e in local] == [
                     [e.event] for e in mine
                 ]
-                assert agent.ledger.epsilon(delta=delta) == pytest.approx(
-                    result.epsilon[agent.agent_id], rel=1e-9
+                # both ledgers compose the same events into the same figure
+                own = store.job_epsilon_reports(sim.job_id)[agent.agent_id]
+                assert agent.ledger.epsilon(delta=delta) == pytest.approx(own.epsilon, rel=1e-9)
+                assert store.client_budget(agent.agent_id, delta=delta).epsilon == pytest.approx(
+                    own.epsilon, rel=1e-9
                 )
+                assert result.epsilon[agent.agent_id] <= own.rdp_epsilon * (1 + 1e-12)
                 setups = [e for e in agent.events if e.kind is EventKind.SETUP]
                 assert [e.data["secure_aggregation"] for e in setups] == [False, False]
         finally:
@@ -570,7 +574,7 @@ def test_a_repeated_session_nonce_charges_every_vector_the_agent_sends(tmp_path:
                 round_number=1, population=[agent.agent_id]
             )
             one = LocalLedger(tmp_path / "one.sqlite")
-            one.record(job_id=JOB, round=1, events=claimed)
+            one.record(job_id=JOB, round=1, events=claimed, algorithm=setup.algorithm.name)
             delta = policy.delta
             assert agent.ledger.epsilon(delta=delta) > one.epsilon(delta=delta)
             one.close()

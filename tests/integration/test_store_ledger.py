@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import Counter
 
 import numpy as np
 import pytest
 from support.databases import FakeClock, PostgresBackend, SqliteBackend
 
 from dpfl.accounting import (
+    ComposedEvent,
     DataDependentVotingEvent,
     GaussianEvent,
     NoPrivacyEvent,
@@ -24,10 +26,12 @@ from dpfl.accounting import (
     SkellamEvent,
     VotingEvent,
     compute_epsilon,
+    event_from_json,
     event_to_json,
     guaranteed_event,
     rdp_curve,
 )
+from dpfl.accounting.relations import replace_one_curve
 from dpfl.learning.jobs import parse_job
 from dpfl.server.errors import (
     BudgetExceeded,
@@ -46,7 +50,6 @@ from dpfl.server.store import (
     to_json,
 )
 from dpfl.server.store.ledger import epsilon_of
-from dpfl.server.store.relations import replace_one_curve
 
 FEDAVG = parse_job({"name": "fedavg", "algorithm": "dp-fedavg", "privacy": {"target_epsilon": 4}})
 PATE = parse_job(
@@ -60,13 +63,30 @@ PATE = parse_job(
 )
 ROUND_EVENT = PoissonSampledEvent(0.3, GaussianEvent(sigma=1.1))
 AGENT = ProtectedUnit.AGENT
+#: The demo's DP-FedAvg round at its current noise: q = 0.3, z = 1.533, Skellam over d = 650.
+DEMO_ROUND = PoissonSampledEvent(
+    0.3, SkellamEvent((1.533 * 1024.6) ** 2 / 2.0, 26122.0, 1024.6, 650)
+)
 
 
 def accountant_epsilon(events: list, delta: float) -> float:
+    """The RDP figure of the events composed (the figure shown beside the tight one)."""
     acc = RdpAccountant()
     for e in events:
         acc.compose(e)
     return acc.get_epsilon(delta)
+
+
+def composed_epsilon(events: list, delta: float) -> float:
+    """A client's figure recomputed from the events alone: every event composed (identical
+    ones as one self-composition), the smaller of RDP and the tight path."""
+    counts = Counter(events)
+    parts = [
+        SelfComposedEvent(e, counts[e])
+        for e in sorted(counts, key=lambda e: json.dumps(event_to_json(e), sort_keys=True))
+    ]
+    event = parts[0] if len(parts) == 1 else ComposedEvent(tuple(parts))
+    return compute_epsilon(event, delta=delta).epsilon
 
 
 class LedgerContract:
@@ -113,7 +133,7 @@ class LedgerContract:
         assert np.array_equal(np.array(e.curve), rdp_curve(ROUND_EVENT))
         assert e.data_dependent_event is None
         assert e.data_dependent_curve is None
-        expected = accountant_epsilon([ROUND_EVENT], 1e-5)
+        expected = composed_epsilon([ROUND_EVENT], 1e-5)  # the job's figure after the charge
         assert result.round.epsilon == pytest.approx(expected, rel=1e-12)
 
     def test_client_epsilon_equals_the_accountant_on_the_stored_events(
@@ -128,16 +148,18 @@ class LedgerContract:
             for e in store.ledger_entries(agent_id=a)
         ]
         assert stored_events == [ROUND_EVENT] * 3
-        assert report.epsilon == pytest.approx(accountant_epsilon(stored_events, 1e-6), rel=1e-12)
-        assert report.method == "rdp"
+        assert report.epsilon == pytest.approx(composed_epsilon(stored_events, 1e-6), rel=1e-12)
+        assert report.method == "pld"
+        assert report.rdp_epsilon == pytest.approx(accountant_epsilon(stored_events, 1e-6))
+        assert report.epsilon < report.rdp_epsilon
         assert report.order is not None
         assert report.by_job[job_id].entries == 3
-        assert report.by_job[job_id].rdp_epsilon == pytest.approx(report.epsilon, rel=1e-12)
+        assert report.by_job[job_id].rdp_epsilon == pytest.approx(report.rdp_epsilon, rel=1e-12)
         job_tight = compute_epsilon(SelfComposedEvent(ROUND_EVENT, 3), delta=1e-6).epsilon
         assert report.by_job[job_id].epsilon == pytest.approx(job_tight, rel=1e-12)
         assert report.by_job[job_id].method == "pld"
         assert [ev.entry.round_number for ev in report.events] == [1, 2, 3]
-        single = accountant_epsilon([ROUND_EVENT], 1e-6)
+        single = accountant_epsilon([ROUND_EVENT], 1e-6)  # an entry's own ε is its RDP figure
         assert all(ev.epsilon == pytest.approx(single, rel=1e-12) for ev in report.events)
         job_at_its_delta = compute_epsilon(SelfComposedEvent(ROUND_EVENT, 3), delta=1e-5).epsilon
         assert job_at_its_delta < accountant_epsilon(stored_events, 1e-5)
@@ -154,14 +176,17 @@ class LedgerContract:
         self.charge_all(store, pate.id, 1, population[:2], event=voting)
         report = store.client_budget(population[0], delta=1e-5)
         both = accountant_epsilon([ROUND_EVENT, voting], 1e-5)
-        assert report.epsilon == pytest.approx(both, rel=1e-12)
+        assert report.rdp_epsilon == pytest.approx(both, rel=1e-12)
         assert set(report.by_job) == {job_id, pate.id}
         assert report.epsilon > max(j.epsilon for j in report.by_job.values())
         # agent-level add/remove (Poisson) mixed with instance-level replace-one: the plain sum
-        # holds for neither relation; the converted total holds for replacing one record
+        # holds for neither relation; the figure (and the budget) is the total converted to
+        # replacing one record
         mixed = replace_one_curve(rdp_curve(ROUND_EVENT) + rdp_curve(voting))
-        assert report.replace_one_epsilon == pytest.approx(epsilon_of(mixed, 1e-5)[0], rel=1e-12)
-        assert report.replace_one_epsilon > report.epsilon
+        assert report.method == "rdp_replace_one"
+        assert report.epsilon == pytest.approx(epsilon_of(mixed, 1e-5)[0], rel=1e-12)
+        assert report.replace_one_epsilon == pytest.approx(report.epsilon, rel=1e-12)
+        assert report.epsilon > both
         other = store.client_budget(population[3], delta=1e-5)
         assert set(other.by_job) == {job_id}
         assert store.client_budget(population[4], delta=1e-5).replace_one_epsilon > 0.0
@@ -200,7 +225,7 @@ class LedgerContract:
         redo = self.charge_all(store, job_id, 1, population).round
         assert redo.attempt == 2
         eps = store.client_budget(population[0], delta=1e-5).epsilon
-        assert eps == pytest.approx(accountant_epsilon([ROUND_EVENT] * 2, 1e-5), rel=1e-12)
+        assert eps == pytest.approx(composed_epsilon([ROUND_EVENT] * 2, 1e-5), rel=1e-12)
         store.complete_round(redo.id, accuracy=0.7)
         with pytest.raises(Conflict):  # a completed round number is not redone
             store.start_round(job_id, 1)
@@ -351,8 +376,8 @@ class LedgerContract:
         for number in range(1, 3):
             self.charge_all(store, job_id, number, population)
         checks = store.check_budgets({a: ROUND_EVENT, b: ROUND_EVENT})
-        spent = accountant_epsilon([ROUND_EVENT] * 2, 1e-5)
-        after = accountant_epsilon([ROUND_EVENT] * 3, 1e-5)
+        spent = composed_epsilon([ROUND_EVENT] * 2, 1e-5)
+        after = composed_epsilon([ROUND_EVENT] * 3, 1e-5)
         assert checks[a].allowed
         assert checks[a].epsilon_before == pytest.approx(spent, rel=1e-12)
         assert checks[a].epsilon_after == pytest.approx(after, rel=1e-12)
@@ -372,15 +397,17 @@ class LedgerContract:
     ) -> None:
         for number in range(1, 4):
             self.charge_all(store, job_id, number, population)
-        rdp = store.client_budget(population[0], delta=1e-5)
+        plain = store.client_budget(population[0], delta=1e-5)
         tight = store.client_budget(population[0], delta=1e-5, tight=True)
-        assert tight.epsilon <= rdp.epsilon
+        assert tight == plain  # every figure is the tight one
+        assert tight.rdp_epsilon is not None
+        assert tight.epsilon <= tight.rdp_epsilon
         assert tight.method != "rdp"  # the PLD path wins on subsampled Gaussians
-        assert tight.epsilon_at_budget_delta == rdp.epsilon_at_budget_delta  # budgets stay RDP
+        assert tight.epsilon_at_budget_delta == pytest.approx(tight.epsilon)  # budgets too
         expected = compute_epsilon(SelfComposedEvent(ROUND_EVENT, 3), delta=1e-5, tight=True)
-        assert tight.epsilon == pytest.approx(min(expected.epsilon, rdp.epsilon), rel=1e-9)
+        assert tight.epsilon == pytest.approx(expected.epsilon, rel=1e-9)
 
-    def test_a_gaussian_job_shows_its_tight_figure_and_budgets_stay_rdp(
+    def test_a_gaussian_job_and_its_budget_use_the_tight_figure(
         self, store: Store, population: list[str]
     ) -> None:
         """DP-FedAvg with Gaussian noise, q = 0.3, z = 1.54, 10 rounds: 3.52 (PLD), not 3.97."""
@@ -400,13 +427,16 @@ class LedgerContract:
         assert store.job_epsilons(job.id) == {
             a: pytest.approx(j.epsilon, rel=1e-12) for a in population[:2]
         }
-        # the total and the budget stay on the RDP curves (said so in the report's method)
-        assert report.method == "rdp"
-        assert report.epsilon == pytest.approx(j.rdp_epsilon, rel=1e-12)
-        assert report.epsilon_at_budget_delta == pytest.approx(j.rdp_epsilon, rel=1e-12)
-        # a Skellam job has no tight path: its figure is RDP and says so
+        # the total and the budget are the same tight figure (said so in the report's method)
+        assert report.method == "pld"
+        assert report.epsilon == pytest.approx(j.epsilon, rel=1e-12)
+        assert report.epsilon_at_budget_delta == pytest.approx(j.epsilon, rel=1e-12)
+        # an event with no tight path (a sampled composition of Skellam releases): RDP, said so
         skellam = PoissonSampledEvent(
-            0.3, SkellamEvent(mu=1e4, l1_sensitivity=50.0, l2_sensitivity=10.0, dimension=100)
+            0.3,
+            SelfComposedEvent(
+                SkellamEvent(mu=1e4, l1_sensitivity=50.0, l2_sensitivity=10.0, dimension=100), 2
+            ),
         )
         other = store.create_job(FEDAVG, members=population[2:3])
         store.set_job_status(other.id, JobStatus.RUNNING)
@@ -414,9 +444,20 @@ class LedgerContract:
         sk = store.client_budget(population[2], delta=1e-5).by_job[other.id]
         assert sk.method == "rdp"
         assert sk.epsilon == sk.rdp_epsilon
-        # the summary listing keeps RDP per job (no entries read)
+        # one sampled Skellam release per round dominates a Gaussian: its job figure is tight
+        single = PoissonSampledEvent(
+            0.3, SkellamEvent(mu=1e4, l1_sensitivity=50.0, l2_sensitivity=10.0, dimension=100)
+        )
+        third = store.create_job(FEDAVG, members=population[3:4])
+        store.set_job_status(third.id, JobStatus.RUNNING)
+        self.charge_all(store, third.id, 1, population[3:4], event=single)
+        one = store.client_budget(population[3], delta=1e-5).by_job[third.id]
+        assert one.method == "pld"
+        assert one.epsilon < one.rdp_epsilon
+        # the summary listing shows the same figures (from the grouped history, no entries read)
         listed = {b.agent_id: b for b in store.list_client_budgets(delta=1e-5)}
-        assert listed[population[0]].by_job[job.id].method == "rdp"
+        assert listed[population[0]].by_job[job.id].method == "pld"
+        assert listed[population[0]].epsilon == pytest.approx(report.epsilon, rel=1e-12)
 
     def test_reports_at_other_deltas_and_without_budget(
         self, store: Store, job_id: str, population: list[str]
@@ -456,7 +497,7 @@ class LedgerContract:
         assert entry.data_dependent_curve is not None
         assert np.all(np.array(entry.data_dependent_curve) <= np.array(entry.curve))
         report = store.client_budget(population[0], delta=1e-6)
-        assert report.epsilon == pytest.approx(accountant_epsilon([guaranteed], 1e-6), rel=1e-12)
+        assert report.epsilon == pytest.approx(composed_epsilon([guaranteed], 1e-6), rel=1e-12)
         assert report.data_dependent_epsilon is not None
         assert report.data_dependent_epsilon < report.epsilon / 2
         assert report.by_job[job.id].data_dependent_epsilon == report.data_dependent_epsilon
@@ -507,10 +548,10 @@ class LedgerContract:
         assert report.ok, report.mismatches
         assert by_agent[a].event == event_to_json(guaranteed_event(dd))
         assert store.client_budget(a, delta=1e-5).epsilon == pytest.approx(
-            accountant_epsilon([ROUND_EVENT, guaranteed_event(dd)], 1e-5), rel=1e-9
+            composed_epsilon([ROUND_EVENT, guaranteed_event(dd)], 1e-5), rel=1e-9
         )
         assert store.client_budget(c, delta=1e-5).epsilon == pytest.approx(
-            accountant_epsilon([guaranteed_event(dd)], 1e-5), rel=1e-9
+            composed_epsilon([guaranteed_event(dd)], 1e-5), rel=1e-9
         )
 
     def test_flags_for_approximate_and_local_dp_charges(
@@ -567,11 +608,10 @@ class LedgerContract:
         for a in population:
             entries = store.ledger_entries(agent_id=a)
             expected = sum((np.array(e.curve) for e in entries), np.zeros(len(entries[0].curve)))
-            from dpfl.server.store.ledger import epsilon_of
-
-            assert store.client_budget(a, delta=1e-5).epsilon == pytest.approx(
-                epsilon_of(expected, 1e-5)[0], rel=1e-9
-            )
+            report = store.client_budget(a, delta=1e-5)
+            assert report.rdp_epsilon == pytest.approx(epsilon_of(expected, 1e-5)[0], rel=1e-9)
+            stored = [event_from_json(e.event) for e in entries]
+            assert report.epsilon == pytest.approx(composed_epsilon(stored, 1e-5), rel=1e-9)
 
     def test_concurrent_commits_to_the_same_clients_lose_nothing(
         self, store: Store, job_id: str, population: list[str]
@@ -597,7 +637,76 @@ class LedgerContract:
         assert errors == []
         assert store.verify_ledger().ok
         eps = store.client_budget(population[0], delta=1e-5).epsilon
-        assert eps == pytest.approx(accountant_epsilon([ROUND_EVENT] * 20, 1e-5), rel=1e-9)
+        assert eps == pytest.approx(composed_epsilon([ROUND_EVENT] * 20, 1e-5), rel=1e-9)
+
+    # budgets on the tight figure ----------------------------------------------------------------
+    def _demo_rounds(self, store: Store, job_id: str, agent: str, first: int) -> int:
+        """Charge ``agent`` the demo's round from round ``first`` on until refused; the number
+        of rounds charged."""
+        number = first
+        while True:
+            rnd = store.start_round(job_id, number, invited=[agent])
+            try:
+                store.commit_round(rnd.id, [Charge(agent, DEMO_ROUND, AGENT)])
+            except BudgetExceeded:
+                store.abort_round(rnd.id, reason="over budget")
+                return number - first
+            store.complete_round(rnd.id)
+            number += 1
+
+    @pytest.mark.slow
+    def test_a_budget_of_4_runs_the_rounds_the_tight_figure_allows(
+        self, store: Store, population: list[str]
+    ) -> None:
+        """The demo's round at its current noise (z = 1.533): RDP allowed 10 rounds under
+        ε = 4, the tight figure allows more (13), and the client gets exactly those."""
+        a = population[0]
+        store.set_agent_budget(a, Budget(4.0, 1e-5))
+        job = store.create_job(FEDAVG, members=[a])
+        store.set_job_status(job.id, JobStatus.RUNNING)
+        rounds = self._demo_rounds(store, job.id, a, 1)
+        allowed = max(n for n in range(1, 30) if composed_epsilon([DEMO_ROUND] * n, 1e-5) <= 4.0)
+        by_rdp = max(n for n in range(1, 30) if accountant_epsilon([DEMO_ROUND] * n, 1e-5) <= 4.0)
+        assert by_rdp == 10
+        assert rounds == allowed >= 11
+        report = store.client_budget(a)
+        assert report.method == "pld"
+        assert report.epsilon <= 4.0 < composed_epsilon([DEMO_ROUND] * (rounds + 1), 1e-5)
+
+    @pytest.mark.slow
+    def test_two_jobs_charging_one_client_at_once_never_exceed_its_budget(
+        self, store: Store, population: list[str]
+    ) -> None:
+        """Two jobs commit rounds for the same client concurrently until refused: each commit
+        computes its candidate figure outside its transaction, so one of them must notice the
+        other's charge and recompute; together they stop exactly at the budget."""
+        a = population[0]
+        store.set_agent_budget(a, Budget(4.0, 1e-5))
+        jobs = []
+        for _ in range(2):
+            job = store.create_job(FEDAVG, members=[a])
+            store.set_job_status(job.id, JobStatus.RUNNING)
+            jobs.append(job.id)
+        counts: list[int] = []
+        errors: list[BaseException] = []
+
+        def run(job_id: str) -> None:
+            try:
+                counts.append(self._demo_rounds(store, job_id, a, 1))
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(j,)) for j in jobs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        allowed = max(n for n in range(1, 30) if composed_epsilon([DEMO_ROUND] * n, 1e-5) <= 4.0)
+        assert sum(counts) == allowed
+        assert len(store.ledger_entries(agent_id=a)) == allowed
+        assert store.client_budget(a).epsilon <= 4.0
+        assert store.verify_ledger().ok
 
 
 class TestSqliteLedger(SqliteBackend, LedgerContract):

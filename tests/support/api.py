@@ -68,13 +68,14 @@ name: dashboard-pate
 algorithm: pate-fl
 data: {dataset: digits, partition: iid, public_fraction: 0.2}
 rounds: 1
-privacy: {unit: record, delta: 1.0e-5, target_epsilon: 8.0}
+privacy: {unit: agent, delta: 1.0e-5, target_epsilon: 8.0}
 params: {queries: 50, sigma: 40.0}
 """
 #: The DP-FedAvg round's charge to every member: Poisson-sampled Gaussian sum (agent level).
 FEDAVG_EVENT = PoissonSampledEvent(0.8, GaussianEvent(sigma=2.0))
-#: The PATE-FL round's charge to each voter: 50 noisy votes at instance level.
-PATE_EVENT = VotingEvent(queries=50, sigma=40.0, level="instance")
+#: The PATE-FL round's charge to each voter: 50 noisy votes at agent level (add/remove its vote
+#: block: the same relation as the DP-FedAvg job's, so the clients' figures compose tightly).
+PATE_EVENT = VotingEvent(queries=50, sigma=40.0, level="agent")
 ACCURACY = {1: 0.52, 2: 0.71, 3: 0.78}
 BUDGETS: tuple[Budget | None, ...] = (
     Budget(epsilon=4.5, delta=1e-5),
@@ -189,7 +190,7 @@ def build_finished_job(store: Store, *, agents: int = 5) -> FinishedJob:
     rnd = store.start_round(pate.id, 1, invited=voters)
     store.update_round(rnd.id, accepted=voters)
     alive = _run_stages(store, rnd, voters, {}, seconds=0.5)
-    store.commit_round(rnd.id, [Charge(a, PATE_EVENT, ProtectedUnit.RECORD) for a in voters])
+    store.commit_round(rnd.id, [Charge(a, PATE_EVENT, ProtectedUnit.AGENT) for a in voters])
     _finish_stages(store, rnd, alive, seconds=0.5)
     store.complete_round(rnd.id, accuracy=0.83, model=b"student")
     store.set_job_status(pate.id, JobStatus.COMPLETED)

@@ -115,7 +115,7 @@ EVENTS: dict[str, DpEvent] = {
             G(8.0),
         )
     ),
-    "mixed_no_tight": ComposedEvent(
+    "mixed_skellam_gaussian": ComposedEvent(
         (SkellamEvent(mu=100.0, l1_sensitivity=5.0, l2_sensitivity=5.0, dimension=2), G(2.0))
     ),
     "poisson_of_voting": PoissonSampledEvent(0.5, VotingEvent(queries=1, sigma=3.0, level="agent")),
@@ -261,11 +261,11 @@ FROZEN: dict[str, Frozen] = {
         curve="d808576b2313796a",
         noise_multiplier="1.1",
         report=(
-            "0.7208708189458697",
+            "0.7208705112474915",
             "pld",
             "10.5",
             "1.057744508593204",
-            "0.7208708189458697",
+            "0.7208705112474915",
             False,
         ),
     ),
@@ -311,11 +311,11 @@ FROZEN: dict[str, Frozen] = {
         curve="611d4b8568943c27",
         noise_multiplier="2.0",
         report=(
-            "0.6924848996537889",
+            "0.6924849565992842",
             "pld",
             "15.0",
             "0.8358058568377034",
-            "0.6924848996537889",
+            "0.6924849565992842",
             False,
         ),
     ),
@@ -332,10 +332,17 @@ FROZEN: dict[str, Frozen] = {
         ),
         data_dependent=False,
         supports_rdp=True,
-        tight_method=None,
+        tight_method="pld",
         curve="b63cdf3c25ebc530",
         noise_multiplier="2.0",
-        report=("0.9359292763011304", "rdp", "14.0", "0.9359292763011304", "None", False),
+        report=(
+            "0.7985981195982453",
+            "pld",
+            "14.0",
+            "0.9359292763011304",
+            "0.7985981195982453",
+            False,
+        ),
     ),
     "poisson_no_privacy": Frozen(
         json='{"kind": "poisson_sampled", "sampling_rate": 0.2, "event": {"kind": "no_privacy"}}',
@@ -412,10 +419,17 @@ FROZEN: dict[str, Frozen] = {
         ),
         data_dependent=False,
         supports_rdp=True,
-        tight_method=None,
+        tight_method="analytic_gaussian",
         curve="6f613904632f6e9c",
         noise_multiplier="4.47213595499958",
-        report=("0.8972060557188235", "rdp", "19.0", "0.8972060557188235", "None", False),
+        report=(
+            "0.8198031507926092",
+            "analytic_gaussian",
+            "19.0",
+            "0.8972060557188235",
+            "0.8198031507926092",
+            False,
+        ),
     ),
     "skellam_one": Frozen(
         json=(
@@ -432,11 +446,11 @@ FROZEN: dict[str, Frozen] = {
         curve="44971e1c3895389a",
         noise_multiplier="6.666666666666667",
         report=(
-            "1.2792764235915106",
+            "1.2792194546418119",
             "pld",
             "14.0",
             "1.3980363315274296",
-            "1.2792764235915106",
+            "1.2792194546418119",
             False,
         ),
     ),
@@ -555,11 +569,11 @@ FROZEN: dict[str, Frozen] = {
         curve="6132677829a2b24e",
         noise_multiplier="1.5",
         report=(
-            "0.6229700292555191",
+            "0.622970004090181",
             "pld",
             "17.0",
             "0.7451350643653176",
-            "0.6229700292555191",
+            "0.622970004090181",
             False,
         ),
     ),
@@ -588,7 +602,7 @@ FROZEN: dict[str, Frozen] = {
             True,
         ),
     ),
-    "mixed_no_tight": Frozen(
+    "mixed_skellam_gaussian": Frozen(
         json=(
             '{"kind": "composed", "events": [{"kind": "skellam", "mu": 100.0, '
             '"l1_sensitivity": 5.0, "l2_sensitivity": 5.0, "dimension": 2}, '
@@ -601,10 +615,17 @@ FROZEN: dict[str, Frozen] = {
         ),
         data_dependent=False,
         supports_rdp=True,
-        tight_method=None,
+        tight_method="analytic_gaussian",
         curve="fe7f00fc5c61e450",
         noise_multiplier="2.0",
-        report=("2.7166404178455332", "rdp", "8.0", "2.7166404178455332", "None", False),
+        report=(
+            "2.5025248261505095",
+            "analytic_gaussian",
+            "8.0",
+            "2.7166404178455332",
+            "2.5025248261505095",
+            False,
+        ),
     ),
     "poisson_of_voting": Frozen(
         json=(

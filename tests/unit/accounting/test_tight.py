@@ -154,10 +154,13 @@ def test_compute_epsilon_reports_which_method_won() -> None:
         "tight_epsilon",
     }
     sk = compute_epsilon(
-        SkellamEvent(mu=1e4, l1_sensitivity=50.0, l2_sensitivity=10.0, dimension=100), delta=1e-5
+        ComposedEvent(
+            (SkellamEvent(mu=1e4, l1_sensitivity=50.0, l2_sensitivity=10.0, dimension=100),) * 2
+        ),
+        delta=1e-5,
     )
-    assert sk.method == "rdp"
-    assert sk.tight_epsilon is None
+    assert sk.method == "analytic_gaussian"  # a dominating Gaussian per release
+    assert sk.tight_epsilon is not None
     wor = compute_epsilon(
         SampledWithoutReplacementEvent(100, 10, GaussianEvent(2.0, 2.0)), delta=1e-5
     )
@@ -178,12 +181,12 @@ def test_data_dependent_report_is_flagged() -> None:
 
 
 def test_unsupported_and_bad_inputs() -> None:
-    sampled_skellam = PoissonSampledEvent(
-        0.1, SkellamEvent(mu=10.0, l1_sensitivity=1.0, l2_sensitivity=1.0, dimension=1)
-    )
-    assert not supports_tight(sampled_skellam)
-    with pytest.raises(UnsupportedEventError, match="SkellamEvent"):
-        tight_epsilon(sampled_skellam, delta=1e-5)
+    one = SkellamEvent(mu=10.0, l1_sensitivity=1.0, l2_sensitivity=1.0, dimension=1)
+    assert supports_tight(PoissonSampledEvent(0.1, one))  # a bare release is dominated
+    sampled_skellams = PoissonSampledEvent(0.1, ComposedEvent((one, one)))
+    assert not supports_tight(sampled_skellams)
+    with pytest.raises(UnsupportedEventError, match="ComposedEvent"):
+        tight_epsilon(sampled_skellams, delta=1e-5)
     with pytest.raises(UnsupportedEventError, match="VotingEvent"):
         compute_epsilon(PoissonSampledEvent(0.1, VotingEvent(1, 1.0, "agent")), delta=1e-5)
     with pytest.raises(InvalidParameterError):

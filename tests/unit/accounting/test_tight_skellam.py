@@ -107,16 +107,17 @@ def test_large_mu_matches_the_gaussian_of_the_same_variance() -> None:
     assert report.epsilon < 0.92 * report.rdp_epsilon
 
 
-def test_dispatch_only_one_coordinate_has_a_tight_path() -> None:
+def test_dispatch_one_coordinate_takes_the_exact_pld() -> None:
     one = SkellamEvent(mu=100.0, l1_sensitivity=3.7, l2_sensitivity=5.0, dimension=1)
     assert tight_method(SelfComposedEvent(one, 4)) == "pld"
     # the shift is the integer part of the smaller bound: 3
     direct = tight_epsilon(one, delta=1e-5, value_discretization_interval=1e-4).epsilon
     three = SkellamEvent(mu=100.0, l1_sensitivity=3.0, l2_sensitivity=3.0, dimension=1)
     assert direct == tight_epsilon(three, delta=1e-5, value_discretization_interval=1e-4).epsilon
+    # several coordinates: a dominating Gaussian (test_skellam_domination.py), not this PLD
     many = SkellamEvent(mu=100.0, l1_sensitivity=3.0, l2_sensitivity=3.0, dimension=10)
-    assert tight_method(many) is None
-    assert compute_epsilon(many, delta=1e-5).method == "rdp"
+    assert tight_method(many) == "analytic_gaussian"
+    assert compute_epsilon(many, delta=1e-5).epsilon > compute_epsilon(three, delta=1e-5).epsilon
     # a shift below one unit moves nothing
     tiny = SkellamEvent(mu=100.0, l1_sensitivity=0.5, l2_sensitivity=0.5, dimension=1)
     assert tight_epsilon(tiny, delta=1e-5).epsilon == 0.0

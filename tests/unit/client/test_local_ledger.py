@@ -15,6 +15,7 @@ from dpfl.accounting import (
     ComposedEvent,
     DataDependentVotingEvent,
     GaussianEvent,
+    SelfComposedEvent,
     SkellamEvent,
     VotingEvent,
     compute_epsilon,
@@ -23,6 +24,7 @@ from dpfl.accounting import (
     rdp_curve,
 )
 from dpfl.accounting.events import DpEvent
+from dpfl.accounting.relations import replace_one_curve
 from dpfl.client.errors import AgentError
 from dpfl.client.local_ledger import (
     LEDGER_FILENAME,
@@ -35,12 +37,14 @@ SKELLAM = SkellamEvent(mu=2.2e6, l1_sensitivity=26121.9, l2_sensitivity=1024.6, 
 VOTES = VotingEvent(queries=100, sigma=30.0, level="agent")
 
 
-def test_records_survive_a_restart_and_sum_as_rdp(tmp_path: Path) -> None:
+def test_records_survive_a_restart_and_compose_tightly(tmp_path: Path) -> None:
     with LocalLedger.open(tmp_path) as ledger:
         assert ledger.epsilon(delta=1e-5) == 0.0
         assert ledger.record(job_id="job-a", round=1, events=[SKELLAM], algorithm="dp-fedavg")
-        assert ledger.record(job_id="job-a", round=2, events=[SKELLAM])
-        assert ledger.record(job_id="job-b", round=1, events=[VOTES], coordinator="coord-1")
+        assert ledger.record(job_id="job-a", round=2, events=[SKELLAM], algorithm="dp-fedavg")
+        assert ledger.record(
+            job_id="job-b", round=1, events=[VOTES], coordinator="coord-1", algorithm="pate-fl"
+        )
     assert (tmp_path / LEDGER_FILENAME).is_file()
     with LocalLedger.open(tmp_path) as again:
         entries = again.entries()
@@ -54,15 +58,20 @@ def test_records_survive_a_restart_and_sum_as_rdp(tmp_path: Path) -> None:
         assert entries[2].events == (VOTES,)
         job_a = again.epsilon(delta=1e-5, job_id="job-a")
         total = again.epsilon(delta=1e-5)
-        expected_a = epsilon_from_rdp(2 * rdp_curve(SKELLAM), delta=1e-5)[0]
-        expected_total = epsilon_from_rdp(2 * rdp_curve(SKELLAM) + rdp_curve(VOTES), delta=1e-5)[0]
-        assert job_a == pytest.approx(expected_a, rel=1e-12)
-        assert total == pytest.approx(expected_total, rel=1e-12)
-        # RDP of the composition is never below the accountant's own composition
+        # the tight composition of the recorded events (agent-level add/remove throughout):
+        # below the RDP sum, and equal to the accountant's own composition
+        rdp_a = epsilon_from_rdp(2 * rdp_curve(SKELLAM), delta=1e-5)[0]
+        rdp_total = epsilon_from_rdp(2 * rdp_curve(SKELLAM) + rdp_curve(VOTES), delta=1e-5)[0]
+        expected_a = compute_epsilon(SelfComposedEvent(SKELLAM, 2), delta=1e-5)
+        assert expected_a.method == "analytic_gaussian"
+        assert job_a == pytest.approx(expected_a.epsilon, rel=1e-12)
+        assert job_a < rdp_a
         composed = compute_epsilon(
-            ComposedEvent((SKELLAM, SKELLAM, VOTES)), delta=1e-5, tight=False
+            ComposedEvent((SelfComposedEvent(SKELLAM, 2), SelfComposedEvent(VOTES, 1))),
+            delta=1e-5,
         )
         assert total == pytest.approx(composed.epsilon, rel=1e-9)
+        assert total < rdp_total
         spent = again.spent(delta=1e-5)
         assert spent.total == total
         assert spent.by_job == {"job-a": job_a, "job-b": again.epsilon(delta=1e-5, job_id="job-b")}
@@ -135,14 +144,30 @@ def test_a_version_1_ledger_is_upgraded_in_place_and_keeps_its_rows(tmp_path: Pa
         assert [e.sent_sha256 for e in again.entries()] == ["", "ab" * 32]
 
 
+def test_jobs_of_unknown_relations_compose_only_through_the_replace_one_conversion(
+    tmp_path: Path,
+) -> None:
+    """A release whose relation neither the event nor its algorithm states is never composed
+    as it is with others: the total is the RDP total converted to replacing one record."""
+    with LocalLedger.open(tmp_path) as ledger:
+        ledger.record(job_id="a", round=1, events=[SKELLAM], algorithm="dp-fedavg")
+        ledger.record(job_id="b", round=1, events=[SKELLAM], algorithm="dp-helmet")
+        mixed = replace_one_curve(2 * rdp_curve(SKELLAM))
+        assert ledger.epsilon(delta=1e-5) == pytest.approx(
+            epsilon_from_rdp(mixed, delta=1e-5)[0], rel=1e-12
+        )
+        assert ledger.epsilon(delta=1e-5, job_id="a") < ledger.epsilon(delta=1e-5)
+
+
 def test_with_events_and_budgets_in_the_transaction(tmp_path: Path) -> None:
     with LocalLedger.open(tmp_path) as ledger:
         ledger.record(job_id="j", round=1, events=[VOTES])
         job_eps, total_eps = ledger.epsilon_with([VOTES], job_id="j", delta=1e-5)
         assert job_eps == total_eps
         assert job_eps == pytest.approx(
-            epsilon_from_rdp(2 * rdp_curve(VOTES), delta=1e-5)[0], rel=1e-12
+            compute_epsilon(SelfComposedEvent(VOTES, 2), delta=1e-5).epsilon, rel=1e-12
         )
+        assert job_eps < epsilon_from_rdp(2 * rdp_curve(VOTES), delta=1e-5)[0]
         other_job, other_total = ledger.epsilon_with([VOTES], job_id="k", delta=1e-5)
         assert other_job < other_total == pytest.approx(job_eps)
         with pytest.raises(LocalBudgetExceeded, match="all jobs"):

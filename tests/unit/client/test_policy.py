@@ -15,6 +15,8 @@ from dpfl.accounting import (
     SelfComposedEvent,
     SkellamEvent,
     VotingEvent,
+    epsilon_from_rdp,
+    rdp_curve,
 )
 from dpfl.accounting.events import DpEvent
 from dpfl.client.local_ledger import LocalBudgetExceeded, LocalLedger
@@ -203,7 +205,14 @@ def test_budgets_count_the_local_ledger_across_jobs(ledger: LocalLedger) -> None
     round_ = 0
     while _decide(policy, ledger):
         round_ += 1
-        assert policy.charge(ledger, job_id="job-1", round=round_, attempt=0, events=[SKELLAM])
+        assert policy.charge(
+            ledger,
+            job_id="job-1",
+            round=round_,
+            attempt=0,
+            events=[SKELLAM],
+            algorithm="dp-fedavg",
+        )
     refused = _decide(policy, ledger)
     assert refused.rule == "max_epsilon_per_job"
     assert refused.epsilon_job is not None
@@ -213,8 +222,13 @@ def test_budgets_count_the_local_ledger_across_jobs(ledger: LocalLedger) -> None
     other = _decide(policy, ledger, job_id="job-2")
     assert other.rule == "max_epsilon_total"
     with pytest.raises(LocalBudgetExceeded):
-        policy.charge(ledger, job_id="job-2", round=1, attempt=0, events=[SKELLAM] * 5)
+        policy.charge(
+            ledger, job_id="job-2", round=1, attempt=0, events=[SKELLAM] * 5, algorithm="dp-fedavg"
+        )
     assert ledger.jobs() == ["job-1"]
+    # the figure is the tight one: more rounds than the RDP sum allows
+    rdp = epsilon_from_rdp(round_ * rdp_curve(SKELLAM), delta=1e-5)[0]
+    assert ledger.epsilon(delta=1e-5, job_id="job-1") < rdp
 
 
 def test_policy_and_ledger_stay_light() -> None:

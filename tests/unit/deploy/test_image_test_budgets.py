@@ -9,11 +9,13 @@ round left uncharged (an under-count) or one attempt charged twice.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
+from support.api import build_finished_job
 from support.kube_overlays import script
 
-from dpfl.server.store import LedgerEntry, ProtectedUnit
+from dpfl.server.store import LedgerEntry, ProtectedUnit, open_store
 
 
 def _entry(number: int, attempt: int) -> LedgerEntry:
@@ -46,3 +48,19 @@ def test_one_attempt_charged_twice_is_refused() -> None:
     image_test = script("image_test")
     with pytest.raises(image_test.FederationError, match="charged twice"):
         image_test.charges_beyond_rounds([_entry(1, 1), _entry(1, 1), _entry(2, 1)], 2)
+
+
+def test_the_figure_from_ledger_rows_is_the_stores_own(tmp_path: Path) -> None:
+    """image-test compares REST and ``dpfl budget`` with ε recomputed from the ledger's rows;
+    that recomputation must be the store's composition (tight where every event has a path,
+    PATE votes and DP-FedAvg rounds mixed here), or the check would fail on a correct store."""
+    kube_test = script("kube_test")
+    with open_store(f"sqlite:///{tmp_path / 'dpfl.db'}") as store:
+        finished = build_finished_job(store)
+        for agent_id in finished.client_ids:
+            entries = store.ledger_entries(agent_id=agent_id)
+            assert entries
+            budget = store.client_budget(agent_id, delta=1e-5)
+            assert kube_test.ledger_figure(entries, 1e-5) == pytest.approx(
+                budget.epsilon, rel=1e-12
+            )

@@ -17,10 +17,12 @@ from dpfl.accounting import (
     NoPrivacyEvent,
     PoissonSampledEvent,
     VotingEvent,
+    compute_epsilon,
     epsilon_from_rdp,
     event_to_json,
     rdp_curve,
 )
+from dpfl.accounting.history import EventMultiset, canonical_event
 from dpfl.server.errors import InvalidInput, LedgerIntegrityError
 from dpfl.server.store import Agent, AgentStatus, Budget, Charge, ProtectedUnit, to_json
 from dpfl.server.store.ledger import (
@@ -166,17 +168,25 @@ def test_sums_add_and_total_composes_jobs() -> None:
 
 
 def test_budget_evaluation_at_the_budget_delta() -> None:
-    one = rdp_curve(EVENT)
-    zero = np.zeros(len(ORDERS))
-    spent = epsilon_from_rdp(one, delta=1e-6)[0]
-    check = evaluate_budget(agent(Budget(10.0, 1e-6)), zero, one)
+    one = ("agent/add_remove", canonical_event(EVENT))
+    empty = EventMultiset()
+    spent = compute_epsilon(EVENT, delta=1e-6).epsilon  # the tight figure of the one event
+    assert spent < epsilon_from_rdp(rdp_curve(EVENT), delta=1e-6)[0]
+    check = evaluate_budget(agent(Budget(10.0, 1e-6)), empty, one)
     assert check.allowed
     assert check.epsilon_before == 0.0
     assert check.epsilon_after == pytest.approx(spent)
-    assert not evaluate_budget(agent(Budget(spent * 0.99, 1e-6)), zero, one).allowed
-    free = evaluate_budget(agent(None), one * 100, one)
+    assert check.method == compute_epsilon(EVENT, delta=1e-6).method
+    assert not evaluate_budget(agent(Budget(spent * 0.99, 1e-6)), empty, one).allowed
+    free = evaluate_budget(agent(None), empty.plus(*one, 100), one)
     assert free.allowed
     assert free.epsilon_after is None
+    # the operator's opt-in: the data-dependent curve of what was spent counts too
+    zero = np.zeros(len(ORDERS))
+    dd = evaluate_budget(
+        agent(Budget(10.0, 1e-6)), empty, one, data_dependent=(zero, rdp_curve(EVENT))
+    )
+    assert dd.epsilon_after == pytest.approx(spent)
 
 
 def test_to_json_hides_secrets_and_handles_infinity() -> None:

@@ -285,5 +285,9 @@ def test_a_plugin_event_is_charged_stored_and_read_back_without_an_edit(
             assert np.array(entry.curve) == pytest.approx(rdp_curve(twin), rel=1e-12)
         expected_eps, _ = epsilon_from_rdp(sum(rdp_curve(t) for t in twins), delta=delta)
         budget = store.client_budget(ids[client], delta=delta)
-        assert budget.epsilon == pytest.approx(expected_eps, rel=1e-12)
+        assert budget.rdp_epsilon == pytest.approx(expected_eps, rel=1e-12)
+        # the client's figure: the twins composed on the tight path (the plugin provides one)
+        tight = compute_epsilon(ComposedEvent(tuple(twins)), delta=delta)
+        assert budget.method == tight.method
+        assert budget.epsilon == pytest.approx(tight.epsilon, rel=1e-6)
         assert store.verify_ledger().ok

@@ -81,10 +81,12 @@ async def test_budget_report_matches_the_ledger(
     assert body["client_id"] == client_id
     assert body["delta"] == 1e-6
     assert body["epsilon"] == pytest.approx(b.epsilon, rel=1e-12)
-    # DP-FedAvg (add/remove) and PATE-FL jobs mixed: the relation-agnostic figure is larger
+    # DP-FedAvg and agent-level PATE-FL (both add/remove one agent) compose tightly; the
+    # relation-agnostic figure is larger
     assert body["replace_one_epsilon"] == pytest.approx(b.replace_one_epsilon, rel=1e-12)
     assert body["replace_one_epsilon"] > body["epsilon"]
-    assert body["method"] == "rdp"
+    assert body["method"] == "pld"
+    assert body["epsilon"] < body["rdp_epsilon"]
     assert body["budget_epsilon"] == 4.5
     assert body["budget_delta"] == 1e-5
     # remaining is measured at the budget's own δ, not at the report's
@@ -117,10 +119,10 @@ async def test_tight_budget_is_never_larger(
     path = f"/api/v1/clients/{client_id}/budget"
     plain = (await admin.get(path)).json()
     tight = (await admin.get(path, params={"tight": "true"})).json()
-    assert plain["method"] == "rdp"
-    assert tight["epsilon"] <= plain["epsilon"]
-    # the method names the bound that won: the tight one only when it is smaller
-    assert (tight["method"] != "rdp") == (tight["epsilon"] < plain["epsilon"])
+    assert tight == plain  # every figure is the tight composition already
+    assert plain["method"] == "pld"
+    assert plain["epsilon"] <= plain["rdp_epsilon"]
+    assert plain["epsilon_at_budget_delta"] == pytest.approx(plain["epsilon"])
 
 
 async def test_history_ends_at_the_total(
@@ -140,9 +142,9 @@ async def test_history_ends_at_the_total(
             by_job[p["job_id"]] = p["job_epsilon"]
             assert p["job_epsilon"] <= p["epsilon"] + 1e-12
         for job_id, last in by_job.items():
-            # the history is the RDP curves summed; the job's reported ε may be tighter
-            assert last == pytest.approx(b.by_job[job_id].rdp_epsilon, rel=1e-9)
-            assert b.by_job[job_id].epsilon <= last
+            # the history composes the same events as the job's reported figure
+            assert last == pytest.approx(b.by_job[job_id].epsilon, rel=1e-9)
+            assert last <= b.by_job[job_id].rdp_epsilon
         assert [p["round_number"] for p in points if p["job_id"] == finished.job.id] == [1, 2, 3]
         assert [p["attempt"] for p in points if p["job_id"] == finished.job.id] == [1, 1, 2]
 

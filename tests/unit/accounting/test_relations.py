@@ -1,4 +1,4 @@
-"""The relation-agnostic total (server/store/relations.py): the weak triangle inequality checked
+"""The relation-agnostic total (accounting/relations.py): the weak triangle inequality checked
 on exact Rényi divergences of random discrete distributions and of Gaussians, the grid reading,
 and the domination that makes converting a mixed total safe."""
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from dpfl.accounting import ORDERS, GaussianEvent, PoissonSampledEvent, VotingEvent, rdp_curve
+from dpfl.accounting.relations import EXPONENTS, replace_one_curve, upper_envelope_index
 from dpfl.server.store.ledger import epsilon_of
-from dpfl.server.store.relations import EXPONENTS, replace_one_curve, upper_envelope_index
 
 GRID = np.asarray(ORDERS)
 
