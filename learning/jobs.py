@@ -156,10 +156,10 @@ FIELD_RANGES: Mapping[str, FieldRange] = MappingProxyType(
 )
 
 
-def _number_types(annotation: Any, *, items: bool = False) -> set[type]:
-    """The int, float and bool types an annotation admits (through Optional, unions and
-    Annotated; with ``items``, also as the items of a tuple)."""
-    out: set[type] = set()
+def _leaf_types(annotation: Any, *, items: bool = False) -> list[Any]:
+    """The types an annotation admits, through Optional, unions and Annotated (with ``items``,
+    also the items of a tuple)."""
+    out: list[Any] = []
     stack = [annotation]
     while stack:
         item = stack.pop()
@@ -170,9 +170,20 @@ def _number_types(annotation: Any, *, items: bool = False) -> set[type]:
             stack.extend(typing.get_args(item))
         elif items and origin is tuple:
             stack.extend(a for a in typing.get_args(item) if a is not Ellipsis)
-        elif item in (int, float, bool):
-            out.add(item)
+        else:
+            out.append(item)
     return out
+
+
+def _number_types(annotation: Any, *, items: bool = False) -> set[type]:
+    """The int, float and bool types an annotation admits."""
+    return {t for t in _leaf_types(annotation, items=items) if t in (int, float, bool)}
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The models an annotation admits."""
+    leaves = _leaf_types(annotation)
+    return [t for t in leaves if isinstance(t, type) and issubclass(t, BaseModel)]
 
 
 @cache
@@ -820,21 +831,6 @@ def _own_bounds(field: Any) -> tuple[float | None, bool, float | None, bool]:
             elif not is_low and (high is None or bound < high):
                 high, high_open = float(bound), bool(is_open)
     return low, low_open, high, high_open
-
-
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
-    out: list[type[BaseModel]] = []
-    stack = [annotation]
-    while stack:
-        item = stack.pop()
-        origin = typing.get_origin(item)
-        if origin is Annotated:
-            stack.append(typing.get_args(item)[0])
-        elif origin is Union or origin is types.UnionType:
-            stack.extend(typing.get_args(item))
-        elif isinstance(item, type) and issubclass(item, BaseModel):
-            out.append(item)
-    return out
 
 
 def _walk(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, type[BaseModel], str]]:

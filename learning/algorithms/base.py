@@ -365,6 +365,24 @@ class CoordinatorSide(abc.ABC, Generic[SpecT, PlanT, TaskT]):
         self.algorithm, self.name = algorithm, algorithm.name
         self.spec, self.plan, self.details = spec, plan, details
 
+    def task_params(self, round_number: int) -> TaskParams:
+        """The fields every task of this job carries in round ``round_number``, from the job
+        and the plan (an algorithm's task extends them)."""
+        d, privacy = self.details, self.spec.privacy
+        return TaskParams(
+            algorithm=self.name,
+            job=self.spec.name,
+            round=round_number,
+            noise=d.noise,
+            noise_total=d.noise_total,
+            noise_multiplier=self.plan.noise_multiplier,
+            scale_bits=d.scale_bits,
+            secure_aggregation=d.secure_aggregation,
+            honest_fraction=d.honest_fraction,
+            unit=privacy.unit,
+            delta=privacy.delta,
+        )
+
     @abc.abstractmethod
     def initial_state(self, data: CoordinatorData) -> CoordinatorState:
         """The state before round 1 (an initialised model from the job's seed, say)."""
@@ -579,6 +597,18 @@ class Algorithm(abc.ABC, Generic[SpecT, PlanT, TaskT]):
         if not isinstance(job, self.spec_type):
             raise AlgorithmError(f"{self.name} cannot run a {type(job).__name__}")
         return job
+
+    def narrow_for_plan(self, job: JobSpec, population: int) -> SpecT:
+        """``job`` as this algorithm's variant, to be planned for ``population`` clients.
+
+        Raises:
+            AlgorithmError: another algorithm's job, or a population that is not an integer
+                >= 1.
+        """
+        spec = self.narrow(job)
+        if isinstance(population, bool) or not isinstance(population, int) or population < 1:
+            raise AlgorithmError(f"population must be an integer >= 1, got {population!r}")
+        return spec
 
     def bind(self, job: JobSpec, plan: JobPlan) -> CoordinatorSide[SpecT, PlanT, TaskT]:
         """The coordinator side of ``job`` under ``plan``.

@@ -29,7 +29,12 @@ from dpfl.accounting import (
     compute_epsilon,
     event_to_json,
 )
-from dpfl.learning.algorithms.base import AlgorithmError, CoordinatorData, PlanDetails
+from dpfl.learning.algorithms.base import (
+    AlgorithmError,
+    CoordinatorData,
+    PlanDetails,
+    TaskParams,
+)
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpec
 from dpfl.secagg.encoding import DEFAULT_ROUNDING_BETA, EncodingConfig
@@ -225,25 +230,25 @@ def check_noise(
 
 def check_encoding(
     encoding: EncodingConfig,
+    task: TaskParams,
     *,
-    kind: NoiseKind,
     total: float,
-    secure_aggregation: bool,
     honest_fraction: float,
     min_survivors: int,
     num_clients: int,
 ) -> None:
-    """The agent's last checks of a setup: the per-agent noise carries ``total``
-    (:func:`check_noise`) and the sum of ``num_clients`` encoded vectors cannot wrap the ring.
+    """The agent's last checks of a setup: the per-agent noise carries ``total``, the summed
+    noise ``task``'s claim was computed with (:func:`check_noise`), and the sum of
+    ``num_clients`` encoded vectors cannot wrap the ring.
 
     Raises:
         AlgorithmError: naming the shortfall.
     """
     check_noise(
         encoding.noise,
-        kind=kind,
+        kind=NOISE_KINDS[task.noise],
         total=total,
-        secure_aggregation=secure_aggregation,
+        secure_aggregation=task.secure_aggregation,
         honest_fraction=honest_fraction,
         min_survivors=min_survivors,
     )

@@ -14,7 +14,7 @@ plan :class:`DpFedSgdPlan`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -259,10 +259,10 @@ class DpFedSgdCoordinator(ModelUpdateCoordinator[DpFedSgdJob, DpFedSgdPlan, DpFe
     def _credits_others(self) -> bool:
         return self.details.accounting_mode == CENTRAL
 
-    def _task(self, fields: dict[str, Any]) -> DpFedSgdTask:
+    def _task(self, common: ModelUpdateTask) -> DpFedSgdTask:
         spec, d = self.spec, self.details
         return DpFedSgdTask(
-            **fields,
+            **common.model_dump(),
             model=spec.model,
             features=d.features,
             clip=d.clip,
@@ -532,9 +532,7 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
     def plan(
         self, job: JobSpec, *, population: int, data: CoordinatorData | None = None
     ) -> JobPlan:
-        spec = self.narrow(job)
-        if isinstance(population, bool) or not isinstance(population, int) or population < 1:
-            raise AlgorithmError(f"population must be an integer >= 1, got {population!r}")
+        spec = self.narrow_for_plan(job, population)
         p, privacy = spec.params, spec.privacy
         shape, classes = common.data_shape(spec, data)
         features = p.feature_spec()

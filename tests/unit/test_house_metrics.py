@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-CEILINGS = {"lines": 36_629, "long_functions": 36, "any_maps": 96}
+CEILINGS = {"lines": 36_612, "long_functions": 35, "any_maps": 78}
 
 
 def _metrics_module():  # type: ignore[no-untyped-def]
