@@ -26,12 +26,15 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    JsonValue,
     TypeAdapter,
     ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import ErrorDetails
 
 from dpfl.learning.errors import LearningError
 
@@ -767,7 +770,7 @@ def job_spec_union() -> Any:
     return Annotated[variants, Field(discriminator="algorithm")]
 
 
-def _tighten(node: dict[str, Any], bounds: FieldRange) -> None:
+def _tighten(node: JsonSchemaValue, bounds: FieldRange) -> None:
     """Narrow a number schema's bounds to ``bounds`` (keeping a tighter one of its own)."""
     if node.get("type") not in ("integer", "number"):
         return
@@ -783,10 +786,10 @@ def _tighten(node: dict[str, Any], bounds: FieldRange) -> None:
             node["maximum"] = bounds.high
 
 
-def job_json_schema(*, ref_template: str = "#/$defs/{model}") -> dict[str, Any]:
+def job_json_schema(*, ref_template: str = "#/$defs/{model}") -> JsonSchemaValue:
     """The JSON schema of a job document (every registered variant), with each number's
     :data:`FIELD_RANGES` entry as its ``minimum`` and ``maximum``."""
-    schema: dict[str, Any] = TypeAdapter(job_spec_union()).json_schema(ref_template=ref_template)
+    schema: JsonSchemaValue = TypeAdapter(job_spec_union()).json_schema(ref_template=ref_template)
     for definition in schema.get("$defs", {}).values():
         for name, prop in definition.get("properties", {}).items():
             bounds = FIELD_RANGES.get(name)
@@ -937,11 +940,11 @@ def _num(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _discriminator(error: Mapping[str, Any]) -> str:
+def _discriminator(error: ErrorDetails) -> str:
     return str((error.get("ctx") or {}).get("discriminator", "algorithm")).strip("'")
 
 
-def describe_error(error: Mapping[str, Any]) -> str:
+def describe_error(error: ErrorDetails) -> str:
     """One pydantic error as ``what is wrong`` (the job's and the contracts' messages)."""
     kind = error["type"]
     ctx = error.get("ctx") or {}
@@ -1075,7 +1078,7 @@ def _load_text(text: str) -> Any:
         raise JobSpecError([f"invalid YAML{where}: {problem}"]) from None
 
 
-def parse_job(source: str | bytes | Mapping[str, Any]) -> JobSpec:
+def parse_job(source: str | bytes | Mapping[str, object]) -> JobSpec:
     """Validate a job document.
 
     Args:
@@ -1120,10 +1123,10 @@ def load_job(path: str | Path) -> JobSpec:
         raise JobSpecError([f"{path}: {p}" for p in exc.problems]) from None
 
 
-def job_to_dict(spec: JobSpec) -> dict[str, Any]:
+def job_to_dict(spec: JobSpec) -> dict[str, JsonValue]:
     """The job as a JSON-serialisable mapping with every default filled in (what the store keeps).
 
     ``parse_job(job_to_dict(spec)) == spec`` holds for every valid job.
     """
-    data: dict[str, Any] = spec.model_dump(mode="json")
+    data: dict[str, JsonValue] = spec.model_dump(mode="json")
     return data

@@ -22,11 +22,11 @@ import json
 import math
 import struct
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
+from pydantic import BaseModel, ValidationError
 
 from dpfl.learning.errors import LearningError
 from dpfl.learning.specs import parse_spec
@@ -464,6 +464,15 @@ def load_feature_map(
     return KMeansFeatureMap(options=options, input_shape=shape, **arrays)
 
 
+class _Header(BaseModel):
+    """An artifact's JSON header: the map's spec, its input shape, and each array's name and
+    shape in the order the float32s follow."""
+
+    spec: str
+    input_shape: list[int]
+    arrays: list[tuple[str, list[int]]]
+
+
 def _read(
     data: bytes, spec: str, shape: tuple[int, ...], names: tuple[str, ...]
 ) -> dict[str, npt.NDArray[np.float32]]:
@@ -473,31 +482,30 @@ def _read(
     offset = len(_MAGIC) + 4
     (size,) = struct.unpack("<I", data[len(_MAGIC) : offset])
     try:
-        header: dict[str, Any] = json.loads(data[offset : offset + size])
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise LearningError(f"the feature-map artifact's header is not JSON: {exc}") from None
-    if header.get("spec") != spec:
+        header = _Header.model_validate_json(data[offset : offset + size])
+    except ValidationError as exc:
+        raise LearningError(f"the feature-map artifact's header is malformed: {exc}") from None
+    if header.spec != spec:
         raise LearningError(
-            f"the feature-map artifact was fitted as {header.get('spec')!r}, the task names "
-            f"{spec!r}"
+            f"the feature-map artifact was fitted as {header.spec!r}, the task names {spec!r}"
         )
-    if header.get("input_shape") != list(shape):
+    if header.input_shape != list(shape):
         raise LearningError(
-            f"the feature-map artifact is for inputs {header.get('input_shape')}, "
+            f"the feature-map artifact is for inputs {header.input_shape}, "
             f"this data has {list(shape)}"
         )
-    entries = header.get("arrays")
-    if not isinstance(entries, list) or [e[0] for e in entries] != list(names):
+    entries = header.arrays
+    if [e[0] for e in entries] != list(names):
         raise LearningError(f"the feature-map artifact must hold the arrays {names}")
     position, arrays = offset + size, {}
     for key, dims in entries:
-        count = math.prod(int(d) for d in dims)
+        count = math.prod(dims)
         if position + 4 * count > len(data):
             raise LearningError(f"the feature-map artifact is truncated in array {key}")
         arrays[key] = (
             np.frombuffer(data, dtype="<f4", count=count, offset=position)
             .astype(np.float32)
-            .reshape([int(d) for d in dims])
+            .reshape(dims)
         )
         position += 4 * count
     if position != len(data):

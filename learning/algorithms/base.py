@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Generic, Literal, Self
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 from typing_extensions import TypeVar
 
 from dpfl.accounting import DpEvent
@@ -153,9 +153,9 @@ class TaskParams(Contract):
         """The events are approximate: Gaussian noise rounded by each agent."""
         return self.noise == "gaussian"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonValue]:
         """The wire form (``Invitation.params_json``), without unset optional fields."""
-        data: dict[str, Any] = self.model_dump(mode="json", exclude_none=True)
+        data: dict[str, JsonValue] = self.model_dump(mode="json", exclude_none=True)
         return data
 
 

@@ -50,9 +50,7 @@ from dpfl.learning.algorithms.base import (
     RoundOutcome,
     RoundTask,
 )
-from dpfl.learning.algorithms.extractors import (
-    FeatureParams,
-)
+from dpfl.learning.algorithms.extractors import FeatureParams
 from dpfl.learning.algorithms.frozen_features import (
     FeaturePlanFields,
     FeatureTaskFields,
@@ -377,15 +375,14 @@ class FedAvgCoordinator(ModelUpdateCoordinator[FS, FP, FT]):
 
     def _task(self, common: ModelUpdateTask) -> FT:
         spec, p, d = self.spec, self.spec.params, self.details
-        steps, epochs = p.local_work()
         family = FedAvgTaskBase(
             **common.model_dump(),
             model=spec.model,
             features=d.features,
             domain_adaptation=p.local_domain_adaptation,
             clip=self._clip(),
-            local_steps=steps,
-            local_epochs=epochs,
+            local_steps=p.local_work()[0],
+            local_epochs=p.local_work()[1],
             learning_rate=p.round_learning_rate(common.round),
             batch_size=p.batch_size,
             train_seed=(spec.seed * 1_000_003 + common.round) % 2**31,

@@ -229,7 +229,7 @@ class PateFlAgent(VotingAgent[PateFlTask]):
         counts = Counts(
             num_clients=num_clients, min_survivors=min_survivors, honest_fraction=honest_fraction
         )
-        event = self._claimed(events, encoding, **counts)
+        event = self._claimed(events, encoding, counts)
         count = len(t.queries)
         l1, l2 = vote_sensitivities(
             level=t.level, vote=t.vote, scale_bits=t.scale_bits, num_classes=t.num_classes

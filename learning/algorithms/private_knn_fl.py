@@ -252,7 +252,7 @@ class PrivateKnnFlAgent(VotingAgent[PrivateKnnFlTask]):
         counts = Counts(
             num_clients=num_clients, min_survivors=min_survivors, honest_fraction=honest_fraction
         )
-        query = self._per_query(self._claimed(events, encoding, **counts))
+        query = self._per_query(self._claimed(events, encoding, counts))
         l1, l2 = knn_sensitivities(
             level=t.level, k=t.k, scale_bits=t.scale_bits, num_classes=t.num_classes
         )

@@ -453,25 +453,14 @@ class VotingAgent(AgentSide[TaskT]):
     """The shared checks of a voting agent."""
 
     def _claimed(
-        self,
-        events: Sequence[DpEvent],
-        encoding: EncodingConfig,
-        *,
-        num_clients: int,
-        min_survivors: int,
-        honest_fraction: float,
+        self, events: Sequence[DpEvent], encoding: EncodingConfig, counts: Counts
     ) -> DpEvent:
         """The checks every voting agent makes before its own claim check; returns the one
         claimed event."""
         task = self.task
         count = len(task.queries)
         event = common.one_claimed_event(
-            events,
-            algorithm=self.name,
-            task_honest_fraction=task.honest_fraction,
-            honest_fraction=honest_fraction,
-            num_clients=num_clients,
-            min_survivors=min_survivors,
+            events, algorithm=self.name, task_honest_fraction=task.honest_fraction, **counts
         )
         if encoding.scale_bits != task.scale_bits or encoding.clip != vote_clip(count):
             raise AlgorithmError(
