@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
@@ -545,42 +546,33 @@ class FedAvgAgent(ModelUpdateAgent[FT]):
 
         x, shape, model = agent_inputs(t, data, model)
         net = common.build_model(t.model, shape, data.num_classes, seed=0)
-        adaptation = t.domain_adaptation
-        if adaptation.method != "none" and public_x is None:
-            raise AlgorithmError(
-                "the task adapts to the public domain (dann) but no public images came"
+        adaptation, train = t.domain_adaptation, partial(local_update)
+        if adaptation.method != "none":
+            if public_x is None:
+                raise AlgorithmError(
+                    "the task adapts to the public domain (dann) but no public images came"
+                )
+            from dpfl.learning.domain_adaptation import dann_local_update
+
+            train = partial(
+                dann_local_update,
+                target_x=np.asarray(public_x),
+                weight=adaptation.weight,
+                hidden=adaptation.hidden,
             )
         try:
             model_from_bytes(model, model=net)
-            if adaptation.method == "none":
-                update = local_update(
-                    net,
-                    x,
-                    data.y,
-                    steps=t.local_steps,
-                    epochs=t.local_epochs,
-                    batch_size=t.batch_size,
-                    learning_rate=t.learning_rate,
-                    seed=t.train_seed,
-                    device=device,
-                )
-            else:
-                from dpfl.learning.domain_adaptation import dann_local_update
-
-                update = dann_local_update(
-                    net,
-                    x,
-                    data.y,
-                    np.asarray(public_x),
-                    steps=t.local_steps,
-                    epochs=t.local_epochs,
-                    batch_size=t.batch_size,
-                    learning_rate=t.learning_rate,
-                    weight=adaptation.weight,
-                    hidden=adaptation.hidden,
-                    seed=t.train_seed,
-                    device=device,
-                )
+            update = train(
+                net,
+                x,
+                data.y,
+                steps=t.local_steps,
+                epochs=t.local_epochs,
+                batch_size=t.batch_size,
+                learning_rate=t.learning_rate,
+                seed=t.train_seed,
+                device=device,
+            )
         except LearningError as exc:
             raise AlgorithmError(f"local training failed: {exc}") from exc
         delta = update.delta.astype(np.float64)
