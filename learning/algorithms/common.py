@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -44,6 +44,7 @@ from dpfl.secagg.randomness import RandomStream
 
 __all__ = [
     "NOISE_KINDS",
+    "Counts",
     "build_model",
     "calibrate_or_check",
     "check_noise",
@@ -421,6 +422,15 @@ def choose_scale_bits(
         f"no scale below 2^{MAX_AUTO_SCALE_BITS} keeps the rounding of {dimension} coordinates "
         f"with clip {clip:g} within {inflation:.1%}"
     )
+
+
+class Counts(TypedDict):
+    """What a setup says of its participants (``AgentSide.check``'s keywords); every agent's
+    check reads it."""
+
+    num_clients: int
+    min_survivors: int
+    honest_fraction: float
 
 
 # -- calibration -------------------------------------------------------------------------------

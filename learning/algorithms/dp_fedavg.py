@@ -504,14 +504,10 @@ class FedAvgAgent(ModelUpdateAgent[FT]):
         ``num_clients`` vectors.
         """
         t = self.task
-        event = self._claimed(
-            events,
-            encoding,
-            clip=t.clip,
-            num_clients=num_clients,
-            min_survivors=min_survivors,
-            honest_fraction=honest_fraction,
+        counts = common.Counts(
+            num_clients=num_clients, min_survivors=min_survivors, honest_fraction=honest_fraction
         )
+        event = self._claimed(events, encoding, counts, clip=t.clip)
         inner, factor = t.claimed_release(event)
         total = common.claimed_total(
             inner,
@@ -521,14 +517,7 @@ class FedAvgAgent(ModelUpdateAgent[FT]):
             dimension=t.dimension,
             source=_SOURCE,
         )
-        common.check_encoding(
-            encoding,
-            t,
-            total=total,
-            honest_fraction=honest_fraction,
-            min_survivors=min_survivors,
-            num_clients=num_clients,
-        )
+        common.check_encoding(encoding, t, total=total, **counts)
 
     def compute(
         self,

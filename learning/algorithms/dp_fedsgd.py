@@ -369,14 +369,32 @@ class DpFedSgdAgent(ModelUpdateAgent[DpFedSgdTask]):
         steps of ``num_clients`` agents of M_max records.
         """
         t = self.task
-        event = self._claimed(
-            events,
-            encoding,
-            clip=t.clip,
-            num_clients=num_clients,
-            min_survivors=min_survivors,
-            honest_fraction=honest_fraction,
+        counts = common.Counts(
+            num_clients=num_clients, min_survivors=min_survivors, honest_fraction=honest_fraction
         )
+        event = self._claimed(events, encoding, counts, clip=t.clip)
+        l1, l2 = step_sensitivities(clip=t.clip, scale_bits=t.scale_bits, dimension=t.dimension)
+        step = self._claimed_step(event)
+        total = common.claimed_total(
+            step, noise=t.noise, l1=l1, l2=l2, dimension=t.dimension, source=_SOURCE
+        )
+        self._check_step_noise(encoding, total, honest_fraction, min_survivors)
+        need = required_ring_bits(
+            participants=num_clients,
+            steps=t.local_steps,
+            max_local_size=t.max_local_size,
+            config=encoding,
+        )
+        if need > encoding.ring_bits:
+            raise AlgorithmError(
+                f"the ring would wrap: {num_clients} agents need {need} bits, the encoding has "
+                f"{encoding.ring_bits}"
+            )
+
+    def _claimed_step(self, event: DpEvent) -> DpEvent:
+        """The one step's release of a claim of S steps, outside its record sampling (which
+        must be the task's)."""
+        t = self.task
         if not isinstance(event, SelfComposedEvent) or event.count != t.local_steps:
             raise AlgorithmError(
                 f"expected {t.local_steps} compositions of one step, got {event!r}"
@@ -388,18 +406,18 @@ class DpFedSgdAgent(ModelUpdateAgent[DpFedSgdTask]):
                     f"the event samples records at rate {step.sampling_rate:g}, the task at "
                     f"{t.batch_sampling_rate:g}"
                 )
-            step = step.event
-        elif t.batch_sampling_rate < 1.0:
+            return step.event
+        if t.batch_sampling_rate < 1.0:
             raise AlgorithmError("the task samples records but the event does not say so")
-        l1, l2 = step_sensitivities(clip=t.clip, scale_bits=t.scale_bits, dimension=t.dimension)
-        total = common.claimed_total(
-            step,
-            noise=t.noise,
-            l1=l1,
-            l2=l2,
-            dimension=t.dimension,
-            source=_SOURCE,
-        )
+        return step
+
+    def _check_step_noise(
+        self, encoding: EncodingConfig, total: float, honest_fraction: float, min_survivors: int
+    ) -> None:
+        """The per-step noise share carries ``total``: over the honest survivors in the central
+        mode, alone otherwise; in the sum-dominating mode also the ``agent_noise`` the agent's
+        own ledger records."""
+        t = self.task
         kind, mode = common.NOISE_KINDS[t.noise], t.mode
         try:
             common.check_noise(
@@ -418,7 +436,7 @@ class DpFedSgdAgent(ModelUpdateAgent[DpFedSgdTask]):
                 f"(privacy.accounting: {t.accounting}): this agent's own noise must carry "
                 f"the claimed event alone, but the encoding only gives it a share ({exc})"
             ) from exc
-        if t.agent_noise is not None and mode == SUM_DOMINATING:  # what its own ledger records
+        if t.agent_noise is not None and mode == SUM_DOMINATING:
             common.check_noise(
                 encoding.noise,
                 kind=kind,
@@ -426,17 +444,6 @@ class DpFedSgdAgent(ModelUpdateAgent[DpFedSgdTask]):
                 secure_aggregation=False,
                 honest_fraction=honest_fraction,
                 min_survivors=min_survivors,
-            )
-        need = required_ring_bits(
-            participants=num_clients,
-            steps=t.local_steps,
-            max_local_size=t.max_local_size,
-            config=encoding,
-        )
-        if need > encoding.ring_bits:
-            raise AlgorithmError(
-                f"the ring would wrap: {num_clients} agents need {need} bits, the encoding has "
-                f"{encoding.ring_bits}"
             )
 
     def charge(self, events: Sequence[DpEvent]) -> tuple[DpEvent, ...]:

@@ -289,13 +289,14 @@ class DpHelmetAgent(ModelUpdateAgent[DpHelmetTask]):
         t = self.task
         classes = t.num_classes
         count, width = releases(t.loss, classes, t.feature_dim + 1)
+        counts = common.Counts(
+            num_clients=num_clients, min_survivors=min_survivors, honest_fraction=honest_fraction
+        )
         event = self._claimed(
             events,
             encoding,
+            counts,
             clip=_block_clip(t.radius, classes),
-            num_clients=num_clients,
-            min_survivors=min_survivors,
-            honest_fraction=honest_fraction,
             clip_from=f" of {classes} models of radius {t.radius:g}",
         )
         if not isinstance(event, SelfComposedEvent) or event.count != count:
@@ -313,14 +314,7 @@ class DpHelmetAgent(ModelUpdateAgent[DpHelmetTask]):
         total = common.claimed_total(
             event.event, noise=t.noise, l1=l1, l2=l2, dimension=width, source=_SOURCE
         )
-        common.check_encoding(
-            encoding,
-            t,
-            total=total,
-            honest_fraction=honest_fraction,
-            min_survivors=min_survivors,
-            num_clients=num_clients,
-        )
+        common.check_encoding(encoding, t, total=total, **counts)
 
     def compute(
         self,

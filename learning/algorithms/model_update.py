@@ -213,11 +213,9 @@ class ModelUpdateAgent(AgentSide[TaskT]):
         self,
         events: Sequence[DpEvent],
         encoding: EncodingConfig,
+        counts: common.Counts,
         *,
         clip: float,
-        num_clients: int,
-        min_survivors: int,
-        honest_fraction: float,
         clip_from: str = "",
     ) -> DpEvent:
         """The checks every model-update agent makes first (honest fraction, survivors, one
@@ -225,12 +223,7 @@ class ModelUpdateAgent(AgentSide[TaskT]):
         ``clip_from`` says); returns the claimed event."""
         task = self.task
         event = common.one_claimed_event(
-            events,
-            algorithm=self.name,
-            task_honest_fraction=task.honest_fraction,
-            honest_fraction=honest_fraction,
-            num_clients=num_clients,
-            min_survivors=min_survivors,
+            events, algorithm=self.name, task_honest_fraction=task.honest_fraction, **counts
         )
         if encoding.clip != clip or encoding.scale_bits != task.scale_bits:
             raise AlgorithmError(

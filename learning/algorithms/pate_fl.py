@@ -34,7 +34,6 @@ from dpfl.learning.algorithms.adaptation import DomainAdaptation
 from dpfl.learning.algorithms.base import AgentData, AlgorithmError, Contract
 from dpfl.learning.algorithms.voting import (
     SOURCE,
-    Counts,
     VoteScale,
     VotingAgent,
     VotingAlgorithm,
@@ -226,7 +225,7 @@ class PateFlAgent(VotingAgent[PateFlTask]):
         vote kind, with this encoding's scale, and the per-agent noise (over
         ``t·min_survivors`` honest agents, or alone without secure aggregation) carries it."""
         t = self.task
-        counts = Counts(
+        counts = common.Counts(
             num_clients=num_clients, min_survivors=min_survivors, honest_fraction=honest_fraction
         )
         event = self._claimed(events, encoding, counts)

@@ -39,7 +39,6 @@ from dpfl.learning.algorithms.extractors import (
 )
 from dpfl.learning.algorithms.voting import (
     SOURCE,
-    Counts,
     VoteScale,
     VotingAgent,
     VotingAlgorithm,
@@ -249,7 +248,7 @@ class PrivateKnnFlAgent(VotingAgent[PrivateKnnFlTask]):
         the agent recomputes from the task's level, k and this encoding's scale, and the
         per-agent noise (over ``t·min_survivors`` honest agents, or alone) carries it."""
         t = self.task
-        counts = Counts(
+        counts = common.Counts(
             num_clients=num_clients, min_survivors=min_survivors, honest_fraction=honest_fraction
         )
         query = self._per_query(self._claimed(events, encoding, counts))

@@ -15,7 +15,7 @@ import abc
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, TypedDict
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -44,7 +44,6 @@ from dpfl.learning.jobs import JobSpec, VotingJob
 from dpfl.secagg.encoding import EncodingConfig
 
 __all__ = [
-    "Counts",
     "VotingAgent",
     "VotingAlgorithm",
     "VotingCoordinator",
@@ -56,14 +55,6 @@ __all__ = [
 ]
 
 _CLIP_SLACK = 1.0 + 1e-9  # the block norm √Q_r must never trigger the encoding's clip
-
-
-class Counts(TypedDict):
-    """What a setup says of its participants; every voting check reads it."""
-
-    num_clients: int
-    min_survivors: int
-    honest_fraction: float
 
 
 def batch_sizes(queries: int, rounds: int) -> list[int]:
@@ -453,7 +444,7 @@ class VotingAgent(AgentSide[TaskT]):
     """The shared checks of a voting agent."""
 
     def _claimed(
-        self, events: Sequence[DpEvent], encoding: EncodingConfig, counts: Counts
+        self, events: Sequence[DpEvent], encoding: EncodingConfig, counts: common.Counts
     ) -> DpEvent:
         """The checks every voting agent makes before its own claim check; returns the one
         claimed event."""
