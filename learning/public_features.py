@@ -151,8 +151,24 @@ def _freeze_checked(owner: object, expected: dict[str, tuple[int, ...]]) -> None
         object.__setattr__(owner, key, array)
 
 
+class _FittedMap:
+    """What every fitted map answers from its options: its spec string (the artifact's
+    SHA-256 pins the fitted values) and its output dimension D."""
+
+    __slots__ = ()
+    options: KMeansOptions | PcaOptions
+
+    @property
+    def name(self) -> str:
+        return self.options.spec
+
+    @property
+    def dim(self) -> int:
+        return self.options.dim
+
+
 @dataclass(frozen=True, slots=True)
-class KMeansFeatureMap:
+class KMeansFeatureMap(_FittedMap):
     """A fitted ``public-kmeans`` map: ``(n, C, H, W)`` images to unit-norm ``(n, D)`` float32."""
 
     options: KMeansOptions
@@ -176,16 +192,6 @@ class KMeansFeatureMap:
             "components": (4 * o.centroids, o.dim),
         }
         _freeze_checked(self, expected)
-
-    @property
-    def name(self) -> str:
-        """Spec string (the options; the artifact's SHA-256 pins the fitted values)."""
-        return self.options.spec
-
-    @property
-    def dim(self) -> int:
-        """Output dimension D."""
-        return self.options.dim
 
     def pooled(self, x: npt.ArrayLike) -> npt.NDArray[np.float32]:
         """The ``(n, 4K)`` quadrant-pooled triangle activations, before standardisation."""
@@ -279,7 +285,7 @@ def pca_options(spec: str) -> PcaOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class PcaFeatureMap:
+class PcaFeatureMap(_FittedMap):
     """A fitted ``public-pca`` map: ``x ↦ (flatten(x) − mean)·components``, float32 ``(n, D)``
     (Euclidean neighbours in few dimensions, for Private-kNN-FL)."""
 
@@ -291,16 +297,6 @@ class PcaFeatureMap:
     def __post_init__(self) -> None:
         d = math.prod(self.input_shape)
         _freeze_checked(self, {"mean": (d,), "components": (d, self.options.dim)})
-
-    @property
-    def name(self) -> str:
-        """Spec string."""
-        return self.options.spec
-
-    @property
-    def dim(self) -> int:
-        """Output dimension D."""
-        return self.options.dim
 
     def __call__(self, x: npt.ArrayLike) -> npt.NDArray[np.float32]:
         """Project ``(n, *input_shape)`` onto the public principal components."""

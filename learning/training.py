@@ -604,6 +604,29 @@ class EpochLoop:
         if self.schedule not in ("constant", "cosine"):
             raise TrainingError(f"schedule must be constant or cosine, got {self.schedule!r}")
 
+    def split(self, labels: NDArray[Any]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """The training and validation indices of records with ``labels``: a stratified split,
+        or every record for training when there is no fraction or a side would be empty."""
+        from dpfl.learning.data.split import stratified_split
+
+        everything, none = np.arange(labels.shape[0]), np.empty(0, dtype=np.int64)
+        if self.validation_fraction == 0:
+            return everything, none
+        train, val = stratified_split(
+            labels, test_fraction=self.validation_fraction, seed=self.seed
+        )
+        return (everything, none) if val.size == 0 or train.size == 0 else (train, val)
+
+    def scheduler(
+        self, optimizer: torch.optim.Optimizer, total: int
+    ) -> torch.optim.lr_scheduler.LambdaLR | None:
+        """The cosine annealing of ``optimizer`` over ``total`` steps, or None (constant)."""
+        if self.schedule != "cosine":
+            return None
+        return torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda s: 0.5 * (1.0 + math.cos(math.pi * s / total))
+        )
+
 
 def fit_epochs(
     model: nn.Module,
@@ -625,25 +648,10 @@ def fit_epochs(
     loop's seed.
     """
     epochs, batch_size, patience, seed = loop.epochs, loop.batch_size, loop.patience, loop.seed
-    from dpfl.learning.data.split import stratified_split
-
-    train_idx = np.arange(xt.shape[0])
-    val_idx = np.empty(0, dtype=np.int64)
-    if loop.validation_fraction > 0:
-        train_idx, val_idx = stratified_split(
-            yt.numpy(), test_fraction=loop.validation_fraction, seed=seed
-        )
-        if val_idx.size == 0 or train_idx.size == 0:
-            train_idx, val_idx = np.arange(xt.shape[0]), np.empty(0, dtype=np.int64)
+    train_idx, val_idx = loop.split(yt.numpy())
     xtr, ytr = xt[train_idx], yt[train_idx]
     total = math.ceil(xtr.shape[0] / batch_size) * epochs
-    scheduler = (
-        torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda s: 0.5 * (1.0 + math.cos(math.pi * s / total))
-        )
-        if loop.schedule == "cosine"
-        else None
-    )
+    scheduler = loop.scheduler(optimizer, total)
     generator = torch.Generator().manual_seed(seed)
     best: tuple[float, int, dict[str, torch.Tensor]] | None = None
     since, run, done = 0, 0, 0

@@ -14,6 +14,7 @@ plan :class:`DpFedSgdPlan`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -417,17 +418,16 @@ class DpFedSgdAgent(ModelUpdateAgent[DpFedSgdTask]):
         """The per-step noise share carries ``total``: over the honest survivors in the central
         mode, alone otherwise; in the sum-dominating mode also the ``agent_noise`` the agent's
         own ledger records."""
-        t = self.task
-        kind, mode = common.NOISE_KINDS[t.noise], t.mode
+        t, mode = self.task, self.task.mode
+        check = partial(
+            common.check_noise,
+            encoding.noise,
+            kind=common.NOISE_KINDS[t.noise],
+            honest_fraction=honest_fraction,
+            min_survivors=min_survivors,
+        )
         try:
-            common.check_noise(
-                encoding.noise,
-                kind=kind,
-                total=total,
-                secure_aggregation=mode == CENTRAL,
-                honest_fraction=honest_fraction,
-                min_survivors=min_survivors,
-            )
+            check(total=total, secure_aggregation=mode == CENTRAL)
         except AlgorithmError as exc:
             if mode == CENTRAL or not t.secure_aggregation:
                 raise
@@ -437,14 +437,7 @@ class DpFedSgdAgent(ModelUpdateAgent[DpFedSgdTask]):
                 f"the claimed event alone, but the encoding only gives it a share ({exc})"
             ) from exc
         if t.agent_noise is not None and mode == SUM_DOMINATING:
-            common.check_noise(
-                encoding.noise,
-                kind=kind,
-                total=t.agent_noise,
-                secure_aggregation=False,
-                honest_fraction=honest_fraction,
-                min_survivors=min_survivors,
-            )
+            check(total=t.agent_noise, secure_aggregation=False)
 
     def charge(self, events: Sequence[DpEvent]) -> tuple[DpEvent, ...]:
         """The claimed event, or, when the job opted in to the sum-dominating accounting, the
@@ -634,12 +627,8 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
             report = compute_epsilon(whole, delta=job.privacy.delta, tight=True)
         except AccountingError as exc:
             raise AlgorithmError(f"the guaranteed ε cannot be computed: {exc}") from exc
-        record["claim"] = {
-            "label": CLAIM_LABEL,
-            "epsilon": record["epsilon"],
-            "method": record["method"],
-            "event": record["event"],
-        }
+        claim = {key: record[key] for key in ("epsilon", "method", "event")}
+        record["claim"] = {"label": CLAIM_LABEL, **claim}
         record.update(
             epsilon=report.epsilon,
             method=report.method,
