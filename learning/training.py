@@ -480,11 +480,7 @@ def train_student(
         unlabeled: the other public records (optional).
         self_training_rounds: extra rounds with confident self-labels (0 = supervised only).
         confidence: probability threshold of a self-label.
-        batch_size: records per step.
-        learning_rate: SGD step size.
-        momentum: SGD momentum.
-        seed: seed of batch orders.
-        device: training device.
+        batch_size, learning_rate, momentum, seed, device: as :func:`train` takes them.
 
     Raises:
         TrainingError: bad data or hyper-parameters.

@@ -602,8 +602,7 @@ class Algorithm(abc.ABC, Generic[SpecT, PlanT, TaskT]):
         """``job`` as this algorithm's variant, to be planned for ``population`` clients.
 
         Raises:
-            AlgorithmError: another algorithm's job, or a population that is not an integer
-                >= 1.
+            AlgorithmError: another algorithm's job, or a population not an integer >= 1.
         """
         spec = self.narrow(job)
         if isinstance(population, bool) or not isinstance(population, int) or population < 1:

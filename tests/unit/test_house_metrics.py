@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-CEILINGS = {"lines": 36_582, "long_functions": 29, "any_maps": 59}
+CEILINGS = {"lines": 36_582, "long_functions": 26, "any_maps": 59}
 
 
 def _metrics_module():  # type: ignore[no-untyped-def]
