@@ -70,7 +70,9 @@ def plan(job: JobLike, *, agents: int, target_epsilon: float | None = None) -> J
     spec = resolve_job(job)
     if target_epsilon is not None:
         document = job_to_dict(spec)
-        document["privacy"] = {**document["privacy"], "target_epsilon": target_epsilon}
+        privacy = document["privacy"]
+        assert isinstance(privacy, dict)  # a job's privacy section is an object
+        document["privacy"] = {**privacy, "target_epsilon": target_epsilon}
         spec = parse_job(document)
     return get_algorithm(spec.algorithm).plan(spec, population=agents)
 

@@ -26,10 +26,10 @@ from dpfl.learning.device import select_device
 from dpfl.learning.errors import TrainingError
 from dpfl.learning.params import flatten_parameters
 from dpfl.learning.training import (
+    EpochLoop,
     LocalUpdate,
     TeacherReport,
     as_tensors,
-    check_teacher_recipe,
     fit_epochs,
     run_sgd,
 )
@@ -260,7 +260,7 @@ def fit_teacher_dann(
     """
     from dpfl.learning.semisupervised import Augmenter
 
-    check_teacher_recipe(epochs, batch_size, patience, validation_fraction, schedule)
+    loop = EpochLoop(epochs, batch_size, schedule, validation_fraction, patience, seed)
     if not (math.isfinite(weight) and weight > 0) or domain_hidden < 1:
         raise TrainingError("the domain weight must be > 0 and domain_hidden >= 1")
     xt, yt = as_tensors(x, y)
@@ -291,17 +291,5 @@ def fit_teacher_dann(
         optimizer.step()
 
     return fit_epochs(
-        model,
-        xt,
-        yt,
-        optimizer=optimizer,
-        step=step,
-        epochs=epochs,
-        batch_size=batch_size,
-        schedule=schedule,
-        validation_fraction=validation_fraction,
-        patience=patience,
-        seed=seed,
-        device=device,
-        home=home,
+        model, xt, yt, optimizer=optimizer, step=step, loop=loop, device=device, home=home
     )

@@ -26,12 +26,15 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    JsonValue,
     TypeAdapter,
     ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import ErrorDetails
 
 from dpfl.learning.errors import LearningError
 
@@ -156,10 +159,10 @@ FIELD_RANGES: Mapping[str, FieldRange] = MappingProxyType(
 )
 
 
-def _number_types(annotation: Any, *, items: bool = False) -> set[type]:
-    """The int, float and bool types an annotation admits (through Optional, unions and
-    Annotated; with ``items``, also as the items of a tuple)."""
-    out: set[type] = set()
+def _leaf_types(annotation: Any, *, items: bool = False) -> list[Any]:
+    """The types an annotation admits, through Optional, unions and Annotated (with ``items``,
+    also the items of a tuple)."""
+    out: list[Any] = []
     stack = [annotation]
     while stack:
         item = stack.pop()
@@ -170,9 +173,20 @@ def _number_types(annotation: Any, *, items: bool = False) -> set[type]:
             stack.extend(typing.get_args(item))
         elif items and origin is tuple:
             stack.extend(a for a in typing.get_args(item) if a is not Ellipsis)
-        elif item in (int, float, bool):
-            out.add(item)
+        else:
+            out.append(item)
     return out
+
+
+def _number_types(annotation: Any, *, items: bool = False) -> set[type]:
+    """The int, float and bool types an annotation admits."""
+    return {t for t in _leaf_types(annotation, items=items) if t in (int, float, bool)}
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The models an annotation admits."""
+    leaves = _leaf_types(annotation)
+    return [t for t in leaves if isinstance(t, type) and issubclass(t, BaseModel)]
 
 
 @cache
@@ -756,7 +770,7 @@ def job_spec_union() -> Any:
     return Annotated[variants, Field(discriminator="algorithm")]
 
 
-def _tighten(node: dict[str, Any], bounds: FieldRange) -> None:
+def _tighten(node: JsonSchemaValue, bounds: FieldRange) -> None:
     """Narrow a number schema's bounds to ``bounds`` (keeping a tighter one of its own)."""
     if node.get("type") not in ("integer", "number"):
         return
@@ -772,10 +786,10 @@ def _tighten(node: dict[str, Any], bounds: FieldRange) -> None:
             node["maximum"] = bounds.high
 
 
-def job_json_schema(*, ref_template: str = "#/$defs/{model}") -> dict[str, Any]:
+def job_json_schema(*, ref_template: str = "#/$defs/{model}") -> JsonSchemaValue:
     """The JSON schema of a job document (every registered variant), with each number's
     :data:`FIELD_RANGES` entry as its ``minimum`` and ``maximum``."""
-    schema: dict[str, Any] = TypeAdapter(job_spec_union()).json_schema(ref_template=ref_template)
+    schema: JsonSchemaValue = TypeAdapter(job_spec_union()).json_schema(ref_template=ref_template)
     for definition in schema.get("$defs", {}).values():
         for name, prop in definition.get("properties", {}).items():
             bounds = FIELD_RANGES.get(name)
@@ -820,21 +834,6 @@ def _own_bounds(field: Any) -> tuple[float | None, bool, float | None, bool]:
             elif not is_low and (high is None or bound < high):
                 high, high_open = float(bound), bool(is_open)
     return low, low_open, high, high_open
-
-
-def _models_in(annotation: Any) -> list[type[BaseModel]]:
-    out: list[type[BaseModel]] = []
-    stack = [annotation]
-    while stack:
-        item = stack.pop()
-        origin = typing.get_origin(item)
-        if origin is Annotated:
-            stack.append(typing.get_args(item)[0])
-        elif origin is Union or origin is types.UnionType:
-            stack.extend(typing.get_args(item))
-        elif isinstance(item, type) and issubclass(item, BaseModel):
-            out.append(item)
-    return out
 
 
 def _walk(model: type[BaseModel], prefix: str) -> Iterator[tuple[str, type[BaseModel], str]]:
@@ -941,11 +940,11 @@ def _num(value: Any) -> str:
     return f"{value:g}" if isinstance(value, float) else str(value)
 
 
-def _discriminator(error: Mapping[str, Any]) -> str:
+def _discriminator(error: ErrorDetails) -> str:
     return str((error.get("ctx") or {}).get("discriminator", "algorithm")).strip("'")
 
 
-def describe_error(error: Mapping[str, Any]) -> str:
+def describe_error(error: ErrorDetails) -> str:
     """One pydantic error as ``what is wrong`` (the job's and the contracts' messages)."""
     kind = error["type"]
     ctx = error.get("ctx") or {}
@@ -1079,7 +1078,7 @@ def _load_text(text: str) -> Any:
         raise JobSpecError([f"invalid YAML{where}: {problem}"]) from None
 
 
-def parse_job(source: str | bytes | Mapping[str, Any]) -> JobSpec:
+def parse_job(source: str | bytes | Mapping[str, object]) -> JobSpec:
     """Validate a job document.
 
     Args:
@@ -1124,10 +1123,10 @@ def load_job(path: str | Path) -> JobSpec:
         raise JobSpecError([f"{path}: {p}" for p in exc.problems]) from None
 
 
-def job_to_dict(spec: JobSpec) -> dict[str, Any]:
+def job_to_dict(spec: JobSpec) -> dict[str, JsonValue]:
     """The job as a JSON-serialisable mapping with every default filled in (what the store keeps).
 
     ``parse_job(job_to_dict(spec)) == spec`` holds for every valid job.
     """
-    data: dict[str, Any] = spec.model_dump(mode="json")
+    data: dict[str, JsonValue] = spec.model_dump(mode="json")
     return data

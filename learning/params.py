@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 from numpy.typing import NDArray
+from pydantic import JsonValue
 from torch import nn
 
 from dpfl.learning.errors import ModelError, ModelMismatchError, SerializationError
@@ -172,10 +173,10 @@ class SerializedModel:
 
     signature: ModelSignature
     tensors: Mapping[str, NDArray[Any]]
-    metadata: Mapping[str, Any]
+    metadata: Mapping[str, JsonValue]
 
 
-def model_to_bytes(model: nn.Module, *, metadata: Mapping[str, Any] | None = None) -> bytes:
+def model_to_bytes(model: nn.Module, *, metadata: Mapping[str, JsonValue] | None = None) -> bytes:
     """Serialise ``model``'s parameters (and JSON-able ``metadata``) to the version-1 format.
 
     Raises:
@@ -203,7 +204,7 @@ def model_to_bytes(model: nn.Module, *, metadata: Mapping[str, Any] | None = Non
     return b"".join(chunks)
 
 
-def _parse_header(raw: bytes) -> tuple[ModelSignature, dict[str, Any]]:
+def _parse_header(raw: bytes) -> tuple[ModelSignature, dict[str, JsonValue]]:
     try:
         header = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:

@@ -22,11 +22,11 @@ import json
 import math
 import struct
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from numpy.lib.stride_tricks import sliding_window_view
+from pydantic import BaseModel, ValidationError
 
 from dpfl.learning.errors import LearningError
 from dpfl.learning.specs import parse_spec
@@ -151,8 +151,24 @@ def _freeze_checked(owner: object, expected: dict[str, tuple[int, ...]]) -> None
         object.__setattr__(owner, key, array)
 
 
+class _FittedMap:
+    """What every fitted map answers from its options: its spec string (the artifact's
+    SHA-256 pins the fitted values) and its output dimension D."""
+
+    __slots__ = ()
+    options: KMeansOptions | PcaOptions
+
+    @property
+    def name(self) -> str:
+        return self.options.spec
+
+    @property
+    def dim(self) -> int:
+        return self.options.dim
+
+
 @dataclass(frozen=True, slots=True)
-class KMeansFeatureMap:
+class KMeansFeatureMap(_FittedMap):
     """A fitted ``public-kmeans`` map: ``(n, C, H, W)`` images to unit-norm ``(n, D)`` float32."""
 
     options: KMeansOptions
@@ -176,16 +192,6 @@ class KMeansFeatureMap:
             "components": (4 * o.centroids, o.dim),
         }
         _freeze_checked(self, expected)
-
-    @property
-    def name(self) -> str:
-        """Spec string (the options; the artifact's SHA-256 pins the fitted values)."""
-        return self.options.spec
-
-    @property
-    def dim(self) -> int:
-        """Output dimension D."""
-        return self.options.dim
 
     def pooled(self, x: npt.ArrayLike) -> npt.NDArray[np.float32]:
         """The ``(n, 4K)`` quadrant-pooled triangle activations, before standardisation."""
@@ -279,7 +285,7 @@ def pca_options(spec: str) -> PcaOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class PcaFeatureMap:
+class PcaFeatureMap(_FittedMap):
     """A fitted ``public-pca`` map: ``x ↦ (flatten(x) − mean)·components``, float32 ``(n, D)``
     (Euclidean neighbours in few dimensions, for Private-kNN-FL)."""
 
@@ -291,16 +297,6 @@ class PcaFeatureMap:
     def __post_init__(self) -> None:
         d = math.prod(self.input_shape)
         _freeze_checked(self, {"mean": (d,), "components": (d, self.options.dim)})
-
-    @property
-    def name(self) -> str:
-        """Spec string."""
-        return self.options.spec
-
-    @property
-    def dim(self) -> int:
-        """Output dimension D."""
-        return self.options.dim
 
     def __call__(self, x: npt.ArrayLike) -> npt.NDArray[np.float32]:
         """Project ``(n, *input_shape)`` onto the public principal components."""
@@ -464,6 +460,15 @@ def load_feature_map(
     return KMeansFeatureMap(options=options, input_shape=shape, **arrays)
 
 
+class _Header(BaseModel):
+    """An artifact's JSON header: the map's spec, its input shape, and each array's name and
+    shape in the order the float32s follow."""
+
+    spec: str
+    input_shape: list[int]
+    arrays: list[tuple[str, list[int]]]
+
+
 def _read(
     data: bytes, spec: str, shape: tuple[int, ...], names: tuple[str, ...]
 ) -> dict[str, npt.NDArray[np.float32]]:
@@ -473,31 +478,30 @@ def _read(
     offset = len(_MAGIC) + 4
     (size,) = struct.unpack("<I", data[len(_MAGIC) : offset])
     try:
-        header: dict[str, Any] = json.loads(data[offset : offset + size])
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise LearningError(f"the feature-map artifact's header is not JSON: {exc}") from None
-    if header.get("spec") != spec:
+        header = _Header.model_validate_json(data[offset : offset + size])
+    except ValidationError as exc:
+        raise LearningError(f"the feature-map artifact's header is malformed: {exc}") from None
+    if header.spec != spec:
         raise LearningError(
-            f"the feature-map artifact was fitted as {header.get('spec')!r}, the task names "
-            f"{spec!r}"
+            f"the feature-map artifact was fitted as {header.spec!r}, the task names {spec!r}"
         )
-    if header.get("input_shape") != list(shape):
+    if header.input_shape != list(shape):
         raise LearningError(
-            f"the feature-map artifact is for inputs {header.get('input_shape')}, "
+            f"the feature-map artifact is for inputs {header.input_shape}, "
             f"this data has {list(shape)}"
         )
-    entries = header.get("arrays")
-    if not isinstance(entries, list) or [e[0] for e in entries] != list(names):
+    entries = header.arrays
+    if [e[0] for e in entries] != list(names):
         raise LearningError(f"the feature-map artifact must hold the arrays {names}")
     position, arrays = offset + size, {}
     for key, dims in entries:
-        count = math.prod(int(d) for d in dims)
+        count = math.prod(dims)
         if position + 4 * count > len(data):
             raise LearningError(f"the feature-map artifact is truncated in array {key}")
         arrays[key] = (
             np.frombuffer(data, dtype="<f4", count=count, offset=position)
             .astype(np.float32)
-            .reshape([int(d) for d in dims])
+            .reshape(dims)
         )
         position += 4 * count
     if position != len(data):

@@ -10,10 +10,8 @@ device.
 
 from __future__ import annotations
 
-import functools
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
@@ -188,95 +186,110 @@ def train_semi_supervised(
         raise TrainingError("steps, batch_size, unlabeled_ratio >= 1 and threshold in (0, 1]")
     if max_restarts < 0 or not 0 <= collapse_fit <= 1:
         raise TrainingError("max_restarts >= 0 and collapse_fit in [0, 1]")
+    recipe = _Recipe(
+        method=method,
+        steps=steps,
+        batch_size=batch_size,
+        unlabeled_ratio=unlabeled_ratio,
+        unlabeled_weight=unlabeled_weight,
+        learning_rate=learning_rate,
+        momentum=momentum,
+        weight_decay=weight_decay,
+        threshold=threshold,
+        vat_epsilon=vat_epsilon,
+        self_training_rounds=self_training_rounds,
+        views=views(xa.shape[1:]) if augment else (Augmenter(shift=0.0),) * 2,
+    )
     target = select_device(device)
     home = next(model.parameters()).device
     model.to(target)
-    weak, strong = views(xa.shape[1:])
-    if not augment:
-        weak = strong = Augmenter(shift=0.0)
     xt, yt = torch.tensor(xa), torch.tensor(ya.astype(np.int64))
-    pt = torch.tensor(pool)
-    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
-    best: tuple[float, dict[str, torch.Tensor], SemiSupervisedReport] | None = None
     try:
-        for attempt in range(max_restarts + 1):
-            if attempt:
-                model.load_state_dict(initial)
-            run = functools.partial(
-                _run,
-                model,
-                steps=steps,
-                batch_size=batch_size,
-                learning_rate=learning_rate,
-                momentum=momentum,
-                weight_decay=weight_decay,
-                threshold=threshold,
-                vat_epsilon=vat_epsilon,
-                weak=weak,
-                strong=strong,
-                generator=torch.Generator().manual_seed(seed + _RESTART_SEED_STRIDE * attempt),
-                device=target,
-            )
-            report = _train_once(
-                run,
-                model,
-                xt,
-                yt,
-                pt,
-                method=method,
-                unlabeled_ratio=unlabeled_ratio,
-                unlabeled_weight=unlabeled_weight,
-                threshold=threshold,
-                self_training_rounds=self_training_rounds,
-                device=target,
-            )
-            fit = float((_probabilities(model, xt, target).argmax(dim=1) == yt).float().mean())
-            if best is None or fit > best[0]:
-                state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                best = (fit, state, report)
-            if fit >= collapse_fit:
-                break
-        assert best is not None
-        fit, state, report = best
-        model.load_state_dict(state)
-        return SemiSupervisedReport(
-            steps=report.steps,
-            mean_loss=report.mean_loss,
-            confident_fraction=report.confident_fraction,
-            labelled_fit=fit,
-            restarts=attempt,
+        return _best_of_restarts(
+            model, recipe, xt, yt, torch.tensor(pool), seed, max_restarts, collapse_fit, target
         )
     finally:
         model.to(home)
 
 
-def _train_once(
-    run: Callable[..., SemiSupervisedReport],
+@dataclass(frozen=True, slots=True)
+class _Recipe:
+    """How :func:`train_semi_supervised` trains, its arguments checked; ``views`` are the weak
+    and the strong augmentation."""
+
+    method: StudentMethod
+    steps: int
+    batch_size: int
+    unlabeled_ratio: int
+    unlabeled_weight: float
+    learning_rate: float
+    momentum: float
+    weight_decay: float
+    threshold: float
+    vat_epsilon: float
+    self_training_rounds: int
+    views: tuple[Augmenter, Augmenter]
+
+
+def _best_of_restarts(
     model: nn.Module,
+    recipe: _Recipe,
     xt: torch.Tensor,
     yt: torch.Tensor,
     pt: torch.Tensor,
-    *,
-    method: StudentMethod,
-    unlabeled_ratio: int,
-    unlabeled_weight: float,
-    threshold: float,
-    self_training_rounds: int,
+    seed: int,
+    max_restarts: int,
+    collapse_fit: float,
     device: torch.device,
 ) -> SemiSupervisedReport:
-    """One training of :func:`train_semi_supervised` from the model's current weights; ``run``
-    is :func:`_run` bound to the model, the schedule and this attempt's generator."""
-    if method != "self-training":
-        return run(
-            xt, yt, pt, method=method, unlabeled_ratio=unlabeled_ratio, weight=unlabeled_weight
-        )
-    report = run(xt, yt, pt, method="supervised", unlabeled_ratio=1, weight=0.0)
-    for _ in range(self_training_rounds):
+    """Train until the model fits ``collapse_fit`` of its labelled records, starting again from
+    the initial weights at most ``max_restarts`` times; the best fit is loaded and reported."""
+    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    best: tuple[float, dict[str, torch.Tensor], SemiSupervisedReport] | None = None
+    for attempt in range(max_restarts + 1):
+        if attempt:
+            model.load_state_dict(initial)
+        generator = torch.Generator().manual_seed(seed + _RESTART_SEED_STRIDE * attempt)
+        report = _train_once(model, recipe, xt, yt, pt, generator, device)
+        fit = float((_probabilities(model, xt, device).argmax(dim=1) == yt).float().mean())
+        if best is None or fit > best[0]:
+            state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+            best = (fit, state, report)
+        if fit >= collapse_fit:
+            break
+    assert best is not None
+    fit, state, report = best
+    model.load_state_dict(state)
+    return SemiSupervisedReport(
+        steps=report.steps,
+        mean_loss=report.mean_loss,
+        confident_fraction=report.confident_fraction,
+        labelled_fit=fit,
+        restarts=attempt,
+    )
+
+
+def _train_once(
+    model: nn.Module,
+    recipe: _Recipe,
+    xt: torch.Tensor,
+    yt: torch.Tensor,
+    pt: torch.Tensor,
+    generator: torch.Generator,
+    device: torch.device,
+) -> SemiSupervisedReport:
+    """One training of :func:`train_semi_supervised` from the model's current weights, drawing
+    from ``generator``."""
+    if recipe.method != "self-training":
+        return _run(model, recipe, xt, yt, pt, generator, device)
+    supervised = replace(recipe, method="supervised", unlabeled_ratio=1, unlabeled_weight=0.0)
+    report = _run(model, supervised, xt, yt, pt, generator, device)
+    for _ in range(recipe.self_training_rounds):
         probs = _probabilities(model, pt, device)
         confident, labels = probs.max(dim=1)
-        keep = confident >= threshold
+        keep = confident >= recipe.threshold
         xr, yr = torch.cat([xt, pt[keep]]), torch.cat([yt, labels[keep]])
-        report = run(xr, yr, pt, method="supervised", unlabeled_ratio=1, weight=0.0)
+        report = _run(model, supervised, xr, yr, pt, generator, device)
         report = SemiSupervisedReport(
             steps=report.steps,
             mean_loss=report.mean_loss,
@@ -301,37 +314,27 @@ def _probabilities(model: nn.Module, x: torch.Tensor, device: torch.device) -> t
 
 def _run(
     model: nn.Module,
+    recipe: _Recipe,
     xt: torch.Tensor,
     yt: torch.Tensor,
     pool: torch.Tensor,
-    *,
-    method: StudentMethod,
-    steps: int,
-    batch_size: int,
-    unlabeled_ratio: int,
-    weight: float,
-    learning_rate: float,
-    momentum: float,
-    weight_decay: float,
-    threshold: float,
-    vat_epsilon: float,
-    weak: Augmenter,
-    strong: Augmenter,
     generator: torch.Generator,
     device: torch.device,
 ) -> SemiSupervisedReport:
+    r, (weak, strong) = recipe, recipe.views
     optimizer = torch.optim.SGD(
         model.parameters(),
-        lr=learning_rate,
-        momentum=momentum,
-        weight_decay=weight_decay,
-        nesterov=momentum > 0,
+        lr=r.learning_rate,
+        momentum=r.momentum,
+        weight_decay=r.weight_decay,
+        nesterov=r.momentum > 0,
     )
     schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: 0.5 * (1.0 + math.cos(math.pi * step / steps))
+        optimizer, lambda step: 0.5 * (1.0 + math.cos(math.pi * step / r.steps))
     )
+    method, steps, batch_size, weight = r.method, r.steps, r.batch_size, r.unlabeled_weight
     n, m = xt.shape[0], pool.shape[0]
-    ub = batch_size * unlabeled_ratio
+    ub = batch_size * r.unlabeled_ratio
     losses: list[float] = []
     confident: list[float] = []
     model.train()
@@ -347,14 +350,14 @@ def _run(
                         _forward(model, weak(ux, generator).to(device)), dim=1
                     )
                     conf, pseudo = probs.max(dim=1)
-                    mask = (conf >= threshold).float()
+                    mask = (conf >= r.threshold).float()
                 xs = strong(ux, generator).to(device)
                 per = functional.cross_entropy(_forward(model, xs), pseudo, reduction="none")
                 loss = loss + weight * (per * mask).mean()
                 confident.append(float(mask.mean()))
             else:
                 loss = loss + weight * _vat_loss(
-                    model, weak(ux, generator).to(device), vat_epsilon, generator
+                    model, weak(ux, generator).to(device), r.vat_epsilon, generator
                 )
         optimizer.zero_grad(set_to_none=True)
         torch.autograd.backward(loss)

@@ -16,6 +16,7 @@ import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Protocol
 
 import numpy as np
@@ -32,13 +33,13 @@ from dpfl.learning.params import flatten_parameters
 
 __all__ = [
     "BatchTrainer",
+    "EpochLoop",
     "Evaluation",
     "LocalUpdate",
     "SgdTrainer",
     "TeacherReport",
     "TrainReport",
     "as_tensors",
-    "check_teacher_recipe",
     "evaluate",
     "fit_epochs",
     "fit_teacher",
@@ -479,11 +480,7 @@ def train_student(
         unlabeled: the other public records (optional).
         self_training_rounds: extra rounds with confident self-labels (0 = supervised only).
         confidence: probability threshold of a self-label.
-        batch_size: records per step.
-        learning_rate: SGD step size.
-        momentum: SGD momentum.
-        seed: seed of batch orders.
-        device: training device.
+        batch_size, learning_rate, momentum, seed, device: as :func:`train` takes them.
 
     Raises:
         TrainingError: bad data or hyper-parameters.
@@ -493,13 +490,16 @@ def train_student(
     if self_training_rounds and unlabeled is None:
         raise TrainingError("self-training needs the unlabeled public records")
     xs, ys = np.asarray(x), np.asarray(pseudo_labels)
-    kwargs: dict[str, Any] = {
-        "batch_size": batch_size,
-        "learning_rate": learning_rate,
-        "momentum": momentum,
-        "device": device,
-    }
-    report = train(model, xs, ys, epochs=epochs, seed=seed, **kwargs)
+    fit = partial(
+        train,
+        model,
+        epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        momentum=momentum,
+        device=device,
+    )
+    report = fit(xs, ys, seed=seed)
     for round_ in range(1, self_training_rounds + 1):
         assert unlabeled is not None
         probs = predict_probabilities(model, unlabeled, device=device)
@@ -508,7 +508,7 @@ def train_student(
             break
         xs_round = np.concatenate([np.asarray(x), np.asarray(unlabeled)[keep]])
         ys_round = np.concatenate([ys, probs[keep].argmax(axis=1).astype(np.int64)])
-        report = train(model, xs_round, ys_round, epochs=epochs, seed=seed + round_, **kwargs)
+        report = fit(xs_round, ys_round, seed=seed + round_)
     return report
 
 
@@ -551,7 +551,7 @@ def fit_teacher(
     """
     from dpfl.learning.semisupervised import Augmenter
 
-    check_teacher_recipe(epochs, batch_size, patience, validation_fraction, schedule)
+    loop = EpochLoop(epochs, batch_size, schedule, validation_fraction, patience, seed)
     xt, yt = as_tensors(x, y)
     assert yt is not None
     home = next(model.parameters()).device
@@ -569,36 +569,59 @@ def fit_teacher(
         trainer.step(xb if augment_shift == 0 else augment(xb, g), yb)
 
     return fit_epochs(
-        model,
-        xt,
-        yt,
-        optimizer=trainer.optimizer,
-        step=step,
-        epochs=epochs,
-        batch_size=batch_size,
-        schedule=schedule,
-        validation_fraction=validation_fraction,
-        patience=patience,
-        seed=seed,
-        device=device,
-        home=home,
+        model, xt, yt, optimizer=trainer.optimizer, step=step, loop=loop, device=device, home=home
     )
 
 
-def check_teacher_recipe(
-    epochs: int, batch_size: int, patience: int, validation_fraction: float, schedule: str
-) -> None:
-    """Refuse a teacher recipe :func:`fit_epochs` cannot run.
+@dataclass(frozen=True, slots=True)
+class EpochLoop:
+    """The epoch loop of a teacher recipe (:func:`fit_epochs`): ``epochs`` passes of
+    ``batch_size`` batches under a ``constant`` or ``cosine`` schedule, the best epoch on a
+    ``validation_fraction`` split of the agent's own records (early stop after ``patience``
+    epochs without gain), every random draw from ``seed``.
 
     Raises:
-        TrainingError: naming the bad values.
+        TrainingError: a loop that cannot run, naming the bad values.
     """
-    if epochs < 1 or batch_size < 1 or patience < 0 or not 0.0 <= validation_fraction < 1.0:
-        raise TrainingError(
-            "epochs, batch_size >= 1, patience >= 0 and validation_fraction in [0, 1)"
+
+    epochs: int
+    batch_size: int
+    schedule: str
+    validation_fraction: float
+    patience: int
+    seed: int
+
+    def __post_init__(self) -> None:
+        counts = self.epochs < 1 or self.batch_size < 1 or self.patience < 0
+        if counts or not 0.0 <= self.validation_fraction < 1.0:
+            raise TrainingError(
+                "epochs, batch_size >= 1, patience >= 0 and validation_fraction in [0, 1)"
+            )
+        if self.schedule not in ("constant", "cosine"):
+            raise TrainingError(f"schedule must be constant or cosine, got {self.schedule!r}")
+
+    def split(self, labels: NDArray[Any]) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+        """The training and validation indices of records with ``labels``: a stratified split,
+        or every record for training when there is no fraction or a side would be empty."""
+        from dpfl.learning.data.split import stratified_split
+
+        everything, none = np.arange(labels.shape[0]), np.empty(0, dtype=np.int64)
+        if self.validation_fraction == 0:
+            return everything, none
+        train, val = stratified_split(
+            labels, test_fraction=self.validation_fraction, seed=self.seed
         )
-    if schedule not in ("constant", "cosine"):
-        raise TrainingError(f"schedule must be constant or cosine, got {schedule!r}")
+        return (everything, none) if val.size == 0 or train.size == 0 else (train, val)
+
+    def scheduler(
+        self, optimizer: torch.optim.Optimizer, total: int
+    ) -> torch.optim.lr_scheduler.LambdaLR | None:
+        """The cosine annealing of ``optimizer`` over ``total`` steps, or None (constant)."""
+        if self.schedule != "cosine":
+            return None
+        return torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda s: 0.5 * (1.0 + math.cos(math.pi * s / total))
+        )
 
 
 def fit_epochs(
@@ -608,12 +631,7 @@ def fit_epochs(
     *,
     optimizer: torch.optim.Optimizer,
     step: Callable[[torch.Tensor, torch.Tensor, float, torch.Generator], None],
-    epochs: int,
-    batch_size: int,
-    schedule: str,
-    validation_fraction: float,
-    patience: int,
-    seed: int,
+    loop: EpochLoop,
     device: str | torch.device | None,
     home: torch.device,
 ) -> TeacherReport:
@@ -622,27 +640,14 @@ def fit_epochs(
     records, shuffled batches of the rest handed to ``step(xb, yb, progress, generator)``
     (``progress`` = steps done / all steps), the cosine schedule on ``optimizer``, the best epoch
     on the validation split kept (early stop after ``patience`` epochs without gain), and the
-    model moved back to ``home``. Every random draw comes from one generator seeded by ``seed``.
+    model moved back to ``home``. Every random draw comes from one generator seeded by the
+    loop's seed.
     """
-    from dpfl.learning.data.split import stratified_split
-
-    train_idx = np.arange(xt.shape[0])
-    val_idx = np.empty(0, dtype=np.int64)
-    if validation_fraction > 0:
-        train_idx, val_idx = stratified_split(
-            yt.numpy(), test_fraction=validation_fraction, seed=seed
-        )
-        if val_idx.size == 0 or train_idx.size == 0:
-            train_idx, val_idx = np.arange(xt.shape[0]), np.empty(0, dtype=np.int64)
+    epochs, batch_size, patience, seed = loop.epochs, loop.batch_size, loop.patience, loop.seed
+    train_idx, val_idx = loop.split(yt.numpy())
     xtr, ytr = xt[train_idx], yt[train_idx]
     total = math.ceil(xtr.shape[0] / batch_size) * epochs
-    scheduler = (
-        torch.optim.lr_scheduler.LambdaLR(
-            optimizer, lambda s: 0.5 * (1.0 + math.cos(math.pi * s / total))
-        )
-        if schedule == "cosine"
-        else None
-    )
+    scheduler = loop.scheduler(optimizer, total)
     generator = torch.Generator().manual_seed(seed)
     best: tuple[float, int, dict[str, torch.Tensor]] | None = None
     since, run, done = 0, 0, 0

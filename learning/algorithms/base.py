@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Generic, Literal, Self
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 from typing_extensions import TypeVar
 
 from dpfl.accounting import DpEvent
@@ -153,9 +153,9 @@ class TaskParams(Contract):
         """The events are approximate: Gaussian noise rounded by each agent."""
         return self.noise == "gaussian"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonValue]:
         """The wire form (``Invitation.params_json``), without unset optional fields."""
-        data: dict[str, Any] = self.model_dump(mode="json", exclude_none=True)
+        data: dict[str, JsonValue] = self.model_dump(mode="json", exclude_none=True)
         return data
 
 
@@ -364,6 +364,24 @@ class CoordinatorSide(abc.ABC, Generic[SpecT, PlanT, TaskT]):
     ) -> None:
         self.algorithm, self.name = algorithm, algorithm.name
         self.spec, self.plan, self.details = spec, plan, details
+
+    def task_params(self, round_number: int) -> TaskParams:
+        """The fields every task of this job carries in round ``round_number``, from the job
+        and the plan (an algorithm's task extends them)."""
+        d, privacy = self.details, self.spec.privacy
+        return TaskParams(
+            algorithm=self.name,
+            job=self.spec.name,
+            round=round_number,
+            noise=d.noise,
+            noise_total=d.noise_total,
+            noise_multiplier=self.plan.noise_multiplier,
+            scale_bits=d.scale_bits,
+            secure_aggregation=d.secure_aggregation,
+            honest_fraction=d.honest_fraction,
+            unit=privacy.unit,
+            delta=privacy.delta,
+        )
 
     @abc.abstractmethod
     def initial_state(self, data: CoordinatorData) -> CoordinatorState:
@@ -579,6 +597,17 @@ class Algorithm(abc.ABC, Generic[SpecT, PlanT, TaskT]):
         if not isinstance(job, self.spec_type):
             raise AlgorithmError(f"{self.name} cannot run a {type(job).__name__}")
         return job
+
+    def narrow_for_plan(self, job: JobSpec, population: int) -> SpecT:
+        """``job`` as this algorithm's variant, to be planned for ``population`` clients.
+
+        Raises:
+            AlgorithmError: another algorithm's job, or a population not an integer >= 1.
+        """
+        spec = self.narrow(job)
+        if isinstance(population, bool) or not isinstance(population, int) or population < 1:
+            raise AlgorithmError(f"population must be an integer >= 1, got {population!r}")
+        return spec
 
     def bind(self, job: JobSpec, plan: JobPlan) -> CoordinatorSide[SpecT, PlanT, TaskT]:
         """The coordinator side of ``job`` under ``plan``.

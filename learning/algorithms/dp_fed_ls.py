@@ -153,14 +153,15 @@ def uniform_sample(population: Sequence[str], size: int, stream: RandomStream) -
 class DpFedLsCoordinator(FedAvgCoordinator[DpFedLsJob, DpFedLsPlan, DpFedLsTask]):
     """DP-FedAvg's coordinator side with the fixed-size sample and the smoothing."""
 
-    def _task_extras(self) -> dict[str, Any]:
+    def _variant_task(self, family: FedAvgTaskBase) -> DpFedLsTask:
         d = self.details
-        return {
-            "client_sampling": d.client_sampling,
-            "sigma_ls": d.sigma_ls,
-            "smoothing_scope": d.smoothing_scope,
-            "sample_size": d.sample_size,
-        }
+        return DpFedLsTask(
+            **family.model_dump(),
+            client_sampling=d.client_sampling,
+            sigma_ls=d.sigma_ls,
+            smoothing_scope=d.smoothing_scope,
+            sample_size=d.sample_size,
+        )
 
     def _post_process(self, net: Any, update: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         p = self.spec.params
@@ -209,15 +210,18 @@ class DpFedLs(FedAvgFamily[DpFedLsJob, DpFedLsPlan, DpFedLsTask]):
             return float(sample_size(p.sampling_rate, population))
         return super()._expected_participants(job, population)
 
-    def _plan_extras(self, job: DpFedLsJob, population: int) -> dict[str, Any]:
+    def _variant_plan(
+        self, job: DpFedLsJob, population: int, family: FedAvgPlanBase
+    ) -> DpFedLsPlan:
         p = job.params
         uniform = p.client_sampling == "uniform"
-        return {
-            "client_sampling": p.client_sampling,
-            "sigma_ls": p.sigma_ls,
-            "smoothing_scope": p.smoothing_scope,
-            "sample_size": sample_size(p.sampling_rate, population) if uniform else None,
-        }
+        return DpFedLsPlan(
+            **family.model_dump(),
+            client_sampling=p.client_sampling,
+            sigma_ls=p.sigma_ls,
+            smoothing_scope=p.smoothing_scope,
+            sample_size=sample_size(p.sampling_rate, population) if uniform else None,
+        )
 
     def plan(
         self, job: JobSpec, *, population: int, data: CoordinatorData | None = None

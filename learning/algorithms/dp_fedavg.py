@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
@@ -373,24 +374,24 @@ class FedAvgCoordinator(ModelUpdateCoordinator[FS, FP, FT]):
         adaptive = self.details.adaptive_clipping
         return self.spec.params.clip if adaptive is None else adaptive.clip
 
-    def _task(self, fields: dict[str, Any]) -> FT:
+    def _task(self, common: ModelUpdateTask) -> FT:
         spec, p, d = self.spec, self.spec.params, self.details
-        return self.algorithm.task_type(
-            **fields,
-            **self._task_extras(),
+        family = FedAvgTaskBase(
+            **common.model_dump(),
             model=spec.model,
             features=d.features,
             domain_adaptation=p.local_domain_adaptation,
             clip=self._clip(),
             local_steps=p.local_work()[0],
             local_epochs=p.local_work()[1],
-            learning_rate=p.round_learning_rate(fields["round"]),
+            learning_rate=p.round_learning_rate(common.round),
             batch_size=p.batch_size,
-            train_seed=(spec.seed * 1_000_003 + fields["round"]) % 2**31,
+            train_seed=(spec.seed * 1_000_003 + common.round) % 2**31,
             sampling_rate=p.sampling_rate,
             population=self.plan.population,
             expected_participants=d.expected_participants,
         )
+        return self._variant_task(family)
 
     def round_event(self, *, population: int | None = None) -> DpEvent:
         """The event one committed round charges (see the module docstring).
@@ -424,9 +425,9 @@ class FedAvgCoordinator(ModelUpdateCoordinator[FS, FP, FT]):
 
     # -- hooks of variants (DP-Fed-LS: smoothing) ----------------------------------------------
 
-    def _task_extras(self) -> dict[str, Any]:
-        """Further task fields of a variant."""
-        return {}
+    def _variant_task(self, family: FedAvgTaskBase) -> FT:
+        """The variant's task: the family's fields plus its own (DP-FedAvg: none)."""
+        return self.algorithm.task_type(**family.model_dump())
 
     def _post_process(self, net: Any, update: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         """Post-processing of the averaged noisy update before the model step (identity)."""
@@ -503,14 +504,10 @@ class FedAvgAgent(ModelUpdateAgent[FT]):
         ``num_clients`` vectors.
         """
         t = self.task
-        event = self._claimed(
-            events,
-            encoding,
-            clip=t.clip,
-            num_clients=num_clients,
-            min_survivors=min_survivors,
-            honest_fraction=honest_fraction,
+        counts = common.Counts(
+            num_clients=num_clients, min_survivors=min_survivors, honest_fraction=honest_fraction
         )
+        event = self._claimed(events, encoding, counts, clip=t.clip)
         inner, factor = t.claimed_release(event)
         total = common.claimed_total(
             inner,
@@ -520,15 +517,7 @@ class FedAvgAgent(ModelUpdateAgent[FT]):
             dimension=t.dimension,
             source=_SOURCE,
         )
-        common.check_encoding(
-            encoding,
-            kind=common.NOISE_KINDS[t.noise],
-            total=total,
-            secure_aggregation=t.secure_aggregation,
-            honest_fraction=honest_fraction,
-            min_survivors=min_survivors,
-            num_clients=num_clients,
-        )
+        common.check_encoding(encoding, t, total=total, **counts)
 
     def compute(
         self,
@@ -546,42 +535,33 @@ class FedAvgAgent(ModelUpdateAgent[FT]):
 
         x, shape, model = agent_inputs(t, data, model)
         net = common.build_model(t.model, shape, data.num_classes, seed=0)
-        adaptation = t.domain_adaptation
-        if adaptation.method != "none" and public_x is None:
-            raise AlgorithmError(
-                "the task adapts to the public domain (dann) but no public images came"
+        adaptation, train = t.domain_adaptation, partial(local_update)
+        if adaptation.method != "none":
+            if public_x is None:
+                raise AlgorithmError(
+                    "the task adapts to the public domain (dann) but no public images came"
+                )
+            from dpfl.learning.domain_adaptation import dann_local_update
+
+            train = partial(
+                dann_local_update,
+                target_x=np.asarray(public_x),
+                weight=adaptation.weight,
+                hidden=adaptation.hidden,
             )
         try:
             model_from_bytes(model, model=net)
-            if adaptation.method == "none":
-                update = local_update(
-                    net,
-                    x,
-                    data.y,
-                    steps=t.local_steps,
-                    epochs=t.local_epochs,
-                    batch_size=t.batch_size,
-                    learning_rate=t.learning_rate,
-                    seed=t.train_seed,
-                    device=device,
-                )
-            else:
-                from dpfl.learning.domain_adaptation import dann_local_update
-
-                update = dann_local_update(
-                    net,
-                    x,
-                    data.y,
-                    np.asarray(public_x),
-                    steps=t.local_steps,
-                    epochs=t.local_epochs,
-                    batch_size=t.batch_size,
-                    learning_rate=t.learning_rate,
-                    weight=adaptation.weight,
-                    hidden=adaptation.hidden,
-                    seed=t.train_seed,
-                    device=device,
-                )
+            update = train(
+                net,
+                x,
+                data.y,
+                steps=t.local_steps,
+                epochs=t.local_epochs,
+                batch_size=t.batch_size,
+                learning_rate=t.learning_rate,
+                seed=t.train_seed,
+                device=device,
+            )
         except LearningError as exc:
             raise AlgorithmError(f"local training failed: {exc}") from exc
         delta = update.delta.astype(np.float64)
@@ -636,9 +616,7 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
     def plan(
         self, job: JobSpec, *, population: int, data: CoordinatorData | None = None
     ) -> JobPlan:
-        spec = self.narrow(job)
-        if isinstance(population, bool) or not isinstance(population, int) or population < 1:
-            raise AlgorithmError(f"population must be an integer >= 1, got {population!r}")
+        spec = self.narrow_for_plan(job, population)
         p, privacy = spec.params, spec.privacy
         expected = self._expected_participants(spec, population)
         if expected < 1.0:
@@ -655,26 +633,29 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
 
         def make(clip: float, weight: float | None, bits: int) -> JobPlan:
             l1, l2 = _sensitivities(clip, bits, vector)
-            fields: dict[str, Any] = {
-                **self._plan_extras(spec, population),
-                "model": spec.model,
-                "features": features,
-                "feature_dim": width,
-                "dimension": vector,
-                "scale_bits": bits,
-                "l1_sensitivity": l1,
-                "l2_sensitivity": l2,
-                "noise": privacy.noise,
-                "sampling_rate": p.sampling_rate,
-                "expected_participants": expected,
-                "secure_aggregation": spec.secagg.enabled,
-                "honest_fraction": privacy.honest_fraction,
-                "corrupt_fraction": spec.secagg.corrupt_fraction,
-            }
+
+            def details(z: float, adaptive_plan: AdaptiveClippingPlan | None = None) -> FP:
+                family = FedAvgPlanBase(
+                    model=spec.model,
+                    features=features,
+                    feature_dim=width,
+                    dimension=vector,
+                    scale_bits=bits,
+                    l1_sensitivity=l1,
+                    l2_sensitivity=l2,
+                    noise=privacy.noise,
+                    noise_total=noise_total(privacy.noise, z, l2),
+                    sampling_rate=p.sampling_rate,
+                    expected_participants=expected,
+                    secure_aggregation=spec.secagg.enabled,
+                    honest_fraction=privacy.honest_fraction,
+                    corrupt_fraction=spec.secagg.corrupt_fraction,
+                    adaptive_clipping=adaptive_plan,
+                )
+                return self._variant_plan(spec, population, family)
 
             def job_event(z: float) -> DpEvent:
-                shape = self.plan_type(**fields, noise_total=noise_total(privacy.noise, z, l2))
-                event = shape.round_event(population)
+                event = details(z).round_event(population)
                 return event if spec.rounds == 1 else SelfComposedEvent(event, spec.rounds)
 
             z, record = common.calibrate_or_check(
@@ -683,16 +664,16 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
                 target_epsilon=privacy.target_epsilon,
                 delta=privacy.delta,
             )
-            if adaptive is not None and weight is not None:
-                fields["adaptive_clipping"] = AdaptiveClippingPlan(
-                    update_clip=p.clip,
-                    count_weight=weight,
-                    count_noise=z * l2 / math.ldexp(weight, bits),
-                    target_quantile=adaptive.target_quantile,
-                    clip_learning_rate=adaptive.clip_learning_rate,
-                )
-            details = self.plan_type(**fields, noise_total=noise_total(privacy.noise, z, l2))
-            return JobPlan(z, record, population, details)
+            if adaptive is None or weight is None:
+                return JobPlan(z, record, population, details(z))
+            adaptive_plan = AdaptiveClippingPlan(
+                update_clip=p.clip,
+                count_weight=weight,
+                count_noise=z * l2 / math.ldexp(weight, bits),
+                target_quantile=adaptive.target_quantile,
+                clip_learning_rate=adaptive.clip_learning_rate,
+            )
+            return JobPlan(z, record, population, details(z, adaptive_plan))
 
         def fitted(clip: float, weight: float | None) -> JobPlan:
             bits = spec.secagg.scale_bits
@@ -717,10 +698,10 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
         """m, the divisor of the summed update: q·n under Poisson sampling."""
         return job.params.sampling_rate * population
 
-    def _plan_extras(self, job: FS, population: int) -> dict[str, Any]:
-        """Further plan fields of a variant."""
+    def _variant_plan(self, job: FS, population: int, family: FedAvgPlanBase) -> FP:
+        """The variant's plan: the family's fields plus its own (DP-FedAvg: none)."""
         del job, population
-        return {}
+        return self.plan_type(**family.model_dump())
 
 
 class DpFedAvg(FedAvgFamily[DpFedAvgJob, DpFedAvgPlan, DpFedAvgTask]):

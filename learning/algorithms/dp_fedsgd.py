@@ -14,7 +14,8 @@ plan :class:`DpFedSgdPlan`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal
+from functools import partial
+from typing import ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -259,10 +260,10 @@ class DpFedSgdCoordinator(ModelUpdateCoordinator[DpFedSgdJob, DpFedSgdPlan, DpFe
     def _credits_others(self) -> bool:
         return self.details.accounting_mode == CENTRAL
 
-    def _task(self, fields: dict[str, Any]) -> DpFedSgdTask:
+    def _task(self, common: ModelUpdateTask) -> DpFedSgdTask:
         spec, d = self.spec, self.details
         return DpFedSgdTask(
-            **fields,
+            **common.model_dump(),
             model=spec.model,
             features=d.features,
             clip=d.clip,
@@ -369,64 +370,16 @@ class DpFedSgdAgent(ModelUpdateAgent[DpFedSgdTask]):
         steps of ``num_clients`` agents of M_max records.
         """
         t = self.task
-        event = self._claimed(
-            events,
-            encoding,
-            clip=t.clip,
-            num_clients=num_clients,
-            min_survivors=min_survivors,
-            honest_fraction=honest_fraction,
+        counts = common.Counts(
+            num_clients=num_clients, min_survivors=min_survivors, honest_fraction=honest_fraction
         )
-        if not isinstance(event, SelfComposedEvent) or event.count != t.local_steps:
-            raise AlgorithmError(
-                f"expected {t.local_steps} compositions of one step, got {event!r}"
-            )
-        step = event.event
-        if isinstance(step, PoissonSampledEvent):
-            if step.sampling_rate != t.batch_sampling_rate:
-                raise AlgorithmError(
-                    f"the event samples records at rate {step.sampling_rate:g}, the task at "
-                    f"{t.batch_sampling_rate:g}"
-                )
-            step = step.event
-        elif t.batch_sampling_rate < 1.0:
-            raise AlgorithmError("the task samples records but the event does not say so")
+        event = self._claimed(events, encoding, counts, clip=t.clip)
         l1, l2 = step_sensitivities(clip=t.clip, scale_bits=t.scale_bits, dimension=t.dimension)
+        step = self._claimed_step(event)
         total = common.claimed_total(
-            step,
-            noise=t.noise,
-            l1=l1,
-            l2=l2,
-            dimension=t.dimension,
-            source=_SOURCE,
+            step, noise=t.noise, l1=l1, l2=l2, dimension=t.dimension, source=_SOURCE
         )
-        kind, mode = common.NOISE_KINDS[t.noise], t.mode
-        try:
-            common.check_noise(
-                encoding.noise,
-                kind=kind,
-                total=total,
-                secure_aggregation=mode == CENTRAL,
-                honest_fraction=honest_fraction,
-                min_survivors=min_survivors,
-            )
-        except AlgorithmError as exc:
-            if mode == CENTRAL or not t.secure_aggregation:
-                raise
-            raise AlgorithmError(
-                f"{t.local_steps} local steps are accounted as local DP "
-                f"(privacy.accounting: {t.accounting}): this agent's own noise must carry "
-                f"the claimed event alone, but the encoding only gives it a share ({exc})"
-            ) from exc
-        if t.agent_noise is not None and mode == SUM_DOMINATING:  # what its own ledger records
-            common.check_noise(
-                encoding.noise,
-                kind=kind,
-                total=t.agent_noise,
-                secure_aggregation=False,
-                honest_fraction=honest_fraction,
-                min_survivors=min_survivors,
-            )
+        self._check_step_noise(encoding, total, honest_fraction, min_survivors)
         need = required_ring_bits(
             participants=num_clients,
             steps=t.local_steps,
@@ -438,6 +391,53 @@ class DpFedSgdAgent(ModelUpdateAgent[DpFedSgdTask]):
                 f"the ring would wrap: {num_clients} agents need {need} bits, the encoding has "
                 f"{encoding.ring_bits}"
             )
+
+    def _claimed_step(self, event: DpEvent) -> DpEvent:
+        """The one step's release of a claim of S steps, outside its record sampling (which
+        must be the task's)."""
+        t = self.task
+        if not isinstance(event, SelfComposedEvent) or event.count != t.local_steps:
+            raise AlgorithmError(
+                f"expected {t.local_steps} compositions of one step, got {event!r}"
+            )
+        step = event.event
+        if isinstance(step, PoissonSampledEvent):
+            if step.sampling_rate != t.batch_sampling_rate:
+                raise AlgorithmError(
+                    f"the event samples records at rate {step.sampling_rate:g}, the task at "
+                    f"{t.batch_sampling_rate:g}"
+                )
+            return step.event
+        if t.batch_sampling_rate < 1.0:
+            raise AlgorithmError("the task samples records but the event does not say so")
+        return step
+
+    def _check_step_noise(
+        self, encoding: EncodingConfig, total: float, honest_fraction: float, min_survivors: int
+    ) -> None:
+        """The per-step noise share carries ``total``: over the honest survivors in the central
+        mode, alone otherwise; in the sum-dominating mode also the ``agent_noise`` the agent's
+        own ledger records."""
+        t, mode = self.task, self.task.mode
+        check = partial(
+            common.check_noise,
+            encoding.noise,
+            kind=common.NOISE_KINDS[t.noise],
+            honest_fraction=honest_fraction,
+            min_survivors=min_survivors,
+        )
+        try:
+            check(total=total, secure_aggregation=mode == CENTRAL)
+        except AlgorithmError as exc:
+            if mode == CENTRAL or not t.secure_aggregation:
+                raise
+            raise AlgorithmError(
+                f"{t.local_steps} local steps are accounted as local DP "
+                f"(privacy.accounting: {t.accounting}): this agent's own noise must carry "
+                f"the claimed event alone, but the encoding only gives it a share ({exc})"
+            ) from exc
+        if t.agent_noise is not None and mode == SUM_DOMINATING:
+            check(total=t.agent_noise, secure_aggregation=False)
 
     def charge(self, events: Sequence[DpEvent]) -> tuple[DpEvent, ...]:
         """The claimed event, or, when the job opted in to the sum-dominating accounting, the
@@ -532,9 +532,7 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
     def plan(
         self, job: JobSpec, *, population: int, data: CoordinatorData | None = None
     ) -> JobPlan:
-        spec = self.narrow(job)
-        if isinstance(population, bool) or not isinstance(population, int) or population < 1:
-            raise AlgorithmError(f"population must be an integer >= 1, got {population!r}")
+        spec = self.narrow_for_plan(job, population)
         p, privacy = spec.params, spec.privacy
         shape, classes = common.data_shape(spec, data)
         features = p.feature_spec()
@@ -629,12 +627,8 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
             report = compute_epsilon(whole, delta=job.privacy.delta, tight=True)
         except AccountingError as exc:
             raise AlgorithmError(f"the guaranteed ε cannot be computed: {exc}") from exc
-        record["claim"] = {
-            "label": CLAIM_LABEL,
-            "epsilon": record["epsilon"],
-            "method": record["method"],
-            "event": record["event"],
-        }
+        claim = {key: record[key] for key in ("epsilon", "method", "event")}
+        record["claim"] = {"label": CLAIM_LABEL, **claim}
         record.update(
             epsilon=report.epsilon,
             method=report.method,

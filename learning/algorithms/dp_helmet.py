@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -197,13 +197,13 @@ class DpHelmetCoordinator(ModelUpdateCoordinator[DpHelmetJob, DpHelmetPlan, DpHe
     def _clip(self) -> float:
         return _block_clip(self.spec.params.radius, self.details.num_classes)
 
-    def _task(self, fields: dict[str, Any]) -> DpHelmetTask:
-        if fields["round"] != 1:
-            raise AlgorithmError(f"{self.name} has one round, not round {fields['round']}")
+    def _task(self, common: ModelUpdateTask) -> DpHelmetTask:
+        if common.round != 1:
+            raise AlgorithmError(f"{self.name} has one round, not round {common.round}")
         spec, d = self.spec, self.details
         p = spec.params
         return DpHelmetTask(
-            **fields,
+            **common.model_dump(),
             num_classes=d.num_classes,
             features=d.features,
             feature_dim=d.feature_dim,
@@ -289,13 +289,14 @@ class DpHelmetAgent(ModelUpdateAgent[DpHelmetTask]):
         t = self.task
         classes = t.num_classes
         count, width = releases(t.loss, classes, t.feature_dim + 1)
+        counts = common.Counts(
+            num_clients=num_clients, min_survivors=min_survivors, honest_fraction=honest_fraction
+        )
         event = self._claimed(
             events,
             encoding,
+            counts,
             clip=_block_clip(t.radius, classes),
-            num_clients=num_clients,
-            min_survivors=min_survivors,
-            honest_fraction=honest_fraction,
             clip_from=f" of {classes} models of radius {t.radius:g}",
         )
         if not isinstance(event, SelfComposedEvent) or event.count != count:
@@ -313,15 +314,7 @@ class DpHelmetAgent(ModelUpdateAgent[DpHelmetTask]):
         total = common.claimed_total(
             event.event, noise=t.noise, l1=l1, l2=l2, dimension=width, source=_SOURCE
         )
-        common.check_encoding(
-            encoding,
-            kind=common.NOISE_KINDS[t.noise],
-            total=total,
-            secure_aggregation=t.secure_aggregation,
-            honest_fraction=honest_fraction,
-            min_survivors=min_survivors,
-            num_clients=num_clients,
-        )
+        common.check_encoding(encoding, t, total=total, **counts)
 
     def compute(
         self,
@@ -382,9 +375,7 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
     def plan(
         self, job: JobSpec, *, population: int, data: CoordinatorData | None = None
     ) -> JobPlan:
-        spec = self.narrow(job)
-        if isinstance(population, bool) or not isinstance(population, int) or population < 1:
-            raise AlgorithmError(f"population must be an integer >= 1, got {population!r}")
+        spec = self.narrow_for_plan(job, population)
         p, privacy = spec.params, spec.privacy
         shape, classes = common.data_shape(spec, data)
         features = p.feature_spec()

@@ -132,8 +132,9 @@ class ModelUpdateCoordinator(CoordinatorSide[SpecT, PlanT, TaskT]):
         """The encoding's clip (real units)."""
 
     @abc.abstractmethod
-    def _task(self, fields: dict[str, Any]) -> TaskT:
-        """The round's task: ``fields`` (the common ones) plus the algorithm's own."""
+    def _task(self, common: ModelUpdateTask) -> TaskT:
+        """The round's task: ``common`` (the fields every model-update task carries) plus the
+        algorithm's own."""
 
     def _sampling_rate(self) -> float:
         """The Poisson rate of :meth:`select` (1: every client of the population)."""
@@ -154,22 +155,9 @@ class ModelUpdateCoordinator(CoordinatorSide[SpecT, PlanT, TaskT]):
         return common.poisson_sample(population, self._sampling_rate(), stream)
 
     def round_task(self, state: CoordinatorState, *, round_number: int) -> RoundTask:
-        spec, d = self.spec, self.details
-        fields: dict[str, Any] = {
-            "algorithm": self.name,
-            "job": spec.name,
-            "round": round_number,
-            "noise": d.noise,
-            "noise_total": d.noise_total,
-            "noise_multiplier": self.plan.noise_multiplier,
-            "scale_bits": d.scale_bits,
-            "secure_aggregation": d.secure_aggregation,
-            "honest_fraction": d.honest_fraction,
-            "unit": spec.privacy.unit,
-            "delta": spec.privacy.delta,
-            "dimension": d.dimension,
-        }
-        params = self._task(fields)
+        d = self.details
+        common = self.task_params(round_number).model_dump(exclude_none=True)
+        params = self._task(ModelUpdateTask(**common, dimension=d.dimension))
         front = None if state.model is None else unpack(state.model)[0]
         if front is not None and front.sha256 is not None:
             # the learned map the model bundle carries (docs/features.md#behind-a-trained-model)
@@ -225,11 +213,9 @@ class ModelUpdateAgent(AgentSide[TaskT]):
         self,
         events: Sequence[DpEvent],
         encoding: EncodingConfig,
+        counts: common.Counts,
         *,
         clip: float,
-        num_clients: int,
-        min_survivors: int,
-        honest_fraction: float,
         clip_from: str = "",
     ) -> DpEvent:
         """The checks every model-update agent makes first (honest fraction, survivors, one
@@ -237,12 +223,7 @@ class ModelUpdateAgent(AgentSide[TaskT]):
         ``clip_from`` says); returns the claimed event."""
         task = self.task
         event = common.one_claimed_event(
-            events,
-            algorithm=self.name,
-            task_honest_fraction=task.honest_fraction,
-            honest_fraction=honest_fraction,
-            num_clients=num_clients,
-            min_survivors=min_survivors,
+            events, algorithm=self.name, task_honest_fraction=task.honest_fraction, **counts
         )
         if encoding.clip != clip or encoding.scale_bits != task.scale_bits:
             raise AlgorithmError(

@@ -34,7 +34,7 @@ from dpfl.learning.algorithms.parts import common, teachers
 from dpfl.learning.algorithms.parts.adaptation import DomainAdaptation
 from dpfl.learning.algorithms.voting import (
     SOURCE,
-    Counts,
+    VoteScale,
     VotingAgent,
     VotingAlgorithm,
     VotingCoordinator,
@@ -184,11 +184,11 @@ def _batch_event(details: PateFlPlan, count: int, sigma: float) -> DpEvent:
 class PateFlCoordinator(VotingCoordinator[PateFlJob, PateFlPlan, PateFlTask]):
     """PATE-FL's coordinator side: the teachers' recipe in the task, the student's."""
 
-    def _task(self, fields: dict[str, Any]) -> PateFlTask:
+    def _task(self, common: VotingTask) -> PateFlTask:
         job, plan = self.spec, self.details
         p = job.params
         return PateFlTask(
-            **fields,
+            **common.model_dump(),
             vote=plan.vote,
             teacher=TeacherRecipe(
                 epochs=p.teacher_epochs,
@@ -225,10 +225,10 @@ class PateFlAgent(VotingAgent[PateFlTask]):
         vote kind, with this encoding's scale, and the per-agent noise (over
         ``t·min_survivors`` honest agents, or alone without secure aggregation) carries it."""
         t = self.task
-        counts = Counts(
+        counts = common.Counts(
             num_clients=num_clients, min_survivors=min_survivors, honest_fraction=honest_fraction
         )
-        event = self._claimed(events, encoding, **counts)
+        event = self._claimed(events, encoding, counts)
         count = len(t.queries)
         l1, l2 = vote_sensitivities(
             level=t.level, vote=t.vote, scale_bits=t.scale_bits, num_classes=t.num_classes
@@ -250,7 +250,7 @@ class PateFlAgent(VotingAgent[PateFlTask]):
             total = common.claimed_total(
                 query, noise=t.noise, l1=l1, l2=l2, dimension=dimension, source=SOURCE
             )
-        self._check_noise(total, encoding, **counts)
+        common.check_encoding(encoding, t, total=total, **counts)
 
     def compute(
         self,
@@ -268,6 +268,9 @@ class PateFlAgent(VotingAgent[PateFlTask]):
         adaptation = recipe.domain_adaptation
         assert public_x is not None  # _public_queries refused None
 
+        # fit_teacher's keywords, and the teacher cache's key with the model
+        settings = recipe.model_dump(exclude={"domain_adaptation"})
+
         def fit() -> Any:
             net = common.build_model(t.model, data.input_shape, data.num_classes, seed=recipe.seed)
             if adaptation.method == "dann":
@@ -279,39 +282,17 @@ class PateFlAgent(VotingAgent[PateFlTask]):
                     data.x,
                     data.y,
                     public_x,
-                    epochs=recipe.epochs,
                     weight=adaptation.weight,
                     domain_hidden=adaptation.hidden,
-                    batch_size=recipe.batch_size,
-                    learning_rate=recipe.learning_rate,
-                    momentum=recipe.momentum,
-                    augment_shift=recipe.augment_shift,
-                    schedule=recipe.schedule,
-                    validation_fraction=recipe.validation_fraction,
-                    patience=recipe.patience,
-                    seed=recipe.seed,
                     device=device,
+                    **settings,
                 )
-                return net
-            fit_teacher(
-                net,
-                data.x,
-                data.y,
-                epochs=recipe.epochs,
-                batch_size=recipe.batch_size,
-                learning_rate=recipe.learning_rate,
-                momentum=recipe.momentum,
-                augment_shift=recipe.augment_shift,
-                schedule=recipe.schedule,
-                validation_fraction=recipe.validation_fraction,
-                patience=recipe.patience,
-                seed=recipe.seed,
-                device=device,
-            )
+            else:
+                fit_teacher(net, data.x, data.y, device=device, **settings)
             return net
 
         try:
-            key = {"model": t.model, **recipe.model_dump(exclude={"domain_adaptation"})}
+            key = {"model": t.model, **settings}
             if adaptation.method != "none":  # plain teachers keep their old cache key
                 digest = hashlib.sha256(np.ascontiguousarray(public_x).tobytes()).hexdigest()
                 key |= {"domain_adaptation": adaptation.model_dump(), "target": digest}
@@ -342,7 +323,7 @@ class PateFl(VotingAlgorithm[PateFlJob, PateFlPlan, PateFlTask]):
     coordinator_type = PateFlCoordinator
     agent_type = PateFlAgent
 
-    def _vote_details(self, job: PateFlJob, *, classes: int, level: str) -> dict[str, Any]:
+    def _vote_scale(self, job: PateFlJob, *, classes: int, level: str) -> VoteScale:
         given_bits = job.secagg.scale_bits
         vote = job.params.vote
         if given_bits is not None:
@@ -352,17 +333,11 @@ class PateFl(VotingAlgorithm[PateFlJob, PateFlPlan, PateFlTask]):
         else:
             bits = ONE_HOT_SKELLAM_SCALE_BITS if job.privacy.noise == "skellam" else 0
         l1, l2 = vote_sensitivities(level=level, vote=vote, scale_bits=bits, num_classes=classes)
-        return {
-            "vote": vote,
-            "scale_bits": bits,
-            "l1_sensitivity": l1,
-            "l2_sensitivity": l2,
-            "scale_bits_rule": (
-                "given"
-                if given_bits is not None
-                else ("exact votes" if bits == 0 else "inflation<=0.1%")
-            ),
-        }
+        rule = "given" if given_bits is not None else ("exact votes" if bits == 0 else None)
+        return VoteScale(bits, l1, l2, rule or "inflation<=0.1%")
+
+    def _plan_details(self, job: PateFlJob, common: VotingPlan) -> PateFlPlan:
+        return PateFlPlan(**common.model_dump(), vote=job.params.vote)
 
 
 ALGORITHM = PateFl()

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -39,7 +39,7 @@ from dpfl.learning.algorithms.parts.extractors import (
 )
 from dpfl.learning.algorithms.voting import (
     SOURCE,
-    Counts,
+    VoteScale,
     VotingAgent,
     VotingAlgorithm,
     VotingCoordinator,
@@ -198,9 +198,11 @@ class PrivateKnnFlCoordinator(
     """Private-kNN-FL's coordinator side: k and the extractor in the task, a learned map
     shipped as model version 0."""
 
-    def _task(self, fields: dict[str, Any]) -> PrivateKnnFlTask:
+    def _task(self, common: VotingTask) -> PrivateKnnFlTask:
         d = self.details
-        return PrivateKnnFlTask(**fields, k=d.k, k_fraction=d.k_fraction, features=d.features)
+        return PrivateKnnFlTask(
+            **common.model_dump(), k=d.k, k_fraction=d.k_fraction, features=d.features
+        )
 
     def initial_state(self, data: CoordinatorData) -> CoordinatorState:
         """The voting state; a learned map is fitted on the public pool only and shipped as
@@ -246,17 +248,17 @@ class PrivateKnnFlAgent(VotingAgent[PrivateKnnFlTask]):
         the agent recomputes from the task's level, k and this encoding's scale, and the
         per-agent noise (over ``t·min_survivors`` honest agents, or alone) carries it."""
         t = self.task
-        counts = Counts(
+        counts = common.Counts(
             num_clients=num_clients, min_survivors=min_survivors, honest_fraction=honest_fraction
         )
-        query = self._per_query(self._claimed(events, encoding, **counts))
+        query = self._per_query(self._claimed(events, encoding, counts))
         l1, l2 = knn_sensitivities(
             level=t.level, k=t.k, scale_bits=t.scale_bits, num_classes=t.num_classes
         )
         total = common.claimed_total(
             query, noise=t.noise, l1=l1, l2=l2, dimension=t.num_classes, source=SOURCE
         )
-        self._check_noise(total, encoding, **counts)
+        common.check_encoding(encoding, t, total=total, **counts)
 
     def compute(
         self,
@@ -292,20 +294,18 @@ class PrivateKnnFl(VotingAlgorithm[PrivateKnnFlJob, PrivateKnnFlPlan, PrivateKnn
     coordinator_type = PrivateKnnFlCoordinator
     agent_type = PrivateKnnFlAgent
 
-    def _vote_details(self, job: PrivateKnnFlJob, *, classes: int, level: str) -> dict[str, Any]:
+    def _vote_scale(self, job: PrivateKnnFlJob, *, classes: int, level: str) -> VoteScale:
         p = job.params
         given_bits = job.secagg.scale_bits
         bits = given_bits if given_bits is not None else _scale_bits(level, p.k, classes)
         l1, l2 = knn_sensitivities(level=level, k=p.k, scale_bits=bits, num_classes=classes)
-        return {
-            "k": p.k,
-            "k_fraction": p.k_fraction,
-            "features": p.feature_spec(),
-            "scale_bits": bits,
-            "l1_sensitivity": l1,
-            "l2_sensitivity": l2,
-            "scale_bits_rule": "given" if given_bits is not None else "inflation<=0.1%",
-        }
+        return VoteScale(bits, l1, l2, "given" if given_bits is not None else "inflation<=0.1%")
+
+    def _plan_details(self, job: PrivateKnnFlJob, common: VotingPlan) -> PrivateKnnFlPlan:
+        p = job.params
+        return PrivateKnnFlPlan(
+            **common.model_dump(), k=p.k, k_fraction=p.k_fraction, features=p.feature_spec()
+        )
 
 
 ALGORITHM = PrivateKnnFl()

@@ -14,7 +14,8 @@ from __future__ import annotations
 import abc
 import math
 from collections.abc import Sequence
-from typing import Any, ClassVar, Literal, TypedDict
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
@@ -43,7 +44,6 @@ from dpfl.learning.jobs import JobSpec, VotingJob
 from dpfl.mechanisms.encoding import EncodingConfig
 
 __all__ = [
-    "Counts",
     "VotingAgent",
     "VotingAlgorithm",
     "VotingCoordinator",
@@ -55,14 +55,6 @@ __all__ = [
 ]
 
 _CLIP_SLACK = 1.0 + 1e-9  # the block norm √Q_r must never trigger the encoding's clip
-
-
-class Counts(TypedDict):
-    """What a setup says of its participants; every voting check reads it."""
-
-    num_clients: int
-    min_survivors: int
-    honest_fraction: float
 
 
 def batch_sizes(queries: int, rounds: int) -> list[int]:
@@ -152,6 +144,17 @@ class VotingPlan(PlanDetails):
         return 1.0
 
 
+@dataclass(frozen=True, slots=True)
+class VoteScale:
+    """The votes' scale 2^``scale_bits``, their per-query sensitivities (ring units), and the
+    rule that chose the scale (for the calibration record)."""
+
+    scale_bits: int
+    l1_sensitivity: float
+    l2_sensitivity: float
+    rule: str
+
+
 class VotingTask(TaskParams):
     """What every voter is told: the round's public query indices and how to vote."""
 
@@ -185,8 +188,9 @@ class VotingCoordinator(CoordinatorSide[SpecT, PlanT, TaskT]):
     batch of public queries; the student is trained on the confident labels at the end."""
 
     @abc.abstractmethod
-    def _task(self, fields: dict[str, Any]) -> TaskT:
-        """The round's task: ``fields`` (the common ones) plus the subclass's own."""
+    def _task(self, common: VotingTask) -> TaskT:
+        """The round's task: ``common`` (the fields every voting task carries) plus the
+        subclass's own."""
 
     @abc.abstractmethod
     def _student_recipe(self) -> tuple[int, int, float]:
@@ -243,26 +247,16 @@ class VotingCoordinator(CoordinatorSide[SpecT, PlanT, TaskT]):
     def round_task(self, state: CoordinatorState, *, round_number: int) -> RoundTask:
         spec, d = self.spec, self.details
         batch = self._batch(state, round_number)
-        fields: dict[str, Any] = {
-            "algorithm": self.name,
-            "job": spec.name,
-            "round": round_number,
-            "model": spec.model,
-            "num_classes": d.num_classes,
-            "queries": tuple(batch),
-            "public_size": state.details["public_size"],
-            "level": d.level,
-            "scale_bits": d.scale_bits,
-            "noise": d.noise,
-            "noise_total": d.noise_total,
-            "noise_multiplier": self.plan.noise_multiplier,
-            "secure_aggregation": d.secure_aggregation,
-            "honest_fraction": d.honest_fraction,
-            "unit": spec.privacy.unit,
-            "delta": spec.privacy.delta,
-        }
+        common = VotingTask(
+            **self.task_params(round_number).model_dump(exclude_none=True),
+            model=spec.model,
+            num_classes=d.num_classes,
+            queries=tuple(batch),
+            public_size=state.details["public_size"],
+            level=d.level,
+        )
         return RoundTask(
-            params=self._task(fields),
+            params=self._task(common),
             vector_length=len(batch) * d.num_classes,
             model_version=None,
             needs_public_data=True,
@@ -450,25 +444,14 @@ class VotingAgent(AgentSide[TaskT]):
     """The shared checks of a voting agent."""
 
     def _claimed(
-        self,
-        events: Sequence[DpEvent],
-        encoding: EncodingConfig,
-        *,
-        num_clients: int,
-        min_survivors: int,
-        honest_fraction: float,
+        self, events: Sequence[DpEvent], encoding: EncodingConfig, counts: common.Counts
     ) -> DpEvent:
         """The checks every voting agent makes before its own claim check; returns the one
         claimed event."""
         task = self.task
         count = len(task.queries)
         event = common.one_claimed_event(
-            events,
-            algorithm=self.name,
-            task_honest_fraction=task.honest_fraction,
-            honest_fraction=honest_fraction,
-            num_clients=num_clients,
-            min_survivors=min_survivors,
+            events, algorithm=self.name, task_honest_fraction=task.honest_fraction, **counts
         )
         if encoding.scale_bits != task.scale_bits or encoding.clip != vote_clip(count):
             raise AlgorithmError(
@@ -483,26 +466,6 @@ class VotingAgent(AgentSide[TaskT]):
         if not isinstance(event, SelfComposedEvent) or event.count != count:
             raise AlgorithmError(f"expected {count} per-query events, got {event!r}")
         return event.event
-
-    def _check_noise(
-        self,
-        total: float,
-        encoding: EncodingConfig,
-        *,
-        num_clients: int,
-        min_survivors: int,
-        honest_fraction: float,
-    ) -> None:
-        """The encoding's per-agent noise carries ``total`` and the ring holds the sum."""
-        common.check_encoding(
-            encoding,
-            kind=common.NOISE_KINDS[self.task.noise],
-            total=total,
-            secure_aggregation=self.task.secure_aggregation,
-            honest_fraction=honest_fraction,
-            min_survivors=min_survivors,
-            num_clients=num_clients,
-        )
 
     def _public_queries(
         self, public_x: npt.NDArray[np.float32] | None, data_classes: int
@@ -526,34 +489,38 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
     coordinator_type: ClassVar[type[VotingCoordinator[Any, Any, Any]]]
 
     @abc.abstractmethod
-    def _vote_details(self, job: SpecT, *, classes: int, level: str) -> dict[str, Any]:
-        """Plan fields of the votes: at least ``scale_bits``, ``l1_sensitivity``,
-        ``l2_sensitivity`` (per query, ring units) and ``scale_bits_rule`` (for the record)."""
+    def _vote_scale(self, job: SpecT, *, classes: int, level: str) -> VoteScale:
+        """The votes' scale and per-query sensitivities."""
+
+    @abc.abstractmethod
+    def _plan_details(self, job: SpecT, common: VotingPlan) -> PlanT:
+        """The plan: ``common`` (the fields every voting plan carries) plus the subclass's
+        own."""
 
     def plan(
         self, job: JobSpec, *, population: int, data: CoordinatorData | None = None
     ) -> JobPlan:
-        spec = self.narrow(job)
-        if isinstance(population, bool) or not isinstance(population, int) or population < 1:
-            raise AlgorithmError(f"population must be an integer >= 1, got {population!r}")
+        spec = self.narrow_for_plan(job, population)
         p, privacy = spec.params, spec.privacy
         _, classes = common.data_shape(spec, data)
-        level = "agent" if privacy.unit == "agent" else "instance"
-        votes = self._vote_details(spec, classes=classes, level=level)
-        rule = votes.pop("scale_bits_rule")
-        fields: dict[str, Any] = {
-            "model": spec.model,
-            "num_classes": classes,
-            "queries": p.queries,
-            "batch_sizes": tuple(batch_sizes(p.queries, spec.rounds)),
-            "level": level,
-            **votes,
-            "noise": privacy.noise,
-            "secure_aggregation": spec.secagg.enabled,
-            "honest_fraction": privacy.honest_fraction,
-            "corrupt_fraction": spec.secagg.corrupt_fraction,
-        }
-        shape = self.plan_type(**fields, noise_total=1.0)  # batch_event never reads the total
+        level: Literal["agent", "instance"] = "agent" if privacy.unit == "agent" else "instance"
+        scale = self._vote_scale(spec, classes=classes, level=level)
+        fields = VotingPlan(
+            model=spec.model,
+            num_classes=classes,
+            queries=p.queries,
+            batch_sizes=tuple(batch_sizes(p.queries, spec.rounds)),
+            level=level,
+            scale_bits=scale.scale_bits,
+            l1_sensitivity=scale.l1_sensitivity,
+            l2_sensitivity=scale.l2_sensitivity,
+            noise=privacy.noise,
+            noise_total=1.0,  # batch_event never reads the total
+            secure_aggregation=spec.secagg.enabled,
+            honest_fraction=privacy.honest_fraction,
+            corrupt_fraction=spec.secagg.corrupt_fraction,
+        )
+        shape = self._plan_details(spec, fields)
         given = p.sigma if p.sigma is not None else privacy.noise_multiplier
         sigma, record = common.calibrate_or_check(
             lambda s: shape.batch_event(p.queries, s),
@@ -563,7 +530,7 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
         )
         u = math.ldexp(1.0, shape.scale_bits)
         total = (sigma * u) ** 2 / 2.0 if privacy.noise == "skellam" else sigma * u
-        record["scale_bits_rule"] = rule
+        record["scale_bits_rule"] = scale.rule
         plan = JobPlan(sigma, record, population, shape.model_copy(update={"noise_total": total}))
         survivors = max(1, math.ceil(population * (1.0 - spec.secagg.dropout_fraction)))
         self.coordinator_type(self, spec, plan, plan.details).ring(

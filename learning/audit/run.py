@@ -21,6 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import JsonValue
 
 from dpfl.accounting import ComposedEvent, DpEvent, NoPrivacyEvent, compute_epsilon
 from dpfl.accounting.audit import epsilon_lower_from_scores, planned_guess_count
@@ -134,7 +135,7 @@ class AuditReport:
     gdp_correct: int = 0
     trace: AuditTrace = field(default_factory=AuditTrace, repr=False, compare=False)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, JsonValue]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "trace"}
 
 

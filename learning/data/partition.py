@@ -311,6 +311,31 @@ def public_stream_seed(seed: int) -> int:
     return int(np.random.default_rng([seed, _PUBLIC_STREAM]).integers(2**63))
 
 
+def _public_split(
+    labels: NDArray[np.int64], fraction: float, count: int | None, seed: int
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+    """The agents' and the public pool's indices of the training split: a stratified ``count``
+    or ``fraction`` of the records drawn with ``seed`` (no pool when neither is given)."""
+    if count is not None:
+        if fraction > 0:
+            raise PartitionError("give public_fraction or public_count, not both")
+        if not 0 < count < labels.size:
+            raise PartitionError(
+                f"public_count={count} must lie in [1, {labels.size}) (the training "
+                "split's records; some must stay with the agents)"
+            )
+        public = stratified_take(labels, count=count, seed=seed)
+        return np.setdiff1d(np.arange(labels.size), public).astype(np.int64), public
+    if fraction > 0:
+        private, public = stratified_split(labels, test_fraction=fraction, seed=seed)
+        if public.size == 0:
+            raise PartitionError(
+                f"public_fraction={fraction} of {labels.size} records holds out no record"
+            )
+        return private, public
+    return np.arange(labels.size, dtype=np.int64), np.empty(0, dtype=np.int64)
+
+
 def federate(
     dataset: Dataset,
     *,
@@ -344,26 +369,7 @@ def federate(
         raise PartitionError(f"public_fraction must lie in [0, 1), got {public_fraction!r}")
     labels = dataset.y_train
     draw = public_stream_seed(seed if public_seed is None else public_seed)
-    if public_count is not None:
-        if fraction > 0:
-            raise PartitionError("give public_fraction or public_count, not both")
-        if not 0 < public_count < labels.size:
-            raise PartitionError(
-                f"public_count={public_count} must lie in [1, {labels.size}) (the training "
-                "split's records; some must stay with the agents)"
-            )
-        public = stratified_take(labels, count=public_count, seed=draw)
-        mask = np.ones(labels.size, dtype=bool)
-        mask[public] = False
-        private = np.flatnonzero(mask).astype(np.int64)
-    elif fraction > 0:
-        private, public = stratified_split(labels, test_fraction=fraction, seed=draw)
-        if public.size == 0:
-            raise PartitionError(
-                f"public_fraction={fraction} of {labels.size} records holds out no record"
-            )
-    else:
-        private, public = np.arange(labels.size, dtype=np.int64), np.empty(0, dtype=np.int64)
+    private, public = _public_split(labels, fraction, public_count, draw)
     parts = partition_indices(labels[private], scheme=scheme, num_agents=num_agents, seed=seed)
     return Federation(
         dataset=dataset,

@@ -234,6 +234,32 @@ def _readable_first(
     return np.concatenate([first, np.flatnonzero(mask)]).astype(np.int64), readable
 
 
+def _pool_source(
+    dataset: Dataset, public: PublicPool, data_dir: Path | str | None
+) -> tuple[NDArray[np.float32], NDArray[np.int64], str]:
+    """The records a pool drawn apart from the agents' training split comes from (the test
+    split, or a foreign data set's train and test splits in the agents' image shape), and
+    their name for messages."""
+    if public.source == "test":
+        if dataset.y_test.size == 0:
+            raise PartitionError(f"data.public.source: {dataset.spec} has no test split")
+        return dataset.x_test, dataset.y_test, "the test split"
+    other = load_dataset(public.source, data_dir=data_dir)
+    if other.num_classes != dataset.num_classes:
+        raise PartitionError(
+            f"data.public.source: {public.source} has {other.num_classes} classes, the "
+            f"agents' data set {dataset.spec} {dataset.num_classes}"
+        )
+    source_x = reconcile_images(
+        np.concatenate([other.x_train, other.x_test]),
+        dataset.input_shape,
+        box=public.box,
+        source=public.source,
+    )
+    source_y = np.concatenate([other.y_train, other.y_test])
+    return source_x, source_y, f"{public.source} (train and test splits)"
+
+
 def split_job_data(
     dataset: Dataset,
     *,
@@ -278,25 +304,7 @@ def split_job_data(
         pool, rest = fed.public_indices, np.empty(0, dtype=np.int64)
     else:
         fed = federate(dataset, scheme=scheme, num_agents=num_agents, seed=seed)
-        if public.source == "test":
-            source_x, source_y, where = dataset.x_test, dataset.y_test, "the test split"
-            if source_y.size == 0:
-                raise PartitionError(f"data.public.source: {dataset.spec} has no test split")
-        else:
-            other = load_dataset(public.source, data_dir=data_dir)
-            if other.num_classes != dataset.num_classes:
-                raise PartitionError(
-                    f"data.public.source: {public.source} has {other.num_classes} classes, the "
-                    f"agents' data set {dataset.spec} {dataset.num_classes}"
-                )
-            source_x = reconcile_images(
-                np.concatenate([other.x_train, other.x_test]),
-                dataset.input_shape,
-                box=public.box,
-                source=public.source,
-            )
-            source_y = np.concatenate([other.y_train, other.y_test])
-            where = f"{public.source} (train and test splits)"
+        source_x, source_y, where = _pool_source(dataset, public, data_dir)
         pool, rest = _draw(source_y, public, public_stream_seed(pool_seed), where)
         if rule == "rest" and rest.size == 0:
             raise PartitionError(
@@ -305,10 +313,9 @@ def split_job_data(
     readable_seed = int(np.random.default_rng([pool_seed, _READABLE_STREAM]).integers(2**63))
     order, readable = _readable_first(source_y[pool], public.agent_readable, readable_seed)
     pool = pool[order]
+    test_x, test_y = dataset.x_test, dataset.y_test
     if rule == "rest":
         test_x, test_y = source_x[rest], source_y[rest]
-    else:
-        test_x, test_y = dataset.x_test, dataset.y_test
     public_x, public_y = source_x[pool], source_y[pool]
     for array in (public_x, public_y, test_x, test_y):
         array.flags.writeable = False

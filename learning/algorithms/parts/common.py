@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -29,7 +29,12 @@ from dpfl.accounting import (
     compute_epsilon,
     event_to_json,
 )
-from dpfl.learning.algorithms.base import AlgorithmError, CoordinatorData, PlanDetails
+from dpfl.learning.algorithms.base import (
+    AlgorithmError,
+    CoordinatorData,
+    PlanDetails,
+    TaskParams,
+)
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import JobSpec
 from dpfl.mechanisms.encoding import DEFAULT_ROUNDING_BETA, EncodingConfig
@@ -39,6 +44,7 @@ from dpfl.secagg.randomness import RandomStream
 
 __all__ = [
     "NOISE_KINDS",
+    "Counts",
     "build_model",
     "calibrate_or_check",
     "check_noise",
@@ -225,25 +231,25 @@ def check_noise(
 
 def check_encoding(
     encoding: EncodingConfig,
+    task: TaskParams,
     *,
-    kind: NoiseKind,
     total: float,
-    secure_aggregation: bool,
     honest_fraction: float,
     min_survivors: int,
     num_clients: int,
 ) -> None:
-    """The agent's last checks of a setup: the per-agent noise carries ``total``
-    (:func:`check_noise`) and the sum of ``num_clients`` encoded vectors cannot wrap the ring.
+    """The agent's last checks of a setup: the per-agent noise carries ``total``, the summed
+    noise ``task``'s claim was computed with (:func:`check_noise`), and the sum of
+    ``num_clients`` encoded vectors cannot wrap the ring.
 
     Raises:
         AlgorithmError: naming the shortfall.
     """
     check_noise(
         encoding.noise,
-        kind=kind,
+        kind=NOISE_KINDS[task.noise],
         total=total,
-        secure_aggregation=secure_aggregation,
+        secure_aggregation=task.secure_aggregation,
         honest_fraction=honest_fraction,
         min_survivors=min_survivors,
     )
@@ -416,6 +422,15 @@ def choose_scale_bits(
         f"no scale below 2^{MAX_AUTO_SCALE_BITS} keeps the rounding of {dimension} coordinates "
         f"with clip {clip:g} within {inflation:.1%}"
     )
+
+
+class Counts(TypedDict):
+    """What a setup says of its participants (``AgentSide.check``'s keywords); every agent's
+    check reads it."""
+
+    num_clients: int
+    min_survivors: int
+    honest_fraction: float
 
 
 # -- calibration -------------------------------------------------------------------------------

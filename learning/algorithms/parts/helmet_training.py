@@ -161,8 +161,7 @@ def train(
     Raises:
         AlgorithmError: inconsistent shapes or hyper-parameters.
     """
-    a = np.asarray(inputs, dtype=np.float64)
-    y = np.asarray(labels)
+    a, y = np.asarray(inputs, dtype=np.float64), np.asarray(labels)
     if a.ndim != 2 or a.shape[0] == 0 or y.shape != (a.shape[0],):
         raise AlgorithmError(f"inputs {a.shape} and labels {y.shape} do not match")
     if np.linalg.norm(a, axis=1).max() > clip:

@@ -144,7 +144,7 @@ def _per_sample_gradients(model: Any, names: list[str], xb: Any, yb: Any) -> Any
 
     params = {name: p.detach() for name, p in model.named_parameters() if name in names}
 
-    def loss(p: dict[str, Any], x: Any, y: Any) -> Any:
+    def loss(p: dict[str, torch.Tensor], x: Any, y: Any) -> Any:
         out = functional_call(model, p, (x.unsqueeze(0),))
         return cross_entropy(out, y.unsqueeze(0))
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from pydantic import JsonValue
 
 __all__ = ["MAX_TEACHERS", "clear_teacher_cache", "teacher_cache_size", "teacher_for"]
 
@@ -28,7 +29,9 @@ _lock = threading.Lock()
 _teachers: OrderedDict[str, Any] = OrderedDict()
 
 
-def _key(job_key: str, recipe: Mapping[str, Any], x: npt.NDArray[Any], y: npt.NDArray[Any]) -> str:
+def _key(
+    job_key: str, recipe: Mapping[str, JsonValue], x: npt.NDArray[Any], y: npt.NDArray[Any]
+) -> str:
     digest = hashlib.sha256()
     digest.update(json.dumps([job_key, dict(recipe)], sort_keys=True).encode())
     for array in (x, y):
@@ -40,7 +43,7 @@ def _key(job_key: str, recipe: Mapping[str, Any], x: npt.NDArray[Any], y: npt.ND
 
 def teacher_for(
     job_key: str,
-    recipe: Mapping[str, Any],
+    recipe: Mapping[str, JsonValue],
     x: npt.NDArray[Any],
     y: npt.NDArray[Any],
     train: Callable[[], Any],
