@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-CEILINGS = {"lines": 0, "long_functions": 31, "any_maps": 46}
+CEILINGS = {"lines": 36_624, "long_functions": 31, "any_maps": 46}
 
 
 def _metrics_module():  # type: ignore[no-untyped-def]

@@ -12,8 +12,8 @@ from scipy import stats
 from support import noise_reference as reference
 
 from dpfl.mechanisms import noise, sampling
+from dpfl.mechanisms.exact_draws import _SCALE, discrete_laplace
 from dpfl.mechanisms.noise import poisson, skellam
-from dpfl.mechanisms.sampling import _SCALE, discrete_laplace
 from dpfl.secagg.randomness import RandomStream, SeededRandomSource
 
 SOURCE = SeededRandomSource(b"fast-noise-tests")
