@@ -35,8 +35,8 @@ TARGET_S = 3.0
 
 
 async def _run(args: argparse.Namespace) -> dict[str, Any]:
+    from dpfl.server.agent_protocol import submit
     from dpfl.server.coordinator import Coordinator
-    from dpfl.server.handlers import submit
     from dpfl.server.settings import Settings, StageDeadlines
 
     current = {"dim": args.sizes[0]}

@@ -113,8 +113,8 @@ def _quantile(values: Sequence[float], q: float) -> float:
 async def _points(
     n: int, args: argparse.Namespace, database_url: str, counter: ByteCounter
 ) -> list[dict[str, Any]]:
+    from dpfl.server.agent_protocol import submit
     from dpfl.server.coordinator import Coordinator
-    from dpfl.server.handlers import submit
     from dpfl.server.settings import Settings, StageDeadlines
 
     current = {"dim": args.sizes[0]}

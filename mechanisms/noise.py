@@ -6,7 +6,7 @@ Skellam, so the summed noise is exactly what the accountant analyses; the discre
 share of the total (:meth:`NoiseSpec.skellam_share`, :meth:`NoiseSpec.discrete_gaussian_share`;
 docs/algorithms.md#distributed-noise-rule). Poisson variates come from exact rejection against a
 discrete Laplace proposal, every acceptance decided exactly by
-:func:`dpfl.mechanisms.sampling.bernoulli_exp`, in batches (docs/mechanisms.md#integer-noise).
+:func:`dpfl.mechanisms.exact_draws.bernoulli_exp`, in batches (docs/mechanisms.md#integer-noise).
 """
 
 from __future__ import annotations
@@ -22,7 +22,13 @@ import numpy as np
 from dpfl.secagg.errors import ParameterError
 from dpfl.secagg.randomness import RandomStream
 
-from .sampling import FloatArray, IntArray, bernoulli_exp, discrete_laplace, discrete_laplace_floats
+from .exact_draws import (
+    FloatArray,
+    IntArray,
+    bernoulli_exp,
+    discrete_laplace,
+    discrete_laplace_floats,
+)
 
 MAX_POISSON_MEAN = 2.0**50
 _SMALL = 32

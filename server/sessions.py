@@ -2,8 +2,8 @@
 
 A :class:`Session` is the coordinator's end of one agent's stream; the :class:`SessionRegistry`
 routes each inbound round message to its job's :class:`RoundRoute`, which accepts it or raises a
-:class:`~dpfl.server.handlers.RoundMessageError` (a refused message changes nothing). The newest
-stream of an agent wins, an evicted agent is shut out at once, downloads on a live stream's
+:class:`~dpfl.server.agent_protocol.RoundMessageError` (a refused message changes nothing). The
+newest stream of an agent wins, an evicted agent is shut out at once, downloads on a live stream's
 credential are trusted without a store read, and a closed stream is reported to every round
 (docs/architecture.md#wire-details-both-sides-rely-on). :func:`serve_stream` is the whole
 transport-free ``Connect`` exchange.
@@ -12,7 +12,7 @@ What a stream can make the coordinator hold is bounded (``Settings.stream_limits
 docs/deploy.md#stream-limits): the messages waiting to be sent to an agent (past the limit the
 agent, which evidently does not read, is disconnected with ``RESOURCE_EXHAUSTED``), the
 messages of an agent waiting for a round (``dpfl.server.orchestrator.channel``), and every
-``Error`` (:func:`dpfl.server.handlers.error_reply`).
+``Error`` (:func:`dpfl.server.agent_protocol.error_reply`).
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ from typing import ClassVar, Protocol
 from google.protobuf.message import Message
 
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
-from dpfl.server import handlers
+from dpfl.server import agent_protocol
+from dpfl.server.agent_protocol import MalformedMessage, RoundMessageError, UnknownJob
 from dpfl.server.errors import InvalidCredential, ServerError
-from dpfl.server.handlers import MalformedMessage, RoundMessageError, UnknownJob
 from dpfl.server.settings import StreamLimits
 from dpfl.server.store import Agent, Store
 
@@ -308,7 +308,7 @@ class SessionRegistry:
         route = self._routes.get(job_id)
         return route is not None and agent_id in route.participants
 
-    def verified_agent(self, metadata: handlers.Metadata | None) -> Agent | None:
+    def verified_agent(self, metadata: agent_protocol.Metadata | None) -> Agent | None:
         """The agent whose current, open stream was authenticated with the credential in
         ``metadata``; None otherwise (no stream, another credential, malformed metadata).
 
@@ -318,7 +318,7 @@ class SessionRegistry:
         caller authenticates against the store, which refuses.
         """
         try:
-            agent_id, credential = handlers.credentials(metadata)
+            agent_id, credential = agent_protocol.credentials(metadata)
         except InvalidCredential:
             return None
         session = self._sessions.get(agent_id)
@@ -394,10 +394,10 @@ class SessionRegistry:
             if kind == "pong":
                 return None
             if kind == "hello":
-                raise handlers.DuplicateMessage("Hello is sent once, first on the stream")
+                raise agent_protocol.DuplicateMessage("Hello is sent once, first on the stream")
             shut_out = self._evicted.get(session.agent_id)
             if shut_out is not None:
-                raise handlers.StaleRound(f"this agent was shut out: {shut_out}")
+                raise agent_protocol.StaleRound(f"this agent was shut out: {shut_out}")
             if kind == "error":
                 return self._agent_error(session, message.error)
             if kind not in _ROUND_KINDS:  # pragma: no cover - the oneof has no other member
@@ -408,46 +408,48 @@ class SessionRegistry:
             header = body.header
             _check_enums(session, message)
             if self._sessions.get(session.agent_id) is not session:
-                raise handlers.StaleRound("this stream was replaced by a newer one")
+                raise agent_protocol.StaleRound("this stream was replaced by a newer one")
             route = self._routes.get(header.job_id)
             if route is None:
-                raise UnknownJob(f"job {handlers.shown(header.job_id)} is not running a round")
+                raise UnknownJob(
+                    f"job {agent_protocol.shown(header.job_id)} is not running a round"
+                )
             route.deliver(session.agent_id, message, message.ByteSize() if size is None else size)
         except RoundMessageError as exc:
-            return handlers.error_message(exc, header=header)
+            return agent_protocol.error_message(exc, header=header)
         except Exception as exc:
             _log.exception("agent %s: routing its %s message failed", session.agent_id, kind)
-            return handlers.error_message(exc, header=header)
+            return agent_protocol.error_message(exc, header=header)
         return None
 
     def _agent_error(self, session: Session, error: pb.Error) -> pb.CoordinatorMessage | None:
         """The agent reports an ``Error`` about a job: the job's round (if one runs) counts it
         as gone, even when the error carries a code or stage this coordinator does not know;
         such a value is answered with an ``Error`` naming it."""
-        unknown: handlers.UnknownEnumValue | None = None
+        unknown: agent_protocol.UnknownEnumValue | None = None
         try:
             _check_enums(session, error, "error")
-        except handlers.UnknownEnumValue as exc:
+        except agent_protocol.UnknownEnumValue as exc:
             unknown = exc
         route = self._routes.get(error.header.job_id)
         if route is not None:
             route.agent_error(session.agent_id, error)
         if unknown is None:
             return None
-        return handlers.error_message(unknown, header=error.header)
+        return agent_protocol.error_message(unknown, header=error.header)
 
 
 def _check_enums(session: Session, message: Message, path: str = "") -> None:
-    """:func:`dpfl.server.handlers.check_enums`, logging a refusal as a warning with the agent's
-    id (an agent sending values this coordinator does not know runs another protocol version,
-    which the operator should hear of).
+    """:func:`dpfl.server.agent_protocol.check_enums`, logging a refusal as a warning with the
+    agent's id (an agent sending values this coordinator does not know runs another protocol
+    version, which the operator should hear of).
 
     Raises:
         UnknownEnumValue: as ``check_enums``.
     """
     try:
-        handlers.check_enums(message, path)
-    except handlers.UnknownEnumValue as exc:
+        agent_protocol.check_enums(message, path)
+    except agent_protocol.UnknownEnumValue as exc:
         _log.warning("agent %s: refused a message: %s", session.agent_id, exc)
         raise
 
@@ -471,7 +473,7 @@ async def serve_stream(
     *,
     store: Store,
     registry: SessionRegistry,
-    metadata: handlers.Metadata | None,
+    metadata: agent_protocol.Metadata | None,
     inbound: AsyncIterator[Inbound],
     hello_timeout: float = HELLO_TIMEOUT_S,
     certificate_cn: str | None = None,
@@ -488,7 +490,7 @@ async def serve_stream(
     takes its next message, which never happens while the agent's write is stuck, so a
     transport whose writes can block must end the call from there.
     ``certificate_cn`` is the verified client certificate's common name under mutual TLS
-    (checked against the agent's binding, :func:`dpfl.server.handlers.authenticate`), and
+    (checked against the agent's binding, :func:`dpfl.server.agent_protocol.authenticate`), and
     ``certificate_serial`` its serial number (kept on the session for the revocation list).
 
     Errors before the first yielded message (authentication, a missing or foreign ``Hello``)
@@ -503,7 +505,7 @@ async def serve_stream(
     """
     try:
         agent: Agent = await asyncio.to_thread(
-            lambda: handlers.authenticate(store, metadata, certificate_cn=certificate_cn)
+            lambda: agent_protocol.authenticate(store, metadata, certificate_cn=certificate_cn)
         )
     except Exception:
         await _await_opening(inbound, min(hello_timeout, REFUSAL_GRACE_S))
@@ -526,14 +528,16 @@ async def serve_stream(
     session = registry.open(agent.id, first.hello)
     session.certificate_serial = certificate_serial
     session.agent = agent
-    session.credential_digest = hashlib.sha256(handlers.credentials(metadata)[1].encode()).digest()
+    session.credential_digest = hashlib.sha256(
+        agent_protocol.credentials(metadata)[1].encode()
+    ).digest()
     session.on_overflow = on_overflow
 
     async def read() -> None:
         try:
             async for item in inbound:
                 if isinstance(item, RoundMessageError):
-                    session.send(handlers.error_message(item))
+                    session.send(agent_protocol.error_message(item))
                     continue
                 if isinstance(item, Received):
                     reply = registry.dispatch(session, item.message, item.size)

@@ -19,7 +19,7 @@ from google.protobuf.message import Message
 
 from dpfl.client.transport import InProcessConnector
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
-from dpfl.server import handlers
+from dpfl.server import agent_protocol
 from dpfl.server.coordinator import Coordinator
 from dpfl.server.sessions import Received, serve_stream
 
@@ -40,7 +40,7 @@ class InProcessCoordinator:
     def _check_size(self, message: Message) -> int:
         size = message.ByteSize()
         if size > self.max_bytes:
-            raise handlers.MessageTooLarge(
+            raise agent_protocol.MessageTooLarge(
                 f"message of {size} bytes exceeds the limit of {self.max_bytes}"
             )
         return size
@@ -51,12 +51,12 @@ class InProcessCoordinator:
         self._check_size(request)
         copy = pb.EnrollRequest.FromString(request.SerializeToString())
         response = await asyncio.to_thread(
-            handlers.enroll, c.store, c.settings, copy, coordinator_id=c.coordinator_id
+            agent_protocol.enroll, c.store, c.settings, copy, coordinator_id=c.coordinator_id
         )
         return pb.EnrollResponse.FromString(response.SerializeToString())
 
     def connect_handler(
-        self, metadata: handlers.Metadata, inbound: AsyncIterator[pb.AgentMessage]
+        self, metadata: agent_protocol.Metadata, inbound: AsyncIterator[pb.AgentMessage]
     ) -> AsyncGenerator[pb.CoordinatorMessage, None]:
         c = self.coordinator
         if c.registry is None:
@@ -71,7 +71,7 @@ class InProcessCoordinator:
         )
 
     async def download_handler(
-        self, metadata: handlers.Metadata, request: pb.DownloadRequest
+        self, metadata: agent_protocol.Metadata, request: pb.DownloadRequest
     ) -> list[pb.DownloadChunk]:
         c = self.coordinator
         pairs = list(metadata)
@@ -83,7 +83,7 @@ class InProcessCoordinator:
             and c.registry.in_round(live.id, request.job_id)
         )
         return await asyncio.to_thread(
-            handlers.serve_download,
+            agent_protocol.serve_download,
             c.store,
             pairs,
             request,

@@ -1,5 +1,6 @@
-"""The coordinator's gRPC front end: a thin ``grpc.aio`` adapter over :mod:`dpfl.server.handlers`
-and :mod:`dpfl.server.sessions` (docs/architecture.md#handlers-free-of-transport-typed-errors).
+"""The coordinator's gRPC front end: a thin ``grpc.aio`` adapter over
+:mod:`dpfl.server.agent_protocol` and :mod:`dpfl.server.sessions`
+(docs/architecture.md#handlers-free-of-transport-typed-errors).
 
 - :class:`AgentServicer` implements ``dpfl.v1.AgentService``; it maps every typed error to the
   status its class names (``err.grpc_status``, table in :mod:`dpfl.server.errors`).

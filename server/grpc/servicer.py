@@ -27,7 +27,7 @@ from google.protobuf.message import DecodeError, Message
 from dpfl.learning.jobs import JobSpecError
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.protos.dpfl.v1 import agent_pb2_grpc
-from dpfl.server import handlers
+from dpfl.server import agent_protocol
 from dpfl.server.errors import ServerError
 from dpfl.server.grpc.crl import RevocationList, peer_certificate_serial
 from dpfl.server.sessions import Received, SessionRegistry, StreamOverflow, serve_stream
@@ -83,7 +83,7 @@ def _decode(cls: type[M], data: bytes) -> M:
     try:
         return cls.FromString(data)
     except DecodeError as exc:
-        raise handlers.MalformedMessage(f"malformed {cls.__name__}: {exc}") from None
+        raise agent_protocol.MalformedMessage(f"malformed {cls.__name__}: {exc}") from None
 
 
 class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
@@ -104,7 +104,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         store: Store,
         settings: Settings,
         registry: SessionRegistry,
-        blobs: handlers.BlobSource | None,
+        blobs: agent_protocol.BlobSource | None,
         coordinator_id: str,
         revocations: RevocationList | None = None,
     ) -> None:
@@ -125,7 +125,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         ) -> pb.EnrollResponse:
             try:
                 request = _decode(pb.EnrollRequest, data)
-            except handlers.MalformedMessage as exc:
+            except agent_protocol.MalformedMessage as exc:
                 await context.abort(*grpc_status(exc))
             return await self.Enroll(request, context)
 
@@ -133,11 +133,11 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             requests: AsyncIterator[bytes],
             context: grpc.aio.ServicerContext[bytes, pb.CoordinatorMessage],
         ) -> AsyncIterator[pb.CoordinatorMessage]:
-            async def decoded() -> AsyncIterator[Received | handlers.RoundMessageError]:
+            async def decoded() -> AsyncIterator[Received | agent_protocol.RoundMessageError]:
                 async for data in requests:
                     try:
                         yield Received(_decode(pb.AgentMessage, data), len(data))
-                    except handlers.MalformedMessage as exc:
+                    except agent_protocol.MalformedMessage as exc:
                         yield exc
 
             async for message in self._connect(decoded(), context):
@@ -148,7 +148,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         ) -> AsyncIterator[pb.DownloadChunk]:
             try:
                 request = _decode(pb.DownloadRequest, data)
-            except handlers.MalformedMessage as exc:
+            except agent_protocol.MalformedMessage as exc:
                 await context.abort(*grpc_status(exc))
             async for chunk in self.Download(request, context):
                 yield chunk
@@ -183,7 +183,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         try:
             self._check_revoked(context)
             return await asyncio.to_thread(
-                handlers.enroll,
+                agent_protocol.enroll,
                 self.store,
                 self.settings,
                 request,
@@ -202,7 +202,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
 
     async def _connect(
         self,
-        request_iterator: AsyncIterator[pb.AgentMessage | Received | handlers.RoundMessageError],
+        request_iterator: AsyncIterator[
+            pb.AgentMessage | Received | agent_protocol.RoundMessageError
+        ],
         context: grpc.aio.ServicerContext[_Request, pb.CoordinatorMessage],
     ) -> AsyncIterator[pb.CoordinatorMessage]:
         try:
@@ -276,7 +278,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             invited = live is not None and self.registry.in_round(live.id, request.job_id)
 
             chunks = await asyncio.to_thread(  # one worker-thread hop for both steps
-                handlers.serve_download,
+                agent_protocol.serve_download,
                 self.store,
                 metadata,
                 request,

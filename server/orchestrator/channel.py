@@ -3,12 +3,12 @@
 A :class:`RoundChannel` is the :class:`~dpfl.server.sessions.RoundRoute` the round engine registers
 for its job while the round runs. Every inbound message is checked synchronously against the
 round's (job, round, stage, session) and its participants before it is queued; a refused message
-raises a :class:`~dpfl.server.handlers.RoundMessageError` (the session answers with an ``Error``)
-and is never seen by the engine. A participant whose stream ends, or who reports an ``Error``
-about the round, is *gone*: the stage being collected stops waiting for it at once.
+raises a :class:`~dpfl.server.agent_protocol.RoundMessageError` (the session answers with an
+``Error``) and is never seen by the engine. A participant whose stream ends, or who reports an
+``Error`` about the round, is *gone*: the stage being collected stops waiting for it at once.
 
 What waits in the inbox is bounded per agent (``StreamLimits.inbox_*``): a message beyond the
-bound is refused (:class:`~dpfl.server.handlers.InboxFull`) until the engine has read the ones
+bound is refused (:class:`~dpfl.server.agent_protocol.InboxFull`) until the engine has read the ones
 before it. Messages of a stage are accepted while the engine is between stages (writing to the
 store), so without the bound a participant could queue without limit there.
 """
@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable, Collection
 
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
-from dpfl.server.handlers import (
+from dpfl.server.agent_protocol import (
     MAX_ERROR_TEXT,
     InboxFull,
     MalformedMessage,

@@ -39,8 +39,8 @@ from dpfl.protos import secagg_wire as wire
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.secagg.errors import SecAggError
 from dpfl.secagg.randomness import SystemRandomSource
+from dpfl.server.agent_protocol import MalformedMessage, error_message, error_reply
 from dpfl.server.errors import BudgetExceeded
-from dpfl.server.handlers import MalformedMessage, error_message, error_reply
 from dpfl.server.ledger_charges import store_charge
 from dpfl.server.orchestrator.channel import RoundChannel, invitation_session_id
 from dpfl.server.orchestrator.hooks import NO_HOOKS, FaultHooks, RoundPoint

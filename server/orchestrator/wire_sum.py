@@ -30,7 +30,7 @@ from dpfl.secagg.server_states import (
     ServerReadyToUnmask,
     ServerState,
 )
-from dpfl.server.handlers import MalformedMessage, RoundMessageError
+from dpfl.server.agent_protocol import MalformedMessage, RoundMessageError
 
 if TYPE_CHECKING:
     from dpfl.server.orchestrator.round import WireRound

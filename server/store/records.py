@@ -120,7 +120,7 @@ class Agent:
     ``certificate_cn`` is the common name of the client certificate the agent enrolled with under
     mutual TLS (None: enrolled without one). Once set it never changes, and under mutual TLS every
     later RPC of the agent must present a certificate with that name
-    (:func:`dpfl.server.handlers.authenticate`).
+    (:func:`dpfl.server.agent_protocol.authenticate`).
     """
 
     id: str

@@ -23,8 +23,8 @@ from dpfl.client.progress import AgentEvent, EventKind
 from dpfl.client.simulation import start_simulated_agent
 from dpfl.client.transport import Backoff, Connector, CoordinatorLink, GrpcTransport
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
+from dpfl.server.agent_protocol import submit
 from dpfl.server.coordinator import Coordinator
-from dpfl.server.handlers import submit
 from dpfl.server.settings import Settings
 
 AGENTS = 4

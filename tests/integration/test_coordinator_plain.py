@@ -29,8 +29,8 @@ from dpfl.accounting import (
 from dpfl.learning.algorithms.base import AgentData
 from dpfl.learning.data import federate, load_dataset, partition_from_config
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
+from dpfl.server.agent_protocol import submit
 from dpfl.server.coordinator import Coordinator
-from dpfl.server.handlers import submit
 from dpfl.server.settings import Settings, StageDeadlines
 from dpfl.server.store import Budget, Charge, JobStatus, ProtectedUnit, open_store
 from dpfl.server.store.ledger import epsilon_of

@@ -18,7 +18,7 @@ from support.databases import PostgresBackend, SqliteBackend
 
 from dpfl.learning.jobs import parse_job
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
-from dpfl.server import handlers
+from dpfl.server import agent_protocol
 from dpfl.server.errors import InvalidCredential, NotFound
 from dpfl.server.store import Store
 
@@ -44,16 +44,16 @@ class DownloadMembership:
         monkeypatch.setattr(store, "job_members", counted)
         request = pb.DownloadRequest(job_id=job.id, kind=pb.BLOB_MODEL, version=0)
         for agent in agents:
-            chunks = list(handlers.download(store, agent, request, blobs=None))
+            chunks = list(agent_protocol.download(store, agent, request, blobs=None))
             assert b"".join(c.data for c in chunks) == b"model-bytes"
         with pytest.raises(NotFound, match="not found"):
-            handlers.download(store, outsider, request, blobs=None)
+            agent_protocol.download(store, outsider, request, blobs=None)
         unknown = pb.DownloadRequest(job_id="job-unknown", kind=pb.BLOB_MODEL, version=0)
         with pytest.raises(NotFound, match="not found"):
-            handlers.download(store, agents[0], unknown, blobs=None)
+            agent_protocol.download(store, agents[0], unknown, blobs=None)
         theirs = pb.DownloadRequest(job_id=other.id, kind=pb.BLOB_MODEL, version=0)
         with pytest.raises(NotFound, match="not found"):
-            handlers.download(store, agents[0], theirs, blobs=None)
+            agent_protocol.download(store, agents[0], theirs, blobs=None)
         assert reads == []
 
     def test_a_model_version_is_read_from_the_store_once(
@@ -83,19 +83,19 @@ class DownloadMembership:
         for version, expected in ((0, b"v0"), (1, b"v1")):
             request = pb.DownloadRequest(job_id=job.id, kind=pb.BLOB_MODEL, version=version)
             for agent in agents:
-                chunks = list(handlers.download(store, agent, request, blobs=orchestrator))
+                chunks = list(agent_protocol.download(store, agent, request, blobs=orchestrator))
                 assert b"".join(c.data for c in chunks) == expected
         assert reads == [(job.id, 0), (job.id, 1)]
         missing = pb.DownloadRequest(job_id=job.id, kind=pb.BLOB_MODEL, version=7)
         for _ in range(2):  # a version that does not exist is never cached
             with pytest.raises(NotFound, match="no model version 7"):
-                handlers.download(store, agents[0], missing, blobs=orchestrator)
+                agent_protocol.download(store, agents[0], missing, blobs=orchestrator)
         assert reads[2:] == [(job.id, 7), (job.id, 7)]
 
     def test_a_cached_model_download_is_one_read_transaction(
         self, store: Store, monkeypatch: pytest.MonkeyPatch
     ) -> None:
-        from dpfl.server.handlers import AGENT_ID_HEADER, AUTHORIZATION_HEADER
+        from dpfl.server.agent_protocol import AGENT_ID_HEADER, AUTHORIZATION_HEADER
         from dpfl.server.orchestrator import Orchestrator
         from dpfl.server.sessions import SessionRegistry
         from dpfl.server.settings import Settings
@@ -120,13 +120,15 @@ class DownloadMembership:
             return transaction(write=write)
 
         monkeypatch.setattr(store, "_transaction", counted)
-        member, jobs = handlers.authenticate_member(store, metadata)
-        chunks = list(handlers.download(store, member, request, blobs=orchestrator, jobs=jobs))
+        member, jobs = agent_protocol.authenticate_member(store, metadata)
+        chunks = list(
+            agent_protocol.download(store, member, request, blobs=orchestrator, jobs=jobs)
+        )
         assert b"".join(c.data for c in chunks) == b"v0"
         assert opened == [False]
         wrong = [(AGENT_ID_HEADER, agent.id), (AUTHORIZATION_HEADER, "Bearer nope")]
         with pytest.raises(InvalidCredential):
-            handlers.authenticate_member(store, wrong)
+            agent_protocol.authenticate_member(store, wrong)
 
 
 class TestSqliteDownloads(SqliteBackend, DownloadMembership):

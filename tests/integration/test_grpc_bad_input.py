@@ -24,8 +24,8 @@ from dpfl.learning.algorithms.base import AgentData
 from dpfl.learning.data import federate, load_dataset, partition_from_config
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.protos.dpfl.v1 import agent_pb2_grpc
+from dpfl.server.agent_protocol import submit
 from dpfl.server.coordinator import Coordinator
-from dpfl.server.handlers import submit
 from dpfl.server.settings import Settings
 
 LIMIT = 64 * 1024  # the smallest max_message_bytes the settings accept

@@ -23,8 +23,8 @@ from support.wire_agent import enroll, metadata
 
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.protos.dpfl.v1 import agent_pb2_grpc
+from dpfl.server.agent_protocol import submit
 from dpfl.server.coordinator import Coordinator
-from dpfl.server.handlers import submit
 from dpfl.server.settings import Settings
 
 

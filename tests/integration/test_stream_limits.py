@@ -30,8 +30,8 @@ from support.wire_agent import enroll, metadata
 
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.protos.dpfl.v1 import agent_pb2_grpc
+from dpfl.server.agent_protocol import MAX_ERROR_TEXT
 from dpfl.server.coordinator import Coordinator
-from dpfl.server.handlers import MAX_ERROR_TEXT
 from dpfl.server.settings import Settings, StreamLimits
 from dpfl.server.store import open_store
 

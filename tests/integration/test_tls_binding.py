@@ -4,10 +4,10 @@
   it across updates, and refuses a malformed one without writing anything;
 - migration 0002 adds the column to a database at 0001 holding an enrolled agent (its credential
   keeps working, its CN is NULL) and is reversible;
-- ``handlers.authenticate``: the bound CN passes, another CN or a certificate without CN is
+- ``agent_protocol.authenticate``: the bound CN passes, another CN or a certificate without CN is
   refused (after the credential check, with a message naming the presented CN), and no
   certificate (a coordinator without mutual TLS) or an unbound agent falls back to the
-  credential alone; ``handlers.enroll`` refuses a certificate without a CN.
+  credential alone; ``agent_protocol.enroll`` refuses a certificate without a CN.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from alembic import command
 from support.databases import PostgresBackend, SqliteBackend
 
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
-from dpfl.server import handlers
+from dpfl.server import agent_protocol
 from dpfl.server.errors import InvalidCredential, InvalidInput
 from dpfl.server.settings import Settings
 from dpfl.server.store import AgentStatus, Store, open_store
@@ -64,26 +64,26 @@ class BindingContract:
             enrollment_token=store.create_enrollment_token(ttl=timedelta(hours=1)).token,
             name="A",
         )
-        enrolled = handlers.enroll(
+        enrolled = agent_protocol.enroll(
             store, settings, request, coordinator_id="c", certificate_cn="silo-1"
         )
         metadata = _metadata(enrolled.agent_id, enrolled.credential)
-        assert handlers.authenticate(store, metadata, certificate_cn="silo-1").id == (
+        assert agent_protocol.authenticate(store, metadata, certificate_cn="silo-1").id == (
             enrolled.agent_id
         )
         # a coordinator without mutual TLS: no certificate, the credential alone authenticates
-        assert handlers.authenticate(store, metadata).id == enrolled.agent_id
+        assert agent_protocol.authenticate(store, metadata).id == enrolled.agent_id
         for presented in ("silo-2", "", "silo-1 "):
             with pytest.raises(InvalidCredential, match="not the one agent") as refused:
-                handlers.authenticate(store, metadata, certificate_cn=presented)
+                agent_protocol.authenticate(store, metadata, certificate_cn=presented)
             assert f"CN {presented!r}" in str(refused.value)
         # the credential is checked first: a wrong one says nothing about the binding
         with pytest.raises(InvalidCredential, match="unknown agent or invalid credential"):
-            handlers.authenticate(
+            agent_protocol.authenticate(
                 store, _metadata(enrolled.agent_id, "dpfl_cred_x"), certificate_cn="silo-2"
             )
         # an agent enrolled without a certificate is not bound to any
-        unbound = handlers.enroll(
+        unbound = agent_protocol.enroll(
             store,
             settings,
             pb.EnrollRequest(
@@ -93,7 +93,7 @@ class BindingContract:
             coordinator_id="c",
         )
         meta_b = _metadata(unbound.agent_id, unbound.credential)
-        assert handlers.authenticate(store, meta_b, certificate_cn="anyone").id == (
+        assert agent_protocol.authenticate(store, meta_b, certificate_cn="anyone").id == (
             unbound.agent_id
         )
 
@@ -104,7 +104,7 @@ class BindingContract:
             name="A",
         )
         with pytest.raises(InvalidCredential, match="no common name"):
-            handlers.enroll(store, settings, request, coordinator_id="c", certificate_cn="")
+            agent_protocol.enroll(store, settings, request, coordinator_id="c", certificate_cn="")
         assert store.list_agents() == []
 
 

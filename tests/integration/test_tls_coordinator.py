@@ -41,7 +41,7 @@ from dpfl.client.runtime import channel_credentials
 from dpfl.client.transport import CredentialRejectedError, GrpcTransport
 from dpfl.learning.jobs import job_to_dict
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
-from dpfl.server.handlers import submit
+from dpfl.server.agent_protocol import submit
 from dpfl.server.store import AgentStatus
 
 

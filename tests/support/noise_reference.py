@@ -1,7 +1,7 @@
 """The straightforward Poisson/Skellam samplers the fast paths of ``dpfl.secagg`` must reproduce.
 
 Every step per entry, with per-entry error bounds and two transcendental bounds per comparison:
-the samplers in ``mechanisms/noise.py`` and ``mechanisms/sampling.py`` take the same randomness
+the samplers in ``mechanisms/noise.py`` and ``mechanisms/exact_draws.py`` take the same randomness
 from the stream in the same order and must return the same samples
 (tests/unit/mechanisms/test_noise_fast.py).
 """
@@ -13,8 +13,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dpfl.mechanisms.noise import _envelope_log_max, _exact_pmf_ratio, _log_pmf_ratio
-from dpfl.mechanisms.sampling import (
+from dpfl.mechanisms.exact_draws import (
     _EXP_SLACK,
     _SCALE,
     _TOP_BITS,
@@ -23,6 +22,7 @@ from dpfl.mechanisms.sampling import (
     _LazyUniform,
     bernoulli_half,
 )
+from dpfl.mechanisms.noise import _envelope_log_max, _exact_pmf_ratio, _log_pmf_ratio
 from dpfl.secagg.randomness import RandomStream
 
 

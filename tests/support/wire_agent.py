@@ -221,7 +221,7 @@ async def run_wire_job(
 ) -> tuple[str, Any]:
     """Connect ``agents``, run ``job`` (a ``JobSpec``) with them as its population until it
     ends, stop them; returns (job id, the job's final record)."""
-    from dpfl.server.handlers import submit
+    from dpfl.server.agent_protocol import submit
 
     tasks = [asyncio.create_task(a.run()) for a in agents]
     try:

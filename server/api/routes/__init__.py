@@ -1,4 +1,4 @@
-"""One router per resource; each is a thin adapter over :mod:`dpfl.server.api.handlers`."""
+"""One router per resource; each is a thin adapter over :mod:`dpfl.server.api.queries`."""
 
 from __future__ import annotations
 

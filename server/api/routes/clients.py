@@ -11,7 +11,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from dpfl.server.api import handlers
+from dpfl.server.api import queries
 from dpfl.server.api.deps import AdminDep, ClientId, ClientReaderDep, StoreDep
 from dpfl.server.api.routes import error_responses
 from dpfl.server.api.schemas import (
@@ -38,7 +38,7 @@ _ONE = error_responses(401, 403, 404, 422)
 @router.get("", response_model=list[ClientSummary], responses=_AUTH)
 def list_clients(_: AdminDep, store: StoreDep, delta: Delta = None) -> list[ClientSummary]:
     """Every client with ε spent and remaining (admin only)."""
-    return handlers.client_summaries(store, delta=delta)
+    return queries.client_summaries(store, delta=delta)
 
 
 @router.get("/{client_id}", response_model=ClientPublic, responses=_ONE)
@@ -46,7 +46,7 @@ def get_client(
     client_id: ClientId, _: ClientReaderDep, store: StoreDep, delta: Delta = None
 ) -> ClientPublic:
     """One client: its record, spending and jobs."""
-    return handlers.client_detail(store, client_id, delta=delta)
+    return queries.client_detail(store, client_id, delta=delta)
 
 
 @router.get("/{client_id}/budget", response_model=BudgetReport, responses=_ONE)
@@ -61,7 +61,7 @@ def get_budget(
     ] = False,
 ) -> BudgetReport:
     """ε at ``delta``, per job and in total, the events behind it, and the remaining budget."""
-    return handlers.budget_report(store, client_id, delta=delta, tight=tight)
+    return queries.budget_report(store, client_id, delta=delta, tight=tight)
 
 
 @router.get("/{client_id}/history", response_model=EpsilonHistory, responses=_ONE)
@@ -69,4 +69,4 @@ def get_history(
     client_id: ClientId, _: ClientReaderDep, store: StoreDep, delta: Delta = None
 ) -> EpsilonHistory:
     """The client's cumulative ε after each of its ledger entries (ε over rounds)."""
-    return handlers.epsilon_history(store, client_id, delta=delta)
+    return queries.epsilon_history(store, client_id, delta=delta)

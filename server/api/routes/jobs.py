@@ -16,7 +16,7 @@ import anyio.to_thread
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from pydantic import JsonValue
 
-from dpfl.server.api import handlers
+from dpfl.server.api import queries
 from dpfl.server.api.deps import AdminDep, JobId, JobsDep, SettingsDep, StoreDep
 from dpfl.server.api.routes import error_responses
 from dpfl.server.api.schemas import JobDetail, JobPublic
@@ -88,7 +88,7 @@ async def create_job(
     access = DataAccess.from_settings(settings)
     job = await anyio.to_thread.run_sync(partial(submit_job, store, document, access=access))
     response.headers["Location"] = f"/api/v1/jobs/{job.id}"
-    return await anyio.to_thread.run_sync(handlers.job_detail, store, job.id)
+    return await anyio.to_thread.run_sync(queries.job_detail, store, job.id)
 
 
 @router.get("", response_model=list[JobPublic], responses=_ERRORS)
@@ -98,22 +98,22 @@ def list_jobs(
     status: Annotated[JobStatus | None, Query(description="Only jobs in this status.")] = None,
 ) -> list[JobPublic]:
     """Every job, oldest first."""
-    return handlers.list_jobs(store, status=status)
+    return queries.list_jobs(store, status=status)
 
 
 @router.get("/{job_id}", response_model=JobDetail, responses=_ONE)
 def get_job(job_id: JobId, _: AdminDep, store: StoreDep) -> JobDetail:
     """A job with its document, members and each client's ε in it."""
-    return handlers.job_detail(store, job_id)
+    return queries.job_detail(store, job_id)
 
 
 @router.post("/{job_id}/start", response_model=JobPublic, responses=_CHANGE)
 async def start_job(job_id: JobId, _: AdminDep, jobs: JobsDep) -> JobPublic:
     """Run a pending or stopped job (a running one is left as it is)."""
-    return handlers.job_public(await jobs.start(job_id))
+    return queries.job_public(await jobs.start(job_id))
 
 
 @router.post("/{job_id}/stop", response_model=JobPublic, responses=_CHANGE)
 async def stop_job(job_id: JobId, _: AdminDep, jobs: JobsDep) -> JobPublic:
     """Stop a pending or running job (a stopped one is left as it is)."""
-    return handlers.job_public(await jobs.stop(job_id))
+    return queries.job_public(await jobs.stop(job_id))

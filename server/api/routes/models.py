@@ -13,7 +13,7 @@ from typing import Annotated
 import anyio.to_thread
 from fastapi import APIRouter, Path, Response
 
-from dpfl.server.api import handlers
+from dpfl.server.api import queries
 from dpfl.server.api.deps import AdminDep, JobId, StoreDep
 from dpfl.server.api.routes import error_responses
 from dpfl.server.api.schemas import ModelVersionPublic
@@ -27,7 +27,7 @@ Version = Annotated[int, Path(ge=0, le=2**31 - 1, description="The model version
 @router.get("", response_model=list[ModelVersionPublic], responses=_ERRORS)
 def list_models(job_id: JobId, _: AdminDep, store: StoreDep) -> list[ModelVersionPublic]:
     """The job's model versions, oldest first, without their bytes."""
-    return handlers.model_versions(store, job_id)
+    return queries.model_versions(store, job_id)
 
 
 @router.get(

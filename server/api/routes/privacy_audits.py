@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from dpfl.server.api import handlers
+from dpfl.server.api import queries
 from dpfl.server.api.deps import AdminDep, JobId, StoreDep
 from dpfl.server.api.routes import error_responses
 from dpfl.server.api.schemas import PrivacyAuditPublic
@@ -18,4 +18,4 @@ router = APIRouter(prefix="/jobs/{job_id}/privacy-audits", tags=["privacy audits
 )
 def list_privacy_audits(job_id: JobId, _: AdminDep, store: StoreDep) -> list[PrivacyAuditPublic]:
     """The job's audits, oldest first (an empty list when it was never audited)."""
-    return handlers.job_privacy_audits(store, job_id)
+    return queries.job_privacy_audits(store, job_id)

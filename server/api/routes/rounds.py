@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from dpfl.server.api import handlers
+from dpfl.server.api import queries
 from dpfl.server.api.deps import AdminDep, JobId, StoreDep
 from dpfl.server.api.routes import error_responses
 from dpfl.server.api.schemas import RoundPublic
@@ -29,4 +29,4 @@ def list_rounds(
     ] = None,
 ) -> list[RoundPublic]:
     """Rounds by (number, attempt); an aborted attempt is followed by its redo."""
-    return handlers.job_rounds(store, job_id, number=number)
+    return queries.job_rounds(store, job_id, number=number)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from dpfl.mechanisms.exact_draws import bernoulli_exp, discrete_laplace
 from dpfl.mechanisms.noise import (
     NoiseKind,
     NoiseSpec,
@@ -19,7 +20,6 @@ from dpfl.mechanisms.noise import (
     poisson,
     skellam,
 )
-from dpfl.mechanisms.sampling import bernoulli_exp, discrete_laplace
 from dpfl.secagg.errors import ParameterError
 from dpfl.secagg.randomness import RandomStream, SeededRandomSource
 

@@ -11,9 +11,9 @@ import pytest
 from scipy import stats
 from support import noise_reference as reference
 
-from dpfl.mechanisms import noise, sampling
+from dpfl.mechanisms import exact_draws, noise
+from dpfl.mechanisms.exact_draws import _SCALE, discrete_laplace
 from dpfl.mechanisms.noise import poisson, skellam
-from dpfl.mechanisms.sampling import _SCALE, discrete_laplace
 from dpfl.secagg.randomness import RandomStream, SeededRandomSource
 
 SOURCE = SeededRandomSource(b"fast-noise-tests")
@@ -118,7 +118,7 @@ def test_one_exp_bernoulli_decisions_are_sound() -> None:
             tops.append(float(max(centre + j, 0)))
             logs.append(lp)
     u_top, lp_arr = np.array(tops), np.array(logs)
-    accept, undecided = sampling._decide_one_exp(lp_arr, np.full(lp_arr.size, error), u_top)
+    accept, undecided = exact_draws._decide_one_exp(lp_arr, np.full(lp_arr.size, error), u_top)
     scale = decimal.Decimal(_SCALE)
     for u, lp, a, und in zip(u_top, lp_arr, accept, undecided, strict=True):
         if und:
@@ -144,8 +144,8 @@ def test_geometric_decisions_are_sound_next_to_integers(monkeypatch: pytest.Monk
         tops.extend(float(max(centre + j, 0)) for j in range(-3, 4))
     tops.extend([0.0, 1.0, 2.0**40 - 1, 2.0**40])
     crafted = np.array(tops)
-    monkeypatch.setattr(sampling, "_uniform_tops", lambda count, stream: crafted[:count].copy())
-    result = sampling._geometric_floats(scale, crafted.size, _stream("geom-edges"))
+    monkeypatch.setattr(exact_draws, "_uniform_tops", lambda count, stream: crafted[:count].copy())
+    result = exact_draws._geometric_floats(scale, crafted.size, _stream("geom-edges"))
     with decimal.localcontext() as ctx:
         ctx.prec = 60
         for u, x in zip(crafted, result, strict=True):

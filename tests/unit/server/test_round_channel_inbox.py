@@ -12,7 +12,7 @@ import asyncio
 import pytest
 
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
-from dpfl.server.handlers import InboxFull, error_message
+from dpfl.server.agent_protocol import InboxFull, error_message
 from dpfl.server.orchestrator.channel import RoundChannel
 from dpfl.server.settings import StreamLimits
 
