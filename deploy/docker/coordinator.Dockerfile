@@ -30,6 +30,7 @@ WORKDIR /opt/dpfl
 COPY pyproject.toml README.md ./src/
 COPY accounting ./src/accounting
 COPY secagg ./src/secagg
+COPY mechanisms ./src/mechanisms
 COPY learning ./src/learning
 COPY protos ./src/protos
 COPY server ./src/server

@@ -33,8 +33,10 @@ def test_the_demo_job_at_target_4_charges_at_most_4_and_a_budget_of_4_finishes_i
         job = store.create_job(spec, members=ids)
         store.set_job_status(job.id, JobStatus.RUNNING)
         for number in range(1, spec.rounds + 1):
-            charges = ALGORITHM.charges(
-                spec, plan, round_number=number, population=ids, participants=ids[:1]
+            charges = (
+                ALGORITHM.bind(spec, plan)
+                .round_charge(round_number=number, population=ids)
+                .charges(ids[:1])
             )
             rnd = store.start_round(job.id, number, invited=ids[:1])
             store.commit_round(rnd.id, [store_charge(a, charges[a]) for a in ids])
@@ -47,7 +49,9 @@ def test_the_demo_job_at_target_4_charges_at_most_4_and_a_budget_of_4_finishes_i
         # one more round of the same noise is over every budget
         extra = store.create_job(spec, members=ids)
         store.set_job_status(extra.id, JobStatus.RUNNING)
-        charges = ALGORITHM.charges(spec, plan, round_number=1, population=ids, participants=[])
+        charges = (
+            ALGORITHM.bind(spec, plan).round_charge(round_number=1, population=ids).charges([])
+        )
         rnd = store.start_round(extra.id, 1)
         with pytest.raises(BudgetExceeded):
             store.commit_round(rnd.id, [store_charge(a, charges[a]) for a in ids])

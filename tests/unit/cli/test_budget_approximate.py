@@ -68,7 +68,7 @@ def test_one_client_marks_the_total_the_job_and_the_event(
     out = run(capsys, url, token, approx.mixed, "--events")
     spent = line_of(out, "ε spent")
     assert APPROXIMATE_MARK in spent
-    assert "(rdp, approximate)" in spent
+    assert "(pld, approximate)" in spent  # every event of this client has a tight path
     assert APPROXIMATE_NOTE in out
     lines = out.splitlines()
     titles = [i for i, line in enumerate(lines) if line.strip() in ("per job", "events")]

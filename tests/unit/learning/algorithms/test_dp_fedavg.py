@@ -82,7 +82,9 @@ def test_plan_variants(job: Any, digits_coordinator: CoordinatorData) -> None:
     assert event.event.event.sigma == gaussian.details.noise_total
     # the tight (PLD) path applies to Gaussians: less noise than Skellam's RDP-only bound
     skellam = ALGORITHM.plan(job, population=100, data=digits_coordinator)
-    assert gaussian.noise_multiplier < skellam.noise_multiplier
+    # Skellam's tight path is a Gaussian domination at the same variance (docs/accounting.md), so
+    # at this μ both calibrate to the same multiplier; Skellam never needs less noise
+    assert gaussian.noise_multiplier <= skellam.noise_multiplier
     given = ALGORITHM.plan(
         make_job(
             privacy={"target_epsilon": None, "noise_multiplier": 3.0}, secagg={"scale_bits": 12}
