@@ -13,6 +13,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from dpfl.accounting.history import ONE_JOB, history_figure
 from dpfl.server.errors import (
     AlreadyExists,
@@ -108,7 +110,10 @@ class _Snapshot:
     delta: float
     budgets: tuple[tuple[str, Budget | None], ...]
     groups: dict[str, list[HistoryGroup]]
-    #: move with the groups (one commit writes both), so they are not compared
+    #: the running sums by value: each is read by its own statement, and on a database that
+    #: gives every statement a fresh view (PostgreSQL's READ COMMITTED) a commit landing
+    #: between two reads leaves the groups new and the sums old
+    sum_keys: tuple[tuple[str, str, int, int, bytes, bytes], ...]
     sums: dict[str, list[CurveSum]] = field(compare=False)
     agents: dict[str, Agent] = field(compare=False)
 
@@ -122,7 +127,19 @@ def _snapshot(tx: StoreTx, job: Job, ids: Sequence[str]) -> _Snapshot:
     for g in tx.history_groups(ids):
         groups[g.agent_id].append(g)
     budgets = tuple((a, agents[a].budget if a in agents else None) for a in ids)
-    return _Snapshot(job.id, job.algorithm, job.delta, budgets, groups, sums, agents)
+    keys = tuple(
+        (
+            s.agent_id,
+            s.job_id,
+            s.entries,
+            s.data_dependent_entries,
+            np.asarray(s.curve).tobytes(),
+            np.asarray(s.data_dependent_curve).tobytes(),
+        )
+        for a in ids
+        for s in sums[a]
+    )
+    return _Snapshot(job.id, job.algorithm, job.delta, budgets, groups, keys, sums, agents)
 
 
 @dataclass(frozen=True, slots=True)
@@ -413,15 +430,16 @@ class RoundsMixin(StoreCore):
                 raise InvalidInput(f"charges for unknown agents: {absent}")
             now_seen = _snapshot(tx, job, ids)
             if candidate is None:
-                seen, figures = now_seen, _candidates(now_seen, prepared, *rule)
+                figures = _candidates(now_seen, prepared, *rule)
             elif now_seen != candidate[0]:
                 return None  # another commit charged one of them (or a budget changed): retry
             else:
-                seen, figures = candidate
+                figures = candidate[1]
             over = [c for c in figures.checks.values() if not c.allowed]
             if over:
                 _refuse(over)
-            own = {s.agent_id: s for a in ids for s in seen.sums[a] if s.job_id == job.id}
+            # the sums read under the clients' locks: the ones this write adds to
+            own = {s.agent_id: s for a in ids for s in now_seen.sums[a] if s.job_id == job.id}
             updated = [
                 own.get(p.agent_id, CurveSum.zero(p.agent_id, job.id)).plus(p) for p in prepared
             ]

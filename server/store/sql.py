@@ -672,6 +672,13 @@ class SqlStore(Store):
         super().__init__(clock=clock)
         self.engine = create_store_engine(url)
         self._writer = self.engine.execution_options(**{WRITE_OPTION: True})
+        # a read transaction sees one snapshot on every backend: SQLite's WAL reader does, and
+        # PostgreSQL's default (READ COMMITTED) would give each statement its own view
+        self._reader = (
+            self.engine
+            if self.engine.url.get_backend_name() == "sqlite"
+            else self.engine.execution_options(isolation_level="REPEATABLE READ")
+        )
         # an in-memory SQLite database is one connection shared by every thread: transactions
         # must take turns on it, or they would interleave inside one another
         self._serial: AbstractContextManager[Any] = (
@@ -687,7 +694,7 @@ class SqlStore(Store):
 
     @contextmanager
     def _transaction(self, *, write: bool) -> Iterator[StoreTx]:
-        bind = self._writer if write else self.engine
+        bind = self._writer if write else self._reader
         try:
             with (
                 self._serial,

@@ -639,6 +639,38 @@ class LedgerContract:
         eps = store.client_budget(population[0], delta=1e-5).epsilon
         assert eps == pytest.approx(composed_epsilon([ROUND_EVENT] * 20, 1e-5), rel=1e-9)
 
+    def test_a_commit_between_the_snapshot_reads_is_not_lost(
+        self, store: Store, job_id: str, population: list[str], monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        # the interleaving that lost a charge on PostgreSQL: the candidate snapshot reads the
+        # running sums, another commit lands, then the snapshot reads the (now newer) history
+        # groups; the write must notice that the sums it would add to are stale
+        ids = population[:2]
+        self.charge_all(store, job_id, 1, ids)
+        tx_type = type(_a_read_transaction(store))
+        original = tx_type.history_groups
+        landed: list[int] = []
+
+        def history_groups(tx, agent_ids=None, job_id=None):  # type: ignore[no-untyped-def]
+            if not landed:
+                landed.append(1)
+                thread = threading.Thread(target=self.charge_all, args=(store, job_id_, 2, ids))
+                thread.start()
+                thread.join()
+            return original(tx, agent_ids, job_id)
+
+        job_id_ = job_id
+        monkeypatch.setattr(tx_type, "history_groups", history_groups)
+        self.charge_all(store, job_id, 3, ids)
+        monkeypatch.undo()
+        assert landed
+        report = store.verify_ledger()
+        assert report.ok, report.mismatches
+        for a in ids:
+            assert store.client_budget(a, delta=1e-5).by_job[job_id].entries == 3
+            eps = store.client_budget(a, delta=1e-5).epsilon
+            assert eps == pytest.approx(composed_epsilon([ROUND_EVENT] * 3, 1e-5), rel=1e-9)
+
     # budgets on the tight figure ----------------------------------------------------------------
     def _demo_rounds(self, store: Store, job_id: str, agent: str, first: int) -> int:
         """Charge ``agent`` the demo's round from round ``first`` on until refused; the number
@@ -715,3 +747,9 @@ class TestSqliteLedger(SqliteBackend, LedgerContract):
 
 class TestPostgresLedger(PostgresBackend, LedgerContract):
     pass
+
+
+def _a_read_transaction(store: Store):  # type: ignore[no-untyped-def]
+    """One of the store's transaction objects (its class is what the interleaving test wraps)."""
+    with store._transaction(write=False) as tx:
+        return tx

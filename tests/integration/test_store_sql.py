@@ -220,7 +220,7 @@ def test_an_exhausted_connection_pool_is_store_unavailable(tmp_path: Path) -> No
         max_overflow=0,
         pool_timeout=0.05,
     )
-    store._writer = store.engine
+    store._writer = store._reader = store.engine
     try:
         # the pool's only connection is taken
         with (
