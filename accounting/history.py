@@ -23,6 +23,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from .errors import InvalidParameterError
@@ -33,6 +34,7 @@ from .rdp import epsilon_from_rdp, rdp_curve
 from .relations import replace_one_curve, single_relation
 from .report import compute_epsilon
 from .serialization import event_from_json, event_to_json
+from .tight import clear_pld_cache
 
 __all__ = [
     "ONE_JOB",
@@ -123,10 +125,26 @@ def history_figure(history: EventMultiset, delta: float) -> HistoryFigure:
     return _figure(history, float(delta))
 
 
+def history_figures(wanted: Iterable[tuple[EventMultiset, float]]) -> None:
+    """Compute the figures of several (history, δ) pairs into the cache, on up to two threads.
+
+    The FFTs of a PLD release the GIL, so a commit whose clients have a few distinct histories
+    computes two at once; a later :func:`history_figure` of any of them is a cache hit.
+    """
+    todo = sorted(set(wanted), key=lambda hd: (hd[0].entries, hd[0].groups, hd[1]))
+    if len(todo) < 2:
+        for history, delta in todo:
+            history_figure(history, delta)
+        return
+    with ThreadPoolExecutor(max_workers=min(2, len(todo))) as pool:
+        list(pool.map(lambda hd: history_figure(*hd), todo))
+
+
 def clear_history_cache() -> None:
-    """Forget every cached figure (benchmarks measure cold computations with it)."""
+    """Forget every cached figure and PLD (benchmarks measure cold computations with it)."""
     _figure.cache_clear()
     _parsed.cache_clear()
+    clear_pld_cache()
 
 
 @functools.lru_cache(maxsize=4096)

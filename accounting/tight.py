@@ -213,6 +213,12 @@ def skellam_tail_bound(mu: float, k: float) -> float:
     return min(1.0, 2.0 * math.exp(2.0 * mu * (math.cosh(t) - 1.0) - t * k))
 
 
+def clear_pld_cache() -> None:
+    """Forget the cached one-step and per-group PLDs."""
+    for cached in (_skellam_losses, skellam_pld, _gaussian_block, _gaussian_step):
+        cached.cache_clear()
+
+
 @functools.lru_cache(maxsize=2)
 def _skellam_losses(mu: float, shift: int) -> tuple[Any, Any, float]:
     """``(mass, loss, infinity)`` of ``Sk(mu) + shift`` against ``Sk(mu)``: the masses and

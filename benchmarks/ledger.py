@@ -21,19 +21,21 @@ the median commit seconds over the rounds and the process's peak RSS.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import resource
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from harness.postgres import DEFAULT_POSTGRES, fresh_postgres, unreachable
 
 from dpfl.accounting import GaussianEvent, PoissonSampledEvent
-from dpfl.accounting.history import canonical_event
+from dpfl.accounting.history import canonical_event, clear_history_cache
 from dpfl.learning.jobs import parse_job
 from dpfl.server.store import Budget, Charge, JobStatus, ProtectedUnit
 from dpfl.server.store.ledger import HistoryGroup
@@ -114,6 +116,7 @@ def measure_history(url: str, agents: int, prior: int, rounds: int, cohorts: int
                 groups.append(HistoryGroup(a, before.id, "agent/add_remove", text, n))
         with store._transaction(write=True) as tx:  # seeding: see the module docstring
             tx.add_history(groups)
+        clear_history_cache()  # every database starts cold
         times = []
         for number in range(1, rounds + 1):
             rnd = store.start_round(job.id, number, invited=ids[:1])
@@ -133,6 +136,17 @@ def measure_history(url: str, agents: int, prior: int, rounds: int, cohorts: int
         store.close()
 
 
+@contextlib.contextmanager
+def _database(backend: str, server: str) -> Iterator[str]:
+    """A fresh, empty database of ``backend``, removed afterwards."""
+    if backend == "sqlite":
+        with tempfile.TemporaryDirectory() as tmp:
+            yield f"sqlite:///{Path(tmp) / 'ledger.db'}"
+    else:
+        with fresh_postgres(server, "ledger") as url:
+            yield url
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--agents", type=int, nargs="+", default=[100, 1000])
@@ -142,21 +156,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prior-events", type=int, default=0, help="events per client before")
     parser.add_argument("--cohorts", type=int, default=4, help="distinct prior histories")
     args = parser.parse_args(argv)
-    if args.prior_events > 0:
-        for n in args.agents:
-            with tempfile.TemporaryDirectory() as tmp:
-                url = f"sqlite:///{Path(tmp) / 'ledger.db'}"
-                line = {
-                    "benchmark": "ledger_history",
-                    "database": "sqlite",
-                    "agents": n,
-                    "prior_events": args.prior_events,
-                    "cohorts": args.cohorts,
-                    "rounds": args.rounds,
-                    **measure_history(url, n, args.prior_events, args.rounds, args.cohorts),
-                }
-            print(json.dumps(line), flush=True)
-        return 0
     backends = ["sqlite"]
     if not args.no_postgres:
         reason = unreachable(args.postgres)
@@ -166,18 +165,25 @@ def main(argv: list[str] | None = None) -> int:
             print(f"postgresql skipped: {reason}", file=sys.stderr)
     for backend in backends:
         for n in args.agents:
-            line: dict[str, Any] = {
-                "benchmark": "ledger",
-                "database": backend,
-                "agents": n,
-                "rounds": args.rounds,
-            }
-            if backend == "sqlite":
-                with tempfile.TemporaryDirectory() as tmp:
-                    line.update(measure(f"sqlite:///{Path(tmp) / 'ledger.db'}", n, args.rounds))
-            else:
-                with fresh_postgres(args.postgres, "ledger") as url:
-                    line.update(measure(url, n, args.rounds))
+            with _database(backend, args.postgres) as url:
+                if args.prior_events > 0:
+                    line: dict[str, Any] = {
+                        "benchmark": "ledger_history",
+                        "database": backend,
+                        "agents": n,
+                        "prior_events": args.prior_events,
+                        "cohorts": args.cohorts,
+                        "rounds": args.rounds,
+                        **measure_history(url, n, args.prior_events, args.rounds, args.cohorts),
+                    }
+                else:
+                    line = {
+                        "benchmark": "ledger",
+                        "database": backend,
+                        "agents": n,
+                        "rounds": args.rounds,
+                        **measure(url, n, args.rounds),
+                    }
             print(json.dumps(line), flush=True)
     return 0
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from dpfl.accounting.history import ONE_JOB, history_figure
+from dpfl.accounting.history import ONE_JOB, EventMultiset, history_figure, history_figures
 from dpfl.server.errors import (
     AlreadyExists,
     BudgetExceeded,
@@ -157,6 +157,7 @@ def _candidates(
     """The figures of every charged client with its new entry, computed outside any
     transaction (a PLD takes far longer than a write should hold locks); clients that share a
     history and charge share one computation (``history_figure`` is cached)."""
+    _prefetch(seen, prepared, enforce)
     checks: dict[str, BudgetCheck] = {}
     worst = 0.0
     for p in prepared:
@@ -177,6 +178,23 @@ def _candidates(
         job_history = history_of(own, relation=ONE_JOB).plus(ONE_JOB, p.event_text)
         worst = max(worst, history_figure(job_history, seen.delta).epsilon)
     return _Figures(checks, worst)
+
+
+def _prefetch(seen: _Snapshot, prepared: Sequence[PreparedCharge], enforce: bool) -> None:
+    """Compute the distinct figures that :func:`_candidates` will ask for, two at a time."""
+    wanted: set[tuple[EventMultiset, float]] = set()
+    for p in prepared:
+        relation = p.relation(seen.algorithm)
+        groups = seen.groups.get(p.agent_id, [])
+        agent = seen.agents.get(p.agent_id)
+        if enforce and agent is not None and agent.budget is not None:
+            history = history_of(groups)
+            wanted.add((history, agent.budget.delta))
+            wanted.add((history.plus(relation, p.event_text), agent.budget.delta))
+        own = [g for g in groups if g.job_id == seen.job_id]
+        job_history = history_of(own, relation=ONE_JOB).plus(ONE_JOB, p.event_text)
+        wanted.add((job_history, seen.delta))
+    history_figures(wanted)
 
 
 def _refuse(over: Sequence[BudgetCheck]) -> None:

@@ -53,7 +53,7 @@ def test_ledger_benchmark_on_sqlite() -> None:
 
 def test_the_commit_over_long_histories_at_a_tiny_size() -> None:
     """``--prior-events``: the commit of clients with prior histories, one JSON line each."""
-    points = _run("--rounds", "2", "--prior-events", "50", "--cohorts", "2")
+    points = _run("--rounds", "2", "--prior-events", "50", "--cohorts", "2", "--no-postgres")
     assert [(p["database"], p["agents"]) for p in points] == [("sqlite", 3), ("sqlite", 5)]
     for p in points:
         assert p["benchmark"] == "ledger_history"
@@ -70,6 +70,13 @@ def test_ledger_benchmark_on_postgresql_drops_its_database() -> None:
     reason = postgres_unreachable_reason(url)
     if reason:
         pytest.skip(reason)
+    history = [*ARGV, "--rounds", "1", "--postgres", url, "--prior-events", "20"]
+    done, left = run_counting_leftovers(history, url, "ledger", hang_guard(20))
+    assert [(p["benchmark"], p["database"]) for p in _points(done)][2:] == [
+        ("ledger_history", "postgresql"),
+        ("ledger_history", "postgresql"),
+    ]
+    assert left == set()
     done, left = run_counting_leftovers(
         [*ARGV, "--rounds", "1", "--postgres", url], url, "ledger", hang_guard(20)
     )
