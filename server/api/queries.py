@@ -58,9 +58,6 @@ __all__ = [
     "round_public",
 ]
 
-#: How a single ledger entry's ε is obtained (ReportsMixin converts each cached curve alone).
-_EVENT_METHOD = "rdp"
-
 
 class _SummaryFields(TypedDict):
     """The fields :class:`ClientSummary` and :class:`ClientPublic` share."""
@@ -133,7 +130,7 @@ def _event_public(report: EventReport) -> LedgerEventPublic:
         unit=e.unit.value,
         event=e.event,
         epsilon=report.epsilon,
-        method=_EVENT_METHOD,
+        method=report.method,
         data_dependent_event=e.data_dependent_event,
         data_dependent_epsilon=report.data_dependent_epsilon,
         approximate=e.approximate,
