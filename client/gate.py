@@ -149,6 +149,7 @@ class LocalGate:
             secure_aggregation=task.secure_aggregation,
             honest_fraction=task.honest_fraction,
             approximate=task.approximate,
+            unit=task.unit,
         )
         return Decision(decision.accept, decision.reason)
 
@@ -176,6 +177,7 @@ class LocalGate:
                     events=review.charge,
                     algorithm=review.algorithm,
                     coordinator=self.coordinator_id,
+                    unit=review.task.unit,
                     session_id=session_id.hex(),
                     sent_sha256=sent_sha256.hex(),
                     max_epsilon_job=self.policy.max_epsilon_per_job,

@@ -49,7 +49,7 @@ __all__ = [
 ]
 
 LEDGER_FILENAME = "ledger.sqlite"
-_SCHEMA_VERSION = 2
+_SCHEMA_VERSION = 3
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS charges (
@@ -64,14 +64,22 @@ CREATE TABLE IF NOT EXISTS charges (
     recorded_at REAL NOT NULL,
     session_id TEXT NOT NULL DEFAULT '',
     sent_sha256 TEXT NOT NULL DEFAULT '',
+    unit TEXT NOT NULL DEFAULT '',
     UNIQUE (job_id, round, attempt)
 );
 CREATE INDEX IF NOT EXISTS charges_job ON charges (job_id);
 """
-#: Columns added after version 1; a version-1 file gains them (empty) when it is opened.
+#: Columns added after version 1 (the unit after version 2); an older file gains the ones it
+#: lacks (empty) when it is opened: its rows keep no unit, so votes among them stay unstated.
 _ADDED_COLUMNS = (
     ("session_id", "TEXT NOT NULL DEFAULT ''"),
     ("sent_sha256", "TEXT NOT NULL DEFAULT ''"),
+    ("unit", "TEXT NOT NULL DEFAULT ''"),
+)
+_UNITS = ("agent", "record", "")
+_INSERT = (
+    "INSERT INTO charges (job_id, round, attempt, algorithm, coordinator, events_json, curve, "
+    "recorded_at, session_id, sent_sha256, unit) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 _CURVE_RTOL = 1e-9
 
@@ -90,9 +98,10 @@ class LocalBudgetExceeded(LocalLedgerError):  # noqa: N818 (reads as the event i
 class LedgerEntry:
     """One recorded contribution (one round attempt).
 
-    ``session_id`` is the coordinator's session id (hex) the contribution was sent in and
-    ``sent_sha256`` the SHA-256 (hex) of the bytes sent; both are empty in records written
-    without them (by tests, or by a version-1 ledger).
+    ``session_id`` is the coordinator's session id (hex) the contribution was sent in,
+    ``sent_sha256`` the SHA-256 (hex) of the bytes sent and ``unit`` the task's privacy unit
+    (``"agent"``/``"record"``); each is empty in records written without it (by tests, or by an
+    older ledger).
     """
 
     job_id: str
@@ -104,6 +113,7 @@ class LedgerEntry:
     recorded_at: float
     session_id: str = ""
     sent_sha256: str = ""
+    unit: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +152,12 @@ def _key(job_id: str, round_: int, attempt: int | str) -> tuple[str, int, str]:
     if (isinstance(attempt, int) and attempt < 0) or attempt == "":
         raise LocalLedgerError(f"attempt must be an integer >= 0 or a string, got {attempt!r}")
     return job_id, round_, str(attempt)
+
+
+def _check_unit(unit: str) -> str:
+    if not isinstance(unit, str) or unit not in _UNITS:
+        raise LocalLedgerError(f"unit must be 'agent', 'record' or '' (unknown), got {unit!r}")
+    return unit
 
 
 def _check_delta(delta: float) -> float:
@@ -213,8 +229,9 @@ class LocalLedger:
             if not rows:
                 conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", expected.items())
                 return
-            if rows.get("schema_version") == "1" and rows.get("orders") == expected["orders"]:
-                # version 1 lacks the session and digest columns: add them, in this transaction
+            old = rows.get("schema_version") in ("1", "2")
+            if old and rows.get("orders") == expected["orders"]:
+                # an older version lacks some of the added columns: add them, in this transaction
                 present = {r[1] for r in conn.execute("PRAGMA table_info(charges)").fetchall()}
                 for name, kind in _ADDED_COLUMNS:
                     if name not in present:
@@ -241,6 +258,7 @@ class LocalLedger:
         events: Sequence[DpEvent],
         algorithm: str = "",
         coordinator: str = "",
+        unit: str = "",
         session_id: str = "",
         sent_sha256: str = "",
         max_epsilon_job: float | None = None,
@@ -254,24 +272,24 @@ class LocalLedger:
                 accepted invitation: every contribution it sends is a new row).
             events: the events to record.
             algorithm, coordinator, session_id: stored for the operator.
+            unit: the task's privacy unit, ``"agent"`` or ``"record"`` (``""``: unknown); with
+                the algorithm it states the relation of votes that do not carry their level.
             sent_sha256: the SHA-256 (hex) of the contribution about to be sent; a recorded key
-                is a no-op only for the same events AND the same digest (a byte-identical
-                resend).
+                is a no-op only for the same events, unit AND digest (a byte-identical resend).
             max_epsilon_job, max_epsilon_total, delta: when given, the budgets are checked at
                 ``delta`` INSIDE the write transaction (SQLite's write lock), so two rounds
                 recorded at once cannot together overspend.
 
         Returns:
-            True if recorded now, False if this exact record (events and digest) was already
-            there.
+            True if recorded now, False if this exact record was already there.
 
         Raises:
             LocalBudgetExceeded: a budget would be exceeded; nothing was recorded.
-            LocalLedgerError: bad key, events or text fields, or different events or another
-                contribution already recorded under ``(job_id, round, attempt)``.
+            LocalLedgerError: bad key, events, unit or text fields, or different events or
+                another contribution already recorded under ``(job_id, round, attempt)``.
         """
-        key = _key(job_id, round, attempt)
-        text, curve = _canonical(events)
+        key, (text, curve) = _key(job_id, round, attempt), _canonical(events)
+        unit = _check_unit(unit)
         for name, value in (("session_id", session_id), ("sent_sha256", sent_sha256)):
             if not isinstance(value, str):
                 raise LocalLedgerError(f"{name} must be a string, got {value!r}")
@@ -279,62 +297,48 @@ class LocalLedger:
         if any(v is not None for v in limits) and delta is None:
             raise LocalLedgerError("budgets need the delta they are measured at")
         with self._transaction() as conn:
-            row = conn.execute(
-                "SELECT events_json, sent_sha256 FROM charges "
-                "WHERE job_id = ? AND round = ? AND attempt = ?",
-                key,
-            ).fetchone()
-            if row is not None:
-                if row[0] != text:
-                    raise LocalLedgerError(
-                        f"job {job_id!r} round {round} attempt {attempt} is already recorded "
-                        "with different events"
-                    )
-                if row[1] != sent_sha256:
-                    raise LocalLedgerError(
-                        f"job {job_id!r} round {round} attempt {attempt} is already recorded "
-                        "for another contribution: only the same bytes may be sent again "
-                        "under a recorded attempt"
-                    )
+            if _recorded(conn, key, text, unit, sent_sha256):
                 return False
             if delta is not None:
-                d = _check_delta(delta)
-                for limit, scope in ((max_epsilon_job, job_id), (max_epsilon_total, None)):
-                    if limit is None:
-                        continue
-                    eps = self._figure(scope, events, algorithm, d)
-                    if eps > limit:
-                        where = f"job {job_id!r}" if scope is not None else "all jobs"
-                        raise LocalBudgetExceeded(
-                            f"recording round {round} would bring ε on {where} to {eps:.4g} > "
-                            f"{limit:g} at δ = {d:g}"
-                        )
-            conn.execute(
-                "INSERT INTO charges (job_id, round, attempt, algorithm, coordinator, "
-                "events_json, curve, recorded_at, session_id, sent_sha256) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    *key,
-                    algorithm,
-                    coordinator,
-                    text,
-                    curve.astype("<f8").tobytes(),
-                    time.time(),
-                    session_id,
-                    sent_sha256,
-                ),
-            )
+                self._check_budgets(key, events, algorithm, unit, limits, _check_delta(delta))
+            row = (*key, algorithm, coordinator, text, curve.astype("<f8").tobytes(), time.time())
+            conn.execute(_INSERT, (*row, session_id, sent_sha256, unit))
         return True
+
+    def _check_budgets(
+        self,
+        key: tuple[str, int, str],
+        events: Sequence[DpEvent],
+        algorithm: str,
+        unit: str,
+        limits: tuple[float | None, float | None],
+        delta: float,
+    ) -> None:
+        """Refuse a record whose events would bring ε at ``delta`` over a limit (of the job,
+        of all jobs); run inside the write transaction."""
+        job_id, round_, _ = key
+        for limit, scope in zip(limits, (job_id, None), strict=True):
+            if limit is None:
+                continue
+            eps = self._figure(scope, events, algorithm, unit, delta)
+            if eps > limit:
+                where = f"job {job_id!r}" if scope is not None else "all jobs"
+                raise LocalBudgetExceeded(
+                    f"recording round {round_} would bring ε on {where} to {eps:.4g} > "
+                    f"{limit:g} at δ = {delta:g}"
+                )
 
     # -- reads ---------------------------------------------------------------------------------
 
-    def _rows(self, job_id: str | None, columns: str) -> list[tuple[Any, ...]]:
+    def _rows(
+        self, job_id: str | None, columns: str, tail: str = " ORDER BY id"
+    ) -> list[tuple[Any, ...]]:
         query = f"SELECT {columns} FROM charges"
         args: tuple[str, ...] = ()
         if job_id is not None:
             query, args = query + " WHERE job_id = ?", (job_id,)
         with self._lock:
-            return self._conn.execute(query + " ORDER BY id", args).fetchall()
+            return self._conn.execute(query + tail, args).fetchall()
 
     def entries(self, *, job_id: str | None = None) -> list[LedgerEntry]:
         """The recorded rounds, oldest first (one job's, or all)."""
@@ -342,15 +346,13 @@ class LocalLedger:
         for row in self._rows(
             job_id,
             "job_id, round, attempt, algorithm, coordinator, events_json, recorded_at, "
-            "session_id, sent_sha256",
+            "session_id, sent_sha256, unit",
         ):
             try:
                 events = tuple(event_from_json(e) for e in json.loads(row[5]))
             except (ValueError, AccountingError) as exc:
                 raise LocalLedgerError(f"corrupt record {row[:3]}: {exc}") from exc
-            out.append(
-                LedgerEntry(row[0], row[1], row[2], row[3], row[4], events, row[6], row[7], row[8])
-            )
+            out.append(LedgerEntry(row[0], row[1], row[2], row[3], row[4], events, *row[6:]))
         return out
 
     def jobs(self) -> list[str]:
@@ -372,28 +374,28 @@ class LocalLedger:
     def _history(self, job_id: str | None, algorithm_of_job: bool) -> EventMultiset:
         """The recorded events (one job's, or all) as a multiset; ``algorithm_of_job``: one
         job's events share one relation (its algorithm's), so they are tagged alike."""
-        query = "SELECT algorithm, events_json, COUNT(*) FROM charges"
-        args: tuple[str, ...] = ()
-        if job_id is not None:
-            query, args = query + " WHERE job_id = ?", (job_id,)
-        with self._lock:
-            rows = self._conn.execute(query + " GROUP BY algorithm, events_json", args).fetchall()
-        groups = []
-        for algorithm, text, count in rows:
+        columns, groups = "algorithm, unit, events_json, COUNT(*)", []
+        for algorithm, unit, text, count in self._rows(job_id, columns, " GROUP BY 1, 2, 3"):
             try:
                 events = [event_from_json(e) for e in json.loads(text)]
             except (ValueError, AccountingError) as exc:
                 raise LocalLedgerError(f"a corrupt record of job {job_id!r}: {exc}") from exc
-            groups += [(_tag(e, algorithm, algorithm_of_job), count) for e in events]
+            groups += [(_tag(e, algorithm, unit, algorithm_of_job), count) for e in events]
         return EventMultiset.of(groups)
 
     def _figure(
-        self, job_id: str | None, extra: Sequence[DpEvent], algorithm: str, delta: float
+        self,
+        job_id: str | None,
+        extra: Sequence[DpEvent],
+        algorithm: str,
+        unit: str,
+        delta: float,
     ) -> float:
-        """ε at ``delta`` of the recorded events (one job's, or all) with ``extra`` added."""
+        """ε at ``delta`` of the recorded events (one job's, or all) with ``extra`` (of a job of
+        ``algorithm`` and ``unit``) added."""
         history = self._history(job_id, job_id is not None)
         for e in extra:
-            history = history.plus(*_tag(guaranteed_event(e), algorithm, job_id is not None))
+            history = history.plus(*_tag(guaranteed_event(e), algorithm, unit, job_id is not None))
         try:
             return history_figure(history, delta).epsilon
         except AccountingError as exc:
@@ -401,20 +403,27 @@ class LocalLedger:
 
     def epsilon(self, *, delta: float, job_id: str | None = None) -> float:
         """ε spent at ``delta``, in total or on one job (0 when nothing is recorded)."""
-        return self._figure(job_id, (), "", _check_delta(delta))
+        return self._figure(job_id, (), "", "", _check_delta(delta))
 
     def epsilon_with(
-        self, events: Sequence[DpEvent], *, job_id: str, delta: float, algorithm: str = ""
+        self,
+        events: Sequence[DpEvent],
+        *,
+        job_id: str,
+        delta: float,
+        algorithm: str = "",
+        unit: str = "",
     ) -> tuple[float, float]:
-        """``(ε of job_id, ε in total)`` at ``delta`` if ``events`` (of a job of ``algorithm``)
-        were recorded too.
+        """``(ε of job_id, ε in total)`` at ``delta`` if ``events`` (of a job of ``algorithm``
+        protecting ``unit``, as :meth:`record` takes them) were recorded too.
 
         Raises:
-            LocalLedgerError: events that cannot be accounted.
+            LocalLedgerError: events that cannot be accounted, or a bad unit.
         """
         _canonical(events)
-        d = _check_delta(delta)
-        return self._figure(job_id, events, algorithm, d), self._figure(None, events, algorithm, d)
+        d, u = _check_delta(delta), _check_unit(unit)
+        job = self._figure(job_id, events, algorithm, u, d)
+        return job, self._figure(None, events, algorithm, u, d)
 
     def spent(self, *, delta: float) -> Spent:
         """ε at ``delta`` in total and per job."""
@@ -446,8 +455,31 @@ class LocalLedger:
                 )
 
 
-def _tag(event: DpEvent, algorithm: str, one_job: bool) -> tuple[str, str]:
+def _recorded(
+    conn: sqlite3.Connection, key: tuple[str, int, str], text: str, unit: str, sent_sha256: str
+) -> bool:
+    """Whether ``key`` already holds this record (a resend); a conflicting one raises."""
+    row = conn.execute(
+        "SELECT events_json, unit, sent_sha256 FROM charges "
+        "WHERE job_id = ? AND round = ? AND attempt = ?",
+        key,
+    ).fetchone()
+    if row is None:
+        return False
+    where = f"job {key[0]!r} round {key[1]} attempt {key[2]} is already recorded"
+    if tuple(row[:2]) != (text, unit):
+        raise LocalLedgerError(f"{where} with different events or unit")
+    if row[2] != sent_sha256:
+        raise LocalLedgerError(
+            f"{where} for another contribution: only the same bytes may be sent again under a "
+            "recorded attempt"
+        )
+    return True
+
+
+def _tag(event: DpEvent, algorithm: str, unit: str, one_job: bool) -> tuple[str, str]:
     """(relation class, canonical JSON) of a recorded event: its relation
-    (:func:`dpfl.accounting.relations.relation_class`), or :data:`ONE_JOB` within one job."""
-    relation = ONE_JOB if one_job else relation_class(event, algorithm)
+    (:func:`dpfl.accounting.relations.relation_class`, from its algorithm and unit; a row without
+    a unit states none), or :data:`ONE_JOB` within one job."""
+    relation = ONE_JOB if one_job else relation_class(event, algorithm, unit or None)
     return relation, canonical_event(event)

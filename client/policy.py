@@ -172,6 +172,7 @@ class Policy(BaseModel):
         secure_aggregation: bool = True,
         honest_fraction: float = 1.0,
         approximate: bool = False,
+        unit: str = "",
     ) -> Decision:
         """Accept or decline one round.
 
@@ -187,6 +188,7 @@ class Policy(BaseModel):
             honest_fraction: the t the coordinator's noise split assumes.
             approximate: the events are approximate (Gaussian noise in the ring): declined
                 unless ``allow_approximate``.
+            unit: the task's privacy unit (the relation of votes, in the ledger's total).
 
         Returns:
             The :class:`Decision`; ``rule`` names the rule that declined (``""`` on accept).
@@ -219,7 +221,7 @@ class Policy(BaseModel):
                 raise PolicyError("no privacy events claimed")
             z = min(noise_multiplier(e) for e in events)
             job_eps, total_eps = ledger.epsilon_with(
-                events, job_id=job_id, delta=self.delta, algorithm=algorithm
+                events, job_id=job_id, delta=self.delta, algorithm=algorithm, unit=unit
             )
         except (PolicyError, LocalLedgerError) as exc:
             return _no("events", f"cannot account for the claimed events: {exc}")
@@ -263,6 +265,7 @@ class Policy(BaseModel):
         events: Sequence[DpEvent],
         algorithm: str = "",
         coordinator: str = "",
+        unit: str = "",
     ) -> bool:
         """Record ``events`` in ``ledger``, re-checking this policy's budgets in the same
         transaction (call it right before sending the masked input).
@@ -281,6 +284,7 @@ class Policy(BaseModel):
             events=events,
             algorithm=algorithm,
             coordinator=coordinator,
+            unit=unit,
             max_epsilon_job=self.max_epsilon_per_job,
             max_epsilon_total=self.max_epsilon_total,
             delta=self.delta,

@@ -210,6 +210,10 @@ def test_agent_level_skellam_votes_report_the_jobs_pld_figure(tmp_path: Path) ->
             assert budget.epsilon == pytest.approx(spent.epsilon)
             assert budget.rdp_epsilon == pytest.approx(spent.rdp_epsilon)
             assert budget.rdp_epsilon > 4.0
+            # the agent recorded the task's unit: its own figure is the same tight one
+            assert agent.ledger.epsilon(delta=job.privacy.delta) == pytest.approx(
+                budget.epsilon, rel=1e-9
+            )
         assert charged >= AGENTS // 2
         _check_ledger(job, sim, store, result)
 

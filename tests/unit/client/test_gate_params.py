@@ -63,6 +63,13 @@ def test_the_task_params_reach_the_policy(gate: LocalGate) -> None:
     assert "allow_approximate" in approximate.reason
 
 
+def test_the_charge_records_the_tasks_unit(gate: LocalGate) -> None:
+    review = _review()
+    gate.charge(review, attempt="a1", session_id=b"\x5e" * 32, sent_sha256=b"\xab" * 32)
+    (entry,) = gate.ledger.entries()
+    assert entry.unit == review.task.unit == JOB.privacy.unit == "agent"
+
+
 @pytest.mark.parametrize(
     ("key", "value"),
     [

@@ -26,6 +26,9 @@ from dpfl.learning.algorithms.registry import algorithm_names
 SKELLAM = SkellamEvent(
     mu=(2.0 * 1024.6) ** 2 / 2, l1_sensitivity=26121.9, l2_sensitivity=1024.6, dimension=650
 )
+#: A PATE-FL round of agent-level one-hot Skellam votes (σ = 3, 20 queries): its level is not in
+#: the event, only in the task's unit.
+SKELLAM_VOTES = SelfComposedEvent(SkellamEvent((3.0 * 1024) ** 2 / 2, 1024.0, 1024.0, 1), 20)
 
 
 @pytest.fixture
@@ -229,6 +232,46 @@ def test_budgets_count_the_local_ledger_across_jobs(ledger: LocalLedger) -> None
     # the figure is the tight one: more rounds than the RDP sum allows
     rdp = epsilon_from_rdp(round_ * rdp_curve(SKELLAM), delta=1e-5)[0]
     assert ledger.epsilon(delta=1e-5, job_id="job-1") < rdp
+
+
+def test_the_budgets_see_votes_composed_with_other_jobs_at_the_tasks_unit(
+    ledger: LocalLedger,
+) -> None:
+    """Told the task's unit, the policy's total composes agent-level votes with the agent's
+    DP-FedAvg job on the PLD; without it, through the looser replace-one conversion, so a total
+    budget between the two figures admits the round only with the unit."""
+    loose_policy = Policy(max_epsilon_per_job=30.0, max_epsilon_total=30.0)
+    assert loose_policy.charge(
+        ledger,
+        job_id="avg",
+        round=1,
+        attempt=0,
+        events=[SKELLAM],
+        algorithm="dp-fedavg",
+        unit="agent",
+    )
+    votes: dict[str, object] = {"algorithm": "pate-fl", "job_id": "pate", "events": [SKELLAM_VOTES]}
+    tight = _decide(loose_policy, ledger, **votes, unit="agent")
+    unstated = _decide(loose_policy, ledger, **votes)
+    assert tight
+    assert unstated
+    assert tight.epsilon_total is not None
+    assert unstated.epsilon_total is not None
+    assert tight.epsilon_total < 0.5 * unstated.epsilon_total
+    limit = (tight.epsilon_total + unstated.epsilon_total) / 2
+    policy = Policy(max_epsilon_per_job=limit, max_epsilon_total=limit)
+    assert _decide(policy, ledger, **votes, unit="agent")
+    assert _decide(policy, ledger, **votes).rule == "max_epsilon_total"
+    charge = {"job_id": "pate", "round": 1, "attempt": 0, "events": [SKELLAM_VOTES]}
+    with pytest.raises(LocalBudgetExceeded, match="all jobs"):
+        policy.charge(ledger, **charge, algorithm="pate-fl")  # type: ignore[arg-type]
+    assert policy.charge(ledger, **charge, algorithm="pate-fl", unit="agent")  # type: ignore[arg-type]
+    assert ledger.epsilon(delta=1e-5) == pytest.approx(tight.epsilon_total, rel=1e-12)
+    assert [e.unit for e in ledger.entries()] == ["agent", "agent"]
+    # a unit the ledger does not know is a decline naming it, never an exception
+    odd = _decide(loose_policy, ledger, **votes, unit="client")
+    assert odd.rule == "events"
+    assert "unit must be" in odd.reason
 
 
 def test_policy_and_ledger_stay_light() -> None:
