@@ -489,7 +489,7 @@ def calibrate_or_check(
 
 def calibrate(
     make_event: Callable[[float], DpEvent], privacy: PrivacySpec
-) -> tuple[float, dict[str, Any]]:
+) -> tuple[float, dict[str, object]]:
     """:func:`calibrate_or_check` with the job's own noise multiplier, target ε and δ."""
     return calibrate_or_check(
         make_event,
