@@ -28,7 +28,7 @@ from dpfl.client.gate import LocalGate
 from dpfl.client.local_ledger import LocalLedger
 from dpfl.client.policy import Policy
 from dpfl.client.progress import AgentEvent, EventKind, Observer, null_observer
-from dpfl.client.state import StateDir
+from dpfl.client.state import Credentials, StateDir
 from dpfl.client.task import TaskLoop
 from dpfl.client.transport import Backoff, GrpcTransport
 from dpfl.cmdline import version
@@ -212,13 +212,21 @@ async def run_agent(
                     observer=observe,
                     executor=TrainingExecutor(),
                 )
-                runner = ConnectionRunner(
-                    connector=transport.connector(
-                        agent_id=creds.agent_id, credential=creds.credential
-                    ),
-                    loop=loop,
-                    backoff=options.backoff,
-                    observer=observe,
-                    agent_version=version(),
-                )
-                await runner.run(stop=stop)
+                await _runner(transport, creds, loop, options.backoff, observe).run(stop=stop)
+
+
+def _runner(
+    transport: GrpcTransport,
+    creds: Credentials,
+    loop: TaskLoop,
+    backoff: Backoff,
+    observe: Observer,
+) -> ConnectionRunner:
+    """The connection that carries ``loop``'s tasks, reconnecting with ``backoff``."""
+    return ConnectionRunner(
+        connector=transport.connector(agent_id=creds.agent_id, credential=creds.credential),
+        loop=loop,
+        backoff=backoff,
+        observer=observe,
+        agent_version=version(),
+    )

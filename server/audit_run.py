@@ -76,6 +76,13 @@ def record_audited_run(store: Store, job: JobSpec, report: AuditReport) -> Recor
     finished = store.set_job_status(stored.id, JobStatus.COMPLETED)
     ledger = store.job_epsilons(stored.id)
     upper = max((ledger.get(ident(u), 0.0) for u in trace.units), default=0.0)
+    figures = _figures(report, epsilon_upper=upper)
+    return RecordedAudit(finished, store.add_privacy_audit(stored.id, figures))
+
+
+def _figures(report: AuditReport, *, epsilon_upper: float) -> PrivacyAuditFigures:
+    """The audit as stored: the report's figures with the ledger's ε as the upper bound, and the
+    run's own upper bound kept among the details."""
     details: JsonObject = {
         "job": report.job,
         "algorithm": report.algorithm,
@@ -87,7 +94,7 @@ def record_audited_run(store: Store, job: JobSpec, report: AuditReport) -> Recor
         "gdp_guesses": report.gdp_guesses,
         "gdp_correct": report.gdp_correct,
     }
-    figures = PrivacyAuditFigures(
+    return PrivacyAuditFigures(
         mode=report.mode,
         unit=report.unit,
         relation=report.relation,
@@ -97,9 +104,8 @@ def record_audited_run(store: Store, job: JobSpec, report: AuditReport) -> Recor
         confidence=report.confidence,
         delta=report.delta,
         epsilon_lower=report.epsilon_lower,
-        epsilon_upper=upper,
+        epsilon_upper=epsilon_upper,
         mu_lower=report.mu_lower,
         epsilon_lower_gdp=report.epsilon_lower_gdp,
         details=details,
     )
-    return RecordedAudit(finished, store.add_privacy_audit(stored.id, figures))

@@ -469,6 +469,50 @@ async def _await_opening(inbound: AsyncIterator[Inbound], timeout: float) -> Non
             await anext(inbound)
 
 
+async def _opening_hello(
+    inbound: AsyncIterator[Inbound], timeout: float, agent_id: str
+) -> pb.Hello:
+    """The stream's opening ``Hello``, which names no other agent (errors: :func:`serve_stream`)."""
+    try:
+        async with asyncio.timeout(timeout):
+            first = await anext(inbound)
+    except StopAsyncIteration:
+        raise MalformedMessage("the stream closed before its Hello") from None
+    except TimeoutError:
+        raise MalformedMessage(f"no Hello within {timeout:g} s") from None
+    if isinstance(first, RoundMessageError):
+        raise first
+    if isinstance(first, Received):
+        first = first.message
+    if first.WhichOneof("body") != "hello":
+        raise MalformedMessage("the first message of a Connect stream must be a Hello")
+    if first.hello.agent_id and first.hello.agent_id != agent_id:
+        raise InvalidCredential("the Hello names another agent than the credential")
+    return first.hello
+
+
+async def _route_inbound(
+    registry: SessionRegistry, session: Session, inbound: AsyncIterator[Inbound]
+) -> None:
+    """Dispatch the agent's messages to the registry until its stream ends, then close it."""
+    try:
+        async for item in inbound:
+            if isinstance(item, RoundMessageError):
+                session.send(agent_protocol.error_message(item))
+                continue
+            if isinstance(item, Received):
+                reply = registry.dispatch(session, item.message, item.size)
+            else:
+                reply = registry.dispatch(session, item)
+            if reply is not None:
+                session.send(reply)
+    except Exception as exc:  # a broken transport ends the stream like a close
+        if not session.closed.is_set():  # else the coordinator ended it, and said why
+            _log.info("agent %s: stream broken (%s: %s)", session.agent_id, type(exc).__name__, exc)
+    finally:
+        registry.close(session, "the agent's stream ended")
+
+
 async def serve_stream(
     *,
     store: Store,
@@ -510,48 +554,16 @@ async def serve_stream(
     except Exception:
         await _await_opening(inbound, min(hello_timeout, REFUSAL_GRACE_S))
         raise
-    try:
-        async with asyncio.timeout(hello_timeout):
-            first = await anext(inbound)
-    except StopAsyncIteration:
-        raise MalformedMessage("the stream closed before its Hello") from None
-    except TimeoutError:
-        raise MalformedMessage(f"no Hello within {hello_timeout:g} s") from None
-    if isinstance(first, RoundMessageError):
-        raise first
-    if isinstance(first, Received):
-        first = first.message
-    if first.WhichOneof("body") != "hello":
-        raise MalformedMessage("the first message of a Connect stream must be a Hello")
-    if first.hello.agent_id and first.hello.agent_id != agent.id:
-        raise InvalidCredential("the Hello names another agent than the credential")
-    session = registry.open(agent.id, first.hello)
+    session = registry.open(agent.id, await _opening_hello(inbound, hello_timeout, agent.id))
     session.certificate_serial = certificate_serial
     session.agent = agent
     session.credential_digest = hashlib.sha256(
         agent_protocol.credentials(metadata)[1].encode()
     ).digest()
     session.on_overflow = on_overflow
-
-    async def read() -> None:
-        try:
-            async for item in inbound:
-                if isinstance(item, RoundMessageError):
-                    session.send(agent_protocol.error_message(item))
-                    continue
-                if isinstance(item, Received):
-                    reply = registry.dispatch(session, item.message, item.size)
-                else:
-                    reply = registry.dispatch(session, item)
-                if reply is not None:
-                    session.send(reply)
-        except Exception as exc:  # a broken transport ends the stream like a close
-            if not session.closed.is_set():  # else the coordinator ended it, and said why
-                _log.info("agent %s: stream broken (%s: %s)", agent.id, type(exc).__name__, exc)
-        finally:
-            registry.close(session, "the agent's stream ended")
-
-    reader = asyncio.create_task(read(), name=f"dpfl-read-{agent.id}")
+    reader = asyncio.create_task(
+        _route_inbound(registry, session, inbound), name=f"dpfl-read-{agent.id}"
+    )
     try:
         async for message in session.messages():
             yield message

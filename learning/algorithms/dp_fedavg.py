@@ -658,12 +658,7 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
                 event = details(z).round_event(population)
                 return event if spec.rounds == 1 else SelfComposedEvent(event, spec.rounds)
 
-            z, record = common.calibrate_or_check(
-                job_event,
-                given=privacy.noise_multiplier,
-                target_epsilon=privacy.target_epsilon,
-                delta=privacy.delta,
-            )
+            z, record = common.calibrate(job_event, privacy)
             if adaptive is None or weight is None:
                 return JobPlan(z, record, population, details(z))
             adaptive_plan = AdaptiveClippingPlan(

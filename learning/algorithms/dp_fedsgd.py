@@ -558,12 +558,7 @@ class DpFedSgd(ModelUpdateAlgorithm[DpFedSgdJob, DpFedSgdPlan, DpFedSgdTask]):
                 per_round = SelfComposedEvent(step, p.local_steps)
                 return per_round if spec.rounds == 1 else SelfComposedEvent(per_round, spec.rounds)
 
-            z, record = common.calibrate_or_check(
-                job_event,
-                given=privacy.noise_multiplier,
-                target_epsilon=privacy.target_epsilon,
-                delta=privacy.delta,
-            )
+            z, record = common.calibrate(job_event, privacy)
             total = noise_total(privacy.noise, z, l2)
             record["expected_batch_size_rule"] = (
                 "given"

@@ -164,6 +164,15 @@ def _release_event(noise: str, sigma: float, s: float, bits: int, width: int) ->
     return GaussianEvent(sigma=std, sensitivity=l2)
 
 
+def _simple_bound(sigma: float, count: int, delta: float) -> dict[str, float | str]:
+    """The paper's classical bound over the job's ``count`` releases, for comparison only."""
+    return {
+        "epsilon": simple_gaussian_epsilon(noise_multiplier=sigma, compositions=count, delta=delta),
+        "note": "DP-Helmet's classical bound sqrt(2 ln(1.25 K/delta)) K/sigma over the "
+        "job's releases, reported only; the ledger charges their RDP composition",
+    }
+
+
 class DpHelmetCoordinator(ModelUpdateCoordinator[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
     """DP-Helmet's coordinator side: one round, the averaged models."""
 
@@ -400,21 +409,10 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
                     _release_event(privacy.noise, sigma, s, bits, release_width), count
                 )
 
-            sigma, record = common.calibrate_or_check(
-                job_event,
-                given=privacy.noise_multiplier,
-                target_epsilon=privacy.target_epsilon,
-                delta=privacy.delta,
-            )
+            sigma, record = common.calibrate(job_event, privacy)
             std = sigma * math.ldexp(s, bits)
             l1, l2 = release_sensitivities(s=s, scale_bits=bits, width=release_width)
-            record["simple_bound"] = {
-                "epsilon": simple_gaussian_epsilon(
-                    noise_multiplier=sigma, compositions=count, delta=privacy.delta
-                ),
-                "note": "DP-Helmet's classical bound sqrt(2 ln(1.25 K/delta)) K/sigma over the "
-                "job's releases, reported only; the ledger charges their RDP composition",
-            }
+            record["simple_bound"] = _simple_bound(sigma, count, privacy.delta)
             details = DpHelmetPlan(
                 num_classes=classes,
                 features=features,

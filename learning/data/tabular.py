@@ -166,11 +166,12 @@ def _is_number(cell: str) -> bool:
         return False
 
 
-def load_csv(spec: Spec, data_dir: Path | str | None) -> Dataset:
-    """``csv:PATH``: one record per row, numeric features, label column by name or last."""
-    del data_dir
-    spec.check_options((*_COMMON_OPTIONS, "label", "header"), error=DatasetError)
-    path = _file(spec)
+def _csv_rows(spec: Spec, path: Path) -> list[tuple[int, list[str]]]:
+    """The file's non-blank rows with their line numbers, cells stripped, all of one width ≥ 2.
+
+    Raises:
+        DatasetError: unreadable, empty, or ragged.
+    """
     try:
         with path.open(newline="", encoding="utf-8") as handle:
             rows = [
@@ -190,6 +191,16 @@ def load_csv(spec: Spec, data_dir: Path | str | None) -> Dataset:
             raise DatasetError(
                 f"{spec}: {path} line {number} has {len(row)} cells, expected {width}"
             )
+    return rows
+
+
+def load_csv(spec: Spec, data_dir: Path | str | None) -> Dataset:
+    """``csv:PATH``: one record per row, numeric features, label column by name or last."""
+    del data_dir
+    spec.check_options((*_COMMON_OPTIONS, "label", "header"), error=DatasetError)
+    path = _file(spec)
+    rows = _csv_rows(spec, path)
+    width = len(rows[0][1])
     header = spec.bool_option("header", error=DatasetError)
     if header is None:
         first = rows[0][1]

@@ -138,6 +138,14 @@ def create_app(
     app.state.grpc_port = grpc_port
     app.state.dashboard_sessions = DashboardSessions(settings.admin_token.get_secret_value())
     install_error_handlers(app)
+    _mount_routes(app)
+    app.add_middleware(_SecurityHeaders)
+    return app
+
+
+def _mount_routes(app: FastAPI) -> None:
+    """The REST routes under :data:`API_PREFIX`, the health probe, the dashboard and its
+    static files."""
     api = APIRouter(prefix=API_PREFIX)
     for module in (clients, job_routes, rounds, models, agent_routes, privacy_audits):
         api.include_router(module.router)
@@ -147,5 +155,3 @@ def create_app(
     app.include_router(health.router)
     app.include_router(dashboard.router)
     app.mount("/static", StaticFiles(directory=dashboard.STATIC_DIR), name="static")
-    app.add_middleware(_SecurityHeaders)
-    return app

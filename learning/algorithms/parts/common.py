@@ -36,7 +36,7 @@ from dpfl.learning.algorithms.base import (
     TaskParams,
 )
 from dpfl.learning.errors import LearningError
-from dpfl.learning.jobs import JobSpec
+from dpfl.learning.jobs import JobSpec, PrivacySpec
 from dpfl.mechanisms.encoding import DEFAULT_ROUNDING_BETA, EncodingConfig
 from dpfl.mechanisms.noise import NoiseKind, NoiseSpec
 from dpfl.secagg.errors import ParameterError
@@ -46,6 +46,7 @@ __all__ = [
     "NOISE_KINDS",
     "Counts",
     "build_model",
+    "calibrate",
     "calibrate_or_check",
     "check_noise",
     "check_sensitivities",
@@ -484,6 +485,18 @@ def calibrate_or_check(
         "event": event_to_json(event),
     }
     return z, record
+
+
+def calibrate(
+    make_event: Callable[[float], DpEvent], privacy: PrivacySpec
+) -> tuple[float, dict[str, object]]:
+    """:func:`calibrate_or_check` with the job's own noise multiplier, target ε and δ."""
+    return calibrate_or_check(
+        make_event,
+        given=privacy.noise_multiplier,
+        target_epsilon=privacy.target_epsilon,
+        delta=privacy.delta,
+    )
 
 
 def strip_client_sampling(event: DpEvent) -> DpEvent:
