@@ -216,13 +216,18 @@ class Policy(BaseModel):
             )
         if approximate and not self.allow_approximate:
             return _no("allow_approximate", APPROXIMATE_REASON)
-        return self._decide_cost(algorithm, job_id, events, ledger)
+        return self._decide_cost(algorithm, job_id, events, ledger, unit)
 
     def _decide_cost(
-        self, algorithm: str, job_id: str, events: Sequence[DpEvent], ledger: LocalLedger
+        self,
+        algorithm: str,
+        job_id: str,
+        events: Sequence[DpEvent],
+        ledger: LocalLedger,
+        unit: str,
     ) -> Decision:
-        """The claimed events' noise multiplier and the ε they leave in ``ledger``, against this
-        policy's floor and budgets."""
+        """The claimed events' noise multiplier and the ε they leave in ``ledger`` (recorded at
+        the task's ``unit``), against this policy's floor and budgets."""
         try:
             if not events:
                 raise PolicyError("no privacy events claimed")
