@@ -1,6 +1,7 @@
 """``benchmarks/budget_spent.py`` on two cheap utility rows (PATE-FL at agent level, DP-Helmet at
 record level): one JSON line per row with the documented fields, the tight figure never above
-RDP, and the PATE-FL client's charge recomputed from its events with ``dpfl.accounting``."""
+RDP, the PATE-FL client's charge recomputed from its events with ``dpfl.accounting``, and
+docs/accounting.md's lines for both rows what the script prints."""
 
 from __future__ import annotations
 
@@ -141,3 +142,14 @@ def test_the_pate_client_charge_is_recomputed_from_its_events(
     # the ledger's 2 rounds of 50 are the 100 releases the calibration composed
     assert pate["tight_epsilon"] == pytest.approx(report.epsilon, rel=1e-9)
     assert pate["calibrated_epsilon"] == pytest.approx(report.epsilon, rel=1e-9)
+
+
+def test_the_docs_table_lists_these_rows_as_the_script_prints_them(
+    lines: tuple[list[Line], Path],
+) -> None:
+    _, table = lines
+    written = table.read_text(encoding="utf-8").splitlines()
+    docs = (ROOT / "docs" / "accounting.md").read_text(encoding="utf-8").splitlines()
+    assert len(written) == 2 + len(ROWS)
+    for line in written:
+        assert line in docs, line
