@@ -83,6 +83,7 @@ class Orchestrator(StoreJobControl):
             enforce_budgets=enforce_budgets,
             data_dependent_budget=settings.budget_data_dependent,
         )
+        self.algorithms: Callable[[str], Algorithm] = algorithms
         self.registry = registry
         self.max_attempts = max_attempts
         self.retry_delay = retry_delay
