@@ -12,11 +12,11 @@ from datetime import datetime
 from typing import Annotated
 
 import anyio.to_thread
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dpfl.server.agents_control import AgentControl
-from dpfl.server.api.deps import AdminDep, ClientId, StoreDep
+from dpfl.server.api.deps import AdminDep, ClientId, StoreDep, app_state
 from dpfl.server.api.routes import error_responses
 from dpfl.server.store import Agent, AgentStatus
 from dpfl.server.store.core import MAX_REASON, text_problem
@@ -78,12 +78,7 @@ class StatusChange(BaseModel):
         return value
 
 
-def get_agents(request: Request) -> AgentControl:
-    agents: AgentControl = request.app.state.agents
-    return agents
-
-
-AgentsDep = Annotated[AgentControl, Depends(get_agents)]
+AgentsDep = Annotated[AgentControl, app_state("agents")]
 
 
 def _public(agent: Agent, control: AgentControl) -> AgentPublic:
