@@ -12,7 +12,7 @@ two numbers side by side are about the same run and the same δ.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from dpfl.learning.audit import AuditReport
 from dpfl.learning.jobs import JobSpec
@@ -87,19 +87,11 @@ def record_audited_run(store: Store, job: JobSpec, report: AuditReport) -> Recor
         "gdp_guesses": report.gdp_guesses,
         "gdp_correct": report.gdp_correct,
     }
-    figures = PrivacyAuditFigures(
-        mode=report.mode,
-        unit=report.unit,
-        relation=report.relation,
-        canaries=report.canaries,
-        guesses=report.guesses,
-        correct=report.correct,
-        confidence=report.confidence,
-        delta=report.delta,
-        epsilon_lower=report.epsilon_lower,
-        epsilon_upper=upper,
-        mu_lower=report.mu_lower,
-        epsilon_lower_gdp=report.epsilon_lower_gdp,
-        details=details,
-    )
+    # every other figure is the report's own, under the same name
+    measured = {
+        f.name: getattr(report, f.name)
+        for f in fields(PrivacyAuditFigures)
+        if f.name not in ("epsilon_upper", "details")
+    }
+    figures = PrivacyAuditFigures(**measured, epsilon_upper=upper, details=details)
     return RecordedAudit(finished, store.add_privacy_audit(stored.id, figures))
