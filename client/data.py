@@ -43,7 +43,6 @@ _INT_KEYS = (
     "public_count",
     "public_seed",
 )
-_FLOAT_KEYS = ("alpha", "public_fraction")
 _ORDER = (
     "index",
     "agents",
@@ -244,15 +243,7 @@ def _parse_share(fragment: str, text: str) -> SimulatedShare:
                 raise DataSpecError(f"{where}: {key}= does not apply to partition={scheme}")
             partition[key] = parsed.pop(key)
     try:
-        return SimulatedShare(
-            index=parsed["index"],
-            agents=parsed["agents"],
-            partition=partition,
-            seed=parsed.get("seed", 0),
-            public_fraction=parsed.get("public_fraction", 0.0),
-            public_count=parsed.get("public_count"),
-            public_seed=parsed.get("public_seed"),
-        )
+        return SimulatedShare(partition=partition, **parsed)
     except DataSpecError as exc:
         raise DataSpecError(f"{where}: {exc}") from None
 

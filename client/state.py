@@ -18,7 +18,7 @@ import os
 import stat
 import tempfile
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -68,17 +68,7 @@ class Credentials:
             raise StateDirError("a credential must not be empty")
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "format": _FORMAT,
-            "version": _VERSION,
-            "agent_id": self.agent_id,
-            "credential": self.credential,
-            "api_token": self.api_token,
-            "coordinator": self.coordinator,
-            "coordinator_id": self.coordinator_id,
-            "name": self.name,
-            "enrolled_at": self.enrolled_at,
-        }
+        return {"format": _FORMAT, "version": _VERSION, **asdict(self)}
 
     @classmethod
     def from_json(cls, data: Any, *, source: str) -> Credentials:
@@ -98,15 +88,7 @@ class Credentials:
             if not isinstance(data.get(name), str):
                 raise StateDirError(f"{source}: field {name!r} is missing or not a string")
         try:
-            return cls(
-                agent_id=data["agent_id"],
-                credential=data["credential"],
-                api_token=data["api_token"],
-                coordinator=data["coordinator"],
-                coordinator_id=data["coordinator_id"],
-                name=data["name"],
-                enrolled_at=data["enrolled_at"],
-            )
+            return cls(**{f.name: data[f.name] for f in fields(cls)})
         except StateDirError as exc:
             raise StateDirError(f"{source}: {exc}") from None
 

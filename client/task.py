@@ -193,15 +193,7 @@ class _LinkSession:
 
     async def send(self, message: pb.AgentMessage) -> bool:
         """Send; False (and the session marked broken) when the link has ended."""
-        if self.broken:
-            return False
-        async with self._send_lock:
-            try:
-                await self.link.send(message)
-            except LinkClosedError:
-                self.broken = True
-                return False
-        return True
+        return await self.send_all((message,))
 
     async def send_all(self, messages: Sequence[pb.AgentMessage]) -> bool:
         """Send several messages back to back (the pieces of one masked input)."""

@@ -16,6 +16,7 @@ import contextlib
 import importlib
 import signal
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from importlib import metadata
 from typing import TypeAlias
 
@@ -24,26 +25,33 @@ from typing import TypeAlias
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
 
-def build_parser(
-    *, prog: str, description: str, package: str, modules: Sequence[str]
-) -> argparse.ArgumentParser:
-    """A parser for ``prog`` with one subcommand per module ``package.<module>``."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    parser.add_argument("--version", action="version", version=f"{prog} {version()}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in modules:
-        importlib.import_module(f"{package}.{name}").register(sub)
-    return parser
+@dataclass(frozen=True)
+class Command:
+    """A command ``prog`` with one subcommand per module ``package.<module>``, in the order
+    ``--help`` lists them."""
 
+    prog: str
+    description: str
+    package: str
+    modules: tuple[str, ...]
 
-def run(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> int:
-    """Parse ``argv`` and call the chosen subcommand; without one, print help and return 2."""
-    args = parser.parse_args(argv)
-    func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
-    if func is None:
-        parser.print_help()
-        return 2
-    return func(args)
+    def parser(self) -> argparse.ArgumentParser:
+        parser = argparse.ArgumentParser(prog=self.prog, description=self.description)
+        parser.add_argument("--version", action="version", version=f"{self.prog} {version()}")
+        sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+        for name in self.modules:
+            importlib.import_module(f"{self.package}.{name}").register(sub)
+        return parser
+
+    def main(self, argv: Sequence[str] | None = None) -> int:
+        """Parse ``argv`` and call the chosen subcommand; without one, print help and return 2."""
+        parser = self.parser()
+        args = parser.parse_args(argv)
+        func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
+        if func is None:
+            parser.print_help()
+            return 2
+        return func(args)
 
 
 def version() -> str:

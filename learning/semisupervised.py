@@ -260,13 +260,7 @@ def _best_of_restarts(
     assert best is not None
     fit, state, report = best
     model.load_state_dict(state)
-    return SemiSupervisedReport(
-        steps=report.steps,
-        mean_loss=report.mean_loss,
-        confident_fraction=report.confident_fraction,
-        labelled_fit=fit,
-        restarts=attempt,
-    )
+    return replace(report, labelled_fit=fit, restarts=attempt)
 
 
 def _train_once(
@@ -290,11 +284,7 @@ def _train_once(
         keep = confident >= recipe.threshold
         xr, yr = torch.cat([xt, pt[keep]]), torch.cat([yt, labels[keep]])
         report = _run(model, supervised, xr, yr, pt, generator, device)
-        report = SemiSupervisedReport(
-            steps=report.steps,
-            mean_loss=report.mean_loss,
-            confident_fraction=float(keep.float().mean()),
-        )
+        report = replace(report, confident_fraction=float(keep.float().mean()))
     return report
 
 

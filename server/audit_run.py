@@ -12,7 +12,7 @@ two numbers side by side are about the same run and the same δ.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from dpfl.learning.audit import AuditReport
 from dpfl.learning.jobs import JobSpec
@@ -94,18 +94,10 @@ def _figures(report: AuditReport, *, epsilon_upper: float) -> PrivacyAuditFigure
         "gdp_guesses": report.gdp_guesses,
         "gdp_correct": report.gdp_correct,
     }
-    return PrivacyAuditFigures(
-        mode=report.mode,
-        unit=report.unit,
-        relation=report.relation,
-        canaries=report.canaries,
-        guesses=report.guesses,
-        correct=report.correct,
-        confidence=report.confidence,
-        delta=report.delta,
-        epsilon_lower=report.epsilon_lower,
-        epsilon_upper=epsilon_upper,
-        mu_lower=report.mu_lower,
-        epsilon_lower_gdp=report.epsilon_lower_gdp,
-        details=details,
-    )
+    # every other figure is the report's own, under the same name
+    measured = {
+        f.name: getattr(report, f.name)
+        for f in fields(PrivacyAuditFigures)
+        if f.name not in ("epsilon_upper", "details")
+    }
+    return PrivacyAuditFigures(**measured, epsilon_upper=epsilon_upper, details=details)

@@ -125,26 +125,9 @@ def sign_agent_csr(ca: IssuedPair, csr_pem: bytes, *, days: int = 825) -> bytes:
             f"invalid agent name {name!r} in the CSR: use 1-63 letters, digits, '.', '_' or "
             "'-', starting with a letter or digit"
         )
-    ca_cert, ca_key = _ca_objects(ca)
-    builder = (
-        _base_builder(
-            subject=x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)]),
-            issuer=ca_cert.subject,
-            public_key=key,
-            days=days,
-        )
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(_key_usage(cert_sign=False), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .add_extension(
-            x509.SubjectAlternativeName([x509.DNSName(name.replace("_", "-").lower())]),
-            critical=False,
-        )
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
-        )
-    )
-    return _pem_cert(builder.sign(ca_key, hashes.SHA256()))
+    san: list[x509.GeneralName] = [x509.DNSName(name.replace("_", "-").lower())]
+    usage = ExtendedKeyUsageOID.CLIENT_AUTH
+    return _sign(ca, key, common_name=name, sans=san, usage=usage, days=days)
 
 
 def sign_agent_csr_file(
@@ -169,11 +152,7 @@ def sign_agent_csr_file(
     _refuse_overwrite([target], force)
     out.mkdir(parents=True, exist_ok=True)
     target.write_bytes(cert)
-    written = [target]
-    if (out / CA_CERT).resolve() != (ca_dir / CA_CERT).resolve():
-        (out / CA_CERT).write_bytes(ca.certificate)
-        written.append(out / CA_CERT)
-    return written
+    return _with_ca_copy([target], ca, ca_dir, out)
 
 
 def certificate_serial(pem: bytes) -> int:
@@ -300,10 +279,7 @@ def issue_server_files(
     pair = issue_server_certificate(ca, hostnames=hostnames)
     out.mkdir(parents=True, exist_ok=True)
     _write_pair(pair, *targets)
-    if (out / CA_CERT).resolve() != (ca_dir / CA_CERT).resolve():
-        (out / CA_CERT).write_bytes(ca.certificate)
-        targets.append(out / CA_CERT)
-    return targets
+    return _with_ca_copy(targets, ca, ca_dir, out)
 
 
 def issue_agent_files(
@@ -322,10 +298,7 @@ def issue_agent_files(
     pair = issue_agent_certificate(ca, name=name)
     out.mkdir(parents=True, exist_ok=True)
     _write_pair(pair, *targets)
-    if (out / CA_CERT).resolve() != (ca_dir / CA_CERT).resolve():
-        (out / CA_CERT).write_bytes(ca.certificate)
-        targets.append(out / CA_CERT)
-    return targets
+    return _with_ca_copy(targets, ca, ca_dir, out)
 
 
 def load_pair(cert_path: Path, key_path: Path) -> IssuedPair:
@@ -356,16 +329,25 @@ def _issue(
     usage: x509.ObjectIdentifier,
     days: int,
 ) -> IssuedPair:
-    ca_cert = x509.load_pem_x509_certificate(ca.certificate)
-    ca_key = serialization.load_pem_private_key(ca.private_key, password=None)
-    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
-        raise PkiError("the CA key must be an EC key")
     key = ec.generate_private_key(ec.SECP256R1())
+    cert = _sign(ca, key.public_key(), common_name=common_name, sans=sans, usage=usage, days=days)
+    return IssuedPair(cert, _pem_key(key))
+
+
+def _sign(
+    ca: IssuedPair,
+    public_key: ec.EllipticCurvePublicKey,
+    *,
+    common_name: str,
+    sans: list[x509.GeneralName],
+    usage: x509.ObjectIdentifier,
+    days: int,
+) -> bytes:
+    """A leaf certificate (PEM) of ``public_key``, signed by the CA."""
+    ca_cert, ca_key = _ca_objects(ca)
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
     builder = (
-        _base_builder(
-            subject=subject, issuer=ca_cert.subject, public_key=key.public_key(), days=days
-        )
+        _base_builder(subject=subject, issuer=ca_cert.subject, public_key=public_key, days=days)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(_key_usage(cert_sign=False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
@@ -374,7 +356,7 @@ def _issue(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
         )
     )
-    return IssuedPair(_pem_cert(builder.sign(ca_key, hashes.SHA256())), _pem_key(key))
+    return _pem_cert(builder.sign(ca_key, hashes.SHA256()))
 
 
 def _base_builder(
@@ -416,6 +398,14 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
+
+
+def _with_ca_copy(written: list[Path], ca: IssuedPair, ca_dir: Path, out: Path) -> list[Path]:
+    """``written`` and, when ``out`` is not the CA's folder, the copy of ``ca.pem`` made there."""
+    if (out / CA_CERT).resolve() == (ca_dir / CA_CERT).resolve():
+        return written
+    (out / CA_CERT).write_bytes(ca.certificate)
+    return [*written, out / CA_CERT]
 
 
 def _refuse_overwrite(paths: list[Path], force: bool) -> None:

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from dpfl.simulation.inproc import InProcessCoordinator
     from dpfl.simulation.ray_backend import ActorPlan, RayAgentPool, RayOptions
 
-__all__ = ["Backend", "CoordinatorOptions", "RemoteAgent", "Simulation", "Transport"]
+__all__ = ["Backend", "CoordinatorOptions", "RemoteAgent", "Simulation", "Transport", "check_run"]
 
 #: How the agents reach the coordinator: a loopback gRPC channel or in-process links.
 Transport = Literal["grpc", "inproc"]
@@ -70,7 +70,7 @@ class RemoteAgent:
     actor: int
 
 
-def _checked(transport: str, backend: str, *, agents: int, observed: bool) -> None:
+def check_run(transport: str, backend: str, *, agents: int, observed: bool) -> None:
     """Refuse a combination the federation cannot run (the message names it)."""
     if transport not in ("grpc", "inproc"):
         raise ValueError(f"transport must be 'grpc' or 'inproc', got {transport!r}")
@@ -132,7 +132,7 @@ class Simulation:
         backend: Backend = "local",
         ray: RayOptions | None = None,
     ) -> None:
-        _checked(transport, backend, agents=agents, observed=observer is not None)
+        check_run(transport, backend, agents=agents, observed=observer is not None)
         self.job = job
         self.num_agents = agents
         self.transport = transport

@@ -63,10 +63,6 @@ class RoundInvitations:
     excluded_over_budget: int
     abort_reason: str | None = None
 
-    def to_dict(self) -> dict[str, object]:
-        """Every field, in order (its mappings as dicts)."""
-        return asdict(self)
-
 
 @dataclass(frozen=True, slots=True)
 class Invitations:
@@ -84,10 +80,6 @@ class Invitations:
     declined_by_rule: Mapping[str, int] = field(default_factory=dict)
     example: Mapping[str, str] = field(default_factory=dict)
 
-    def to_dict(self) -> dict[str, object]:
-        """Every field, in order (its mappings as dicts)."""
-        return asdict(self)
-
 
 @dataclass(frozen=True, slots=True)
 class StopReason:
@@ -95,10 +87,6 @@ class StopReason:
 
     kind: StopKind
     message: str
-
-    def to_dict(self) -> dict[str, object]:
-        """Every field, in order (its mappings as dicts)."""
-        return asdict(self)
 
 
 def invitations_from_rounds(
@@ -225,9 +213,9 @@ class SimulationResult:
             "claimed_epsilon": self.claimed_epsilon,
             "claim": self.claim,
             "metrics": dict(self.metrics),
-            "invitations": self.invitations.to_dict(),
-            "per_round": [r.to_dict() for r in self.per_round],
-            "stop_reason": None if self.stop is None else self.stop.to_dict(),
+            "invitations": asdict(self.invitations),
+            "per_round": [asdict(r) for r in self.per_round],
+            "stop_reason": None if self.stop is None else asdict(self.stop),
         }
 
     def to_json(self) -> str:

@@ -18,7 +18,7 @@ from dpfl.learning.jobs import JobSpec, job_to_dict, load_job, parse_job
 from dpfl.simulation.clients import agent_policy as make_policy
 from dpfl.simulation.clients import client_budget, uniform_clients
 from dpfl.simulation.data_location import locate_job_data, using_data_dir
-from dpfl.simulation.federation import Simulation, Transport
+from dpfl.simulation.federation import Simulation, Transport, check_run
 from dpfl.simulation.plan import SimulationPlan
 from dpfl.simulation.result import SimulationResult
 
@@ -76,13 +76,6 @@ def simulate_job(job: JobSpec, *, agents: int, transport: Transport = "grpc") ->
     return run_plan(SimulationPlan(job, agents, transport))
 
 
-def _check(transport: str, agents: int) -> None:
-    if transport not in ("inproc", "grpc"):
-        raise ValueError(f"transport must be 'inproc' or 'grpc', got {transport!r}")
-    if agents < 1:
-        raise ValueError(f"agents must be >= 1, got {agents}")
-
-
 def simulate(
     job: JobLike,
     agents: int,
@@ -127,7 +120,7 @@ def simulate(
         ValueError: bad agents, transport, budget or policy (the message names it).
     """
     spec = resolve_job(job, seed=seed)
-    _check(transport, agents)
+    check_run(transport, "local", agents=agents, observed=False)
     budget = client_budget(spec, budget_epsilon, budget_delta)
     policy = make_policy(
         agent_policy,

@@ -404,32 +404,6 @@ def load_agent_dataset(
     """
     federation = _cached_federation(
         load_dataset(spec, data_dir=data_dir),
-        scheme,
-        num_agents,
-        seed,
-        public_fraction,
-        public_count,
-        public_seed,
-    )
-    return federation.agent_dataset(agent)
-
-
-@functools.lru_cache(maxsize=4)
-def _cached_federation(
-    dataset: Dataset,
-    scheme: PartitionScheme,
-    num_agents: int,
-    seed: int,
-    public_fraction: float,
-    public_count: int | None,
-    public_seed: int | None,
-) -> Federation:
-    """:func:`federate`, kept per process for the last few data sets: a simulation's agents
-    load their shares every round, and the partition is a pure function of these arguments
-    (a data set is keyed by identity, and :func:`load_dataset` hands out a new one when its
-    files change)."""
-    return federate(
-        dataset,
         scheme=scheme,
         num_agents=num_agents,
         seed=seed,
@@ -437,3 +411,10 @@ def _cached_federation(
         public_count=public_count,
         public_seed=public_seed,
     )
+    return federation.agent_dataset(agent)
+
+
+#: :func:`federate`, kept per process for the last few data sets: a simulation's agents load
+#: their shares every round, and the partition is a pure function of the arguments (a data set is
+#: keyed by identity, and :func:`load_dataset` hands out a new one when its files change).
+_cached_federation = functools.lru_cache(maxsize=4)(federate)

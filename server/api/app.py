@@ -10,7 +10,6 @@ them all).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from importlib import metadata
 
 from fastapi import APIRouter, FastAPI
 from fastapi.staticfiles import StaticFiles
@@ -18,6 +17,7 @@ from pydantic import JsonValue
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from dpfl.cmdline import version
 from dpfl.server.agents_control import AgentControl
 from dpfl.server.api.errors import install_error_handlers
 from dpfl.server.api.openapi import build_openapi
@@ -72,13 +72,6 @@ class _SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-def _version() -> str:
-    try:
-        return metadata.version("dpfl")
-    except metadata.PackageNotFoundError:  # a source tree that was never installed
-        return "0+unknown"
-
-
 class _CoordinatorApp(FastAPI):
     """FastAPI whose OpenAPI document also describes the job document (``build_openapi``)."""
 
@@ -123,7 +116,7 @@ def create_app(
         raise TypeError(f"jobs must implement JobControl (start, stop), got {type(jobs).__name__}")
     app = _CoordinatorApp(
         title="dpfl coordinator",
-        version=_version(),
+        version=version(),
         description=_DESCRIPTION,
         openapi_url=f"{API_PREFIX}/openapi.json",
         docs_url=None,  # FastAPI's pages load Swagger UI from a CDN: /api/docs serves it locally

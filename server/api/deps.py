@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -47,6 +47,7 @@ __all__ = [
     "PrincipalDep",
     "SettingsDep",
     "StoreDep",
+    "app_state",
 ]
 
 #: The store's identifier syntax (``dpfl.server.store.core``): malformed ids are 422, not lookups.
@@ -78,36 +79,20 @@ class Principal:
         return self.role in ("admin", "dashboard")
 
 
-def get_store(request: Request) -> Store:
-    store: Store = request.app.state.store
-    return store
+def app_state(name: str) -> Any:
+    """The dependency that reads ``app.state.<name>`` (what :func:`create_app` put there)."""
+
+    def read(request: Request) -> Any:
+        return getattr(request.app.state, name)
+
+    return Depends(read)
 
 
-def get_settings(request: Request) -> Settings:
-    settings: Settings = request.app.state.settings
-    return settings
-
-
-def get_jobs(request: Request) -> JobControl:
-    jobs: JobControl = request.app.state.jobs
-    return jobs
-
-
-def get_dashboard_sessions(request: Request) -> DashboardSessions:
-    sessions: DashboardSessions = request.app.state.dashboard_sessions
-    return sessions
-
-
-def get_metrics(request: Request) -> Metrics:
-    metrics: Metrics = request.app.state.metrics
-    return metrics
-
-
-StoreDep = Annotated[Store, Depends(get_store)]
-SettingsDep = Annotated[Settings, Depends(get_settings)]
-JobsDep = Annotated[JobControl, Depends(get_jobs)]
-MetricsDep = Annotated[Metrics, Depends(get_metrics)]
-DashboardSessionsDep = Annotated[DashboardSessions, Depends(get_dashboard_sessions)]
+StoreDep = Annotated[Store, app_state("store")]
+SettingsDep = Annotated[Settings, app_state("settings")]
+JobsDep = Annotated[JobControl, app_state("jobs")]
+MetricsDep = Annotated[Metrics, app_state("metrics")]
+DashboardSessionsDep = Annotated[DashboardSessions, app_state("dashboard_sessions")]
 
 
 def authenticate(

@@ -11,8 +11,7 @@ store's ``approximate`` flag: true when one of those entries is approximate.
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import TypedDict
+from dataclasses import asdict
 
 from dpfl.accounting.history import ONE_JOB, EventMultiset, canonical_event, history_figure
 from dpfl.learning.algorithms.registry import get_algorithm
@@ -38,7 +37,6 @@ from dpfl.server.store import (
     EventReport,
     Job,
     JobStatus,
-    ModelVersion,
     Round,
     Store,
 )
@@ -53,48 +51,29 @@ __all__ = [
     "job_public",
     "job_rounds",
     "list_jobs",
-    "model_public",
     "model_versions",
     "round_public",
 ]
 
 
-class _SummaryFields(TypedDict):
-    """The fields :class:`ClientSummary` and :class:`ClientPublic` share."""
-
-    id: str
-    name: str
-    labels: dict[str, str]
-    status: str
-    created_at: datetime
-    budget: BudgetPublic | None
-    delta: float
-    epsilon: float
-    epsilon_at_budget_delta: float | None
-    remaining_epsilon: float | None
-    exceeded: bool
-    data_dependent_epsilon: float | None
-    approximate: bool
-
-
-def _summary_fields(agent: Agent, budget: ClientBudget) -> _SummaryFields:
-    return {
-        "id": agent.id,
-        "name": agent.name,
-        "labels": dict(agent.labels),
-        "status": agent.status.value,
-        "created_at": agent.created_at,
-        "budget": None
+def _summary(agent: Agent, budget: ClientBudget) -> ClientSummary:
+    return ClientSummary(
+        id=agent.id,
+        name=agent.name,
+        labels=dict(agent.labels),
+        status=agent.status.value,
+        created_at=agent.created_at,
+        budget=None
         if agent.budget is None
         else BudgetPublic(epsilon=agent.budget.epsilon, delta=agent.budget.delta),
-        "delta": budget.delta,
-        "epsilon": budget.epsilon,
-        "epsilon_at_budget_delta": budget.epsilon_at_budget_delta,
-        "remaining_epsilon": budget.remaining_epsilon,
-        "exceeded": budget.exceeded,
-        "data_dependent_epsilon": budget.data_dependent_epsilon,
-        "approximate": budget.approximate,
-    }
+        delta=budget.delta,
+        epsilon=budget.epsilon,
+        epsilon_at_budget_delta=budget.epsilon_at_budget_delta,
+        remaining_epsilon=budget.remaining_epsilon,
+        exceeded=budget.exceeded,
+        data_dependent_epsilon=budget.data_dependent_epsilon,
+        approximate=budget.approximate,
+    )
 
 
 def client_summaries(store: Store, *, delta: float | None = None) -> list[ClientSummary]:
@@ -104,7 +83,7 @@ def client_summaries(store: Store, *, delta: float | None = None) -> list[Client
     for budget in store.list_client_budgets(delta=delta):
         agent = agents.get(budget.agent_id)
         if agent is not None:  # enrolled between the two reads: shown on the next request
-            out.append(ClientSummary(**_summary_fields(agent, budget)))
+            out.append(_summary(agent, budget))
     return out
 
 
@@ -112,10 +91,7 @@ def client_detail(store: Store, client_id: str, *, delta: float | None = None) -
     """One client, its spending and its jobs. Raises: NotFound, InvalidInput (δ)."""
     agent = store.get_agent(client_id)
     budget = store.client_budget(client_id, delta=delta, include_events=False)
-    return ClientPublic(
-        **_summary_fields(agent, budget),
-        jobs=store.agent_jobs(client_id),
-    )
+    return ClientPublic(**dict(_summary(agent, budget)), jobs=store.agent_jobs(client_id))
 
 
 def _event_public(report: EventReport) -> LedgerEventPublic:
@@ -161,19 +137,7 @@ def budget_report(
         remaining_epsilon=b.remaining_epsilon,
         exceeded=b.exceeded,
         events=[_event_public(r) for r in b.events],
-        by_job={
-            job_id: JobEpsilonPublic(
-                job_id=j.job_id,
-                epsilon=j.epsilon,
-                method=j.method,
-                rdp_epsilon=j.rdp_epsilon,
-                order=j.order,
-                entries=j.entries,
-                data_dependent_epsilon=j.data_dependent_epsilon,
-                approximate=j.approximate,
-            )
-            for job_id, j in b.by_job.items()
-        },
+        by_job={job_id: JobEpsilonPublic.model_validate(j) for job_id, j in b.by_job.items()},
         approximate=b.approximate,
     )
 
@@ -314,42 +278,14 @@ def job_rounds(store: Store, job_id: str, *, number: int | None = None) -> list[
     return [round_public(r, approximate=r.id in approximate) for r in rounds]
 
 
-def model_public(model: ModelVersion) -> ModelVersionPublic:
-    return ModelVersionPublic(
-        job_id=model.job_id,
-        version=model.version,
-        sha256=model.sha256,
-        size=model.size,
-        created_at=model.created_at,
-        round_id=model.round_id,
-    )
-
-
 def model_versions(store: Store, job_id: str) -> list[ModelVersionPublic]:
     """A job's model versions without their bytes. Raises: NotFound."""
-    return [model_public(m) for m in store.list_model_versions(job_id)]
+    return [ModelVersionPublic.model_validate(m) for m in store.list_model_versions(job_id)]
 
 
 def job_privacy_audits(store: Store, job_id: str) -> list[PrivacyAuditPublic]:
     """The job's audits, oldest first. Raises: NotFound."""
     return [
-        PrivacyAuditPublic(
-            id=a.id,
-            job_id=a.job_id,
-            created_at=a.created_at,
-            mode=a.figures.mode,
-            unit=a.figures.unit,
-            relation=a.figures.relation,
-            canaries=a.figures.canaries,
-            guesses=a.figures.guesses,
-            correct=a.figures.correct,
-            confidence=a.figures.confidence,
-            delta=a.figures.delta,
-            epsilon_lower=a.figures.epsilon_lower,
-            epsilon_upper=a.figures.epsilon_upper,
-            mu_lower=a.figures.mu_lower,
-            epsilon_lower_gdp=a.figures.epsilon_lower_gdp,
-            details=a.figures.details,
-        )
+        PrivacyAuditPublic(id=a.id, job_id=a.job_id, created_at=a.created_at, **asdict(a.figures))
         for a in store.list_privacy_audits(job_id)
     ]

@@ -38,7 +38,7 @@ __all__ = [
 
 
 class _Public(BaseModel):
-    model_config = ConfigDict(frozen=True, ser_json_inf_nan="strings")
+    model_config = ConfigDict(frozen=True, ser_json_inf_nan="strings", from_attributes=True)
 
 
 #: What ``approximate`` means on every figure that adds ledger entries up.

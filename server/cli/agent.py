@@ -19,11 +19,10 @@ import getpass
 import json
 import socket
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dpfl.cmdline import Subparsers
-from dpfl.server.cli.serve import run_on_store
+from dpfl.server.cli.serve import add_store_arguments, run_on_store
 
 if TYPE_CHECKING:  # the store (SQLAlchemy) is imported only by the command that runs
     from dpfl.server.store import Agent, Store
@@ -42,14 +41,9 @@ def register(subparsers: Subparsers) -> None:
     )
     sub = parser.add_subparsers(dest="agent_command", metavar="ACTION", required=True)
 
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--config", type=Path, default=None, help="YAML file of settings")
-        p.add_argument("--database-url", default=None, help="SQLAlchemy URL (DPFL_DATABASE_URL)")
-        p.add_argument("--json", action="store_true", help="print JSON")
-
     listing = sub.add_parser("list", help="list agents and their status")
     listing.add_argument("--status", choices=sorted({"active", "disabled", "revoked"}))
-    common(listing)
+    add_store_arguments(listing)
     listing.set_defaults(func=_list)
 
     helps = {
@@ -64,13 +58,13 @@ def register(subparsers: Subparsers) -> None:
         p.add_argument(
             "--actor", default=None, help="who acts (default: the OS user and host name)"
         )
-        common(p)
+        add_store_arguments(p)
         p.set_defaults(func=_change, action=action)
 
     audit = sub.add_parser("audit", help="who disabled, enabled or revoked which agent, and when")
     audit.add_argument("--agent", default=None, metavar="ID", help="only this agent")
     audit.add_argument("--limit", type=int, default=200, help="the newest this many")
-    common(audit)
+    add_store_arguments(audit)
     audit.set_defaults(func=_audit)
 
 

@@ -12,10 +12,9 @@ import json
 import re
 import sys
 from datetime import timedelta
-from pathlib import Path
 
 from dpfl.cmdline import Subparsers
-from dpfl.server.cli.serve import run_on_store
+from dpfl.server.cli.serve import add_store_arguments, run_on_store
 from dpfl.server.errors import ServerError
 
 __all__ = ["parse_duration", "register"]
@@ -51,8 +50,7 @@ def register(subparsers: Subparsers) -> None:
         "first line) or $DPFL_ENROLLMENT_TOKEN, which keep it out of process listings. Written "
         "to the database directly.",
     )
-    parser.add_argument("--config", type=Path, default=None, help="YAML file of settings")
-    parser.add_argument("--database-url", default=None, help="SQLAlchemy URL (DPFL_DATABASE_URL)")
+    add_store_arguments(parser, json=False)
     parser.add_argument(
         "--ttl", type=parse_duration, default=timedelta(hours=24), help="validity (default 24h)"
     )

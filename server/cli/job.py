@@ -27,7 +27,12 @@ from typing import TYPE_CHECKING
 
 from dpfl.cmdline import Subparsers
 from dpfl.learning.jobs import JobSpecError
-from dpfl.server.cli.serve import add_data_arguments, resolve_data_access, run_on_store
+from dpfl.server.cli.serve import (
+    add_data_arguments,
+    add_store_arguments,
+    resolve_data_access,
+    run_on_store,
+)
 from dpfl.server.documents import MAX_JOB_BYTES, bounded_problems
 from dpfl.server.errors import ServerError
 
@@ -46,11 +51,6 @@ def register(subparsers: Subparsers) -> None:
     )
     sub = parser.add_subparsers(dest="job_command", metavar="ACTION", required=True)
 
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--config", type=Path, default=None, help="YAML file of settings")
-        p.add_argument("--database-url", default=None, help="SQLAlchemy URL (DPFL_DATABASE_URL)")
-        p.add_argument("--json", action="store_true", help="print JSON")
-
     submit = sub.add_parser("submit", help="validate and store a job (pending)")
     submit.add_argument("file", type=Path, help="the job document (YAML or JSON)")
     submit.add_argument(
@@ -63,12 +63,12 @@ def register(subparsers: Subparsers) -> None:
     )
     submit.add_argument("--start", action="store_true", help="start it right away")
     add_data_arguments(submit)
-    common(submit)
+    add_store_arguments(submit)
     submit.set_defaults(func=_submit)
 
     listing = sub.add_parser("list", help="list jobs")
     listing.add_argument("--status", default=None, help="only jobs in this status")
-    common(listing)
+    add_store_arguments(listing)
     listing.set_defaults(func=_list)
 
     for action in ("start", "stop"):
@@ -76,7 +76,7 @@ def register(subparsers: Subparsers) -> None:
         p.add_argument("job_id")
         if action == "start":
             add_data_arguments(p)
-        common(p)
+        add_store_arguments(p)
         p.set_defaults(func=_status, action=action)
 
 

@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # settings (pydantic-settings) are imported only by the comma
 
 __all__ = [
     "add_data_arguments",
+    "add_store_arguments",
     "check_transport_security",
     "describe_transport",
     "register",
@@ -178,18 +179,20 @@ def resolve_database_url(database_url: str | None, config: Path | None) -> str:
     env = os.environ.get("DPFL_DATABASE_URL")
     if env:
         return env
-    if config is not None:
-        import yaml
-
-        try:
-            data = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise ConfigurationError(f"cannot read settings file {config}: {exc}") from exc
-        if isinstance(data, dict) and data.get("database_url"):
-            return str(data["database_url"])
+    file = _config_values(config).get("database_url")
+    if file:
+        return str(file)
     from dpfl.server.settings import Settings
 
     return str(Settings.model_fields["database_url"].default)
+
+
+def add_store_arguments(parser: argparse.ArgumentParser, *, json: bool = True) -> None:
+    """``--config`` and ``--database-url`` (:func:`run_on_store`'s), and ``--json``."""
+    parser.add_argument("--config", type=Path, default=None, help="YAML file of settings")
+    parser.add_argument("--database-url", default=None, help="SQLAlchemy URL (DPFL_DATABASE_URL)")
+    if json:
+        parser.add_argument("--json", action="store_true", help="print JSON")
 
 
 def run_on_store(args: argparse.Namespace, action: Callable[[Store], int], command: str) -> int:

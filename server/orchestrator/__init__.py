@@ -10,14 +10,13 @@
 
 from dpfl.server.orchestrator.core import Orchestrator
 from dpfl.server.orchestrator.hooks import NO_HOOKS, POINTS, FaultHooks, NoHooks
-from dpfl.server.orchestrator.round import JobContext, RoundEngine, RoundReport
+from dpfl.server.orchestrator.round import RoundEngine, RoundReport
 from dpfl.server.orchestrator.runner import JobRunner
 
 __all__ = [
     "NO_HOOKS",
     "POINTS",
     "FaultHooks",
-    "JobContext",
     "JobRunner",
     "NoHooks",
     "Orchestrator",

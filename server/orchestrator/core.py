@@ -29,7 +29,7 @@ from dpfl.server.errors import InvalidTransition
 from dpfl.server.jobs_control import StoreJobControl
 from dpfl.server.orchestrator.hooks import NO_HOOKS, FaultHooks
 from dpfl.server.orchestrator.round import RoundEngine
-from dpfl.server.orchestrator.runner import JobRunner, RunnerServices
+from dpfl.server.orchestrator.runner import JobRunner
 from dpfl.server.orchestrator.state import COORDINATOR_SHUT_DOWN, halt_reason
 from dpfl.server.sessions import SessionRegistry
 from dpfl.server.settings import Settings, StageDeadlines
@@ -83,16 +83,10 @@ class Orchestrator(StoreJobControl):
             enforce_budgets=enforce_budgets,
             data_dependent_budget=settings.budget_data_dependent,
         )
-        self.runner_services = RunnerServices(
-            store=store,
-            engine=self.engine,
-            algorithms=algorithms,
-            connected=registry.connected,
-            publish_public_data=self.set_public_data,
-            access=access,
-            max_attempts=max_attempts,
-            retry_delay=retry_delay,
-        )
+        self.algorithms: Callable[[str], Algorithm] = algorithms
+        self.registry = registry
+        self.max_attempts = max_attempts
+        self.retry_delay = retry_delay
         self._tasks: dict[str, asyncio.Task[None]] = {}
         #: jobs being halted: never relaunched meanwhile (the store still says "running")
         self._halting: set[str] = set()
@@ -196,7 +190,7 @@ class Orchestrator(StoreJobControl):
     def _launch(self, job_id: str) -> None:
         if job_id in self._tasks or job_id in self._halting:
             return
-        runner = JobRunner(self.runner_services, job_id)
+        runner = JobRunner(self, job_id)
         task = asyncio.get_running_loop().create_task(runner.run(), name=f"dpfl-job-{job_id}")
         self._tasks[job_id] = task
         self._runners[job_id] = runner

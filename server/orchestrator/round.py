@@ -51,10 +51,7 @@ from dpfl.server.sessions import SessionRegistry
 from dpfl.server.settings import StageDeadlines
 from dpfl.server.store import AgentStatus, ProtectedUnit, Round, RoundSetup, Store
 
-__all__ = ["JobContext", "RoundEngine", "RoundReport"]
-
-#: What every round of a job shares (the driver's :class:`~dpfl.learning.rounds.RoundJob`).
-JobContext = RoundJob
+__all__ = ["RoundEngine", "RoundReport"]
 
 
 @dataclass(frozen=True, slots=True)

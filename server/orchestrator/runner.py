@@ -16,20 +16,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from dpfl.learning.algorithms.base import Algorithm, CoordinatorState
+from dpfl.learning.algorithms.base import CoordinatorState
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import parse_job
-from dpfl.server.data_access import DataAccess
+from dpfl.learning.rounds import RoundJob
 from dpfl.server.errors import ConfigurationError
 from dpfl.server.orchestrator.data import load_job_data
-from dpfl.server.orchestrator.round import JobContext, RoundEngine, RoundReport
+from dpfl.server.orchestrator.round import RoundReport
 from dpfl.server.orchestrator.state import restore
-from dpfl.server.store import JobStatus, Store
+from dpfl.server.store import JobStatus
 
-__all__ = ["JobRunner", "RunnerServices"]
+if TYPE_CHECKING:
+    from dpfl.server.orchestrator.core import Orchestrator
+
+__all__ = ["JobRunner"]
 
 log = logging.getLogger("dpfl.coordinator")
 
@@ -37,37 +40,12 @@ log = logging.getLogger("dpfl.coordinator")
 EXPECTED_FAILURES: tuple[type[Exception], ...] = (LearningError, ConfigurationError)
 
 
-@dataclass(frozen=True, slots=True)
-class RunnerServices:
-    """What a job runner uses of the coordinator; the orchestrator builds one for all its jobs.
-
-    Attributes:
-        store: the coordinator's store.
-        engine: runs one round.
-        algorithms: resolves a job's algorithm tag.
-        connected: the ids of the agents connected now.
-        publish_public_data: makes a job's public data blob (or None) downloadable.
-        access: the data dir data sets are read from, and the data roots files may lie under.
-        max_attempts: aborts of its own per round number before the job fails.
-        retry_delay: seconds between two attempts.
-    """
-
-    store: Store
-    engine: RoundEngine
-    algorithms: Callable[[str], Algorithm]
-    connected: Callable[[], set[str]]
-    publish_public_data: Callable[[str, bytes | None], None]
-    access: DataAccess
-    max_attempts: int
-    retry_delay: float
-
-
 class JobRunner:
     """Drives the rounds of one job on the coordinator's event loop."""
 
-    def __init__(self, services: RunnerServices, job_id: str) -> None:
-        self.services = services
-        self.store = services.store
+    def __init__(self, orchestrator: Orchestrator, job_id: str) -> None:
+        self.orchestrator = orchestrator
+        self.store = orchestrator.store
         self.job_id = job_id
         self.reports: list[RoundReport] = []
 
@@ -88,19 +66,19 @@ class JobRunner:
                 store.set_job_status, self.job_id, JobStatus.FAILED, error=message
             )
 
-    async def _context(self) -> tuple[JobContext, int, int, CoordinatorState]:
+    async def _context(self) -> tuple[RoundJob, int, int, CoordinatorState]:
         store = self.store
         job = await asyncio.to_thread(store.get_job, self.job_id)
         spec = parse_job(job.spec)
-        algorithm = self.services.algorithms(spec.algorithm)
+        algorithm = self.orchestrator.algorithms(spec.algorithm)
         members = await asyncio.to_thread(store.job_members, self.job_id)
         job_data = await asyncio.to_thread(
-            load_job_data, spec, population=len(members), access=self.services.access
+            load_job_data, spec, population=len(members), access=self.orchestrator.access
         )
-        self.services.publish_public_data(self.job_id, job_data.public)
+        self.orchestrator.set_public_data(self.job_id, job_data.public)
         restored = await asyncio.to_thread(restore, store, self.job_id, algorithm)
         if restored is not None:
-            ctx = JobContext(self.job_id, algorithm.bind(spec, restored.plan), job_data.data)
+            ctx = RoundJob(self.job_id, algorithm.bind(spec, restored.plan), job_data.data)
             return ctx, restored.number, restored.attempts, restored.state
         plan = await asyncio.to_thread(
             algorithm.plan, spec, population=len(members), data=job_data.data
@@ -116,7 +94,7 @@ class JobRunner:
                 first = await asyncio.to_thread(store.add_model_version, self.job_id, state.model)
                 model = state.model
             state = replace(state, model=model, model_version=first.version)
-        return JobContext(self.job_id, side, job_data.data), 1, 0, state
+        return RoundJob(self.job_id, side, job_data.data), 1, 0, state
 
     async def _run(self) -> None:
         store = self.store
@@ -136,7 +114,7 @@ class JobRunner:
         last_reason = ""
         while number <= ctx.spec.rounds:
             await self._wait_for_agents(minimum)
-            report = await self.services.engine.run(ctx, number=number, state=state)
+            report = await self.orchestrator.engine.run(ctx, number=number, state=state)
             self.reports.append(report)
             if report.completed:
                 log.info("job %s round %d completed %s", self.job_id, number, dict(report.metrics))
@@ -157,14 +135,14 @@ class JobRunner:
                 attempts += 1
                 last_reason = report.reason
                 log.warning("job %s round %d aborted: %s", self.job_id, number, report.reason)
-                if attempts >= self.services.max_attempts:
+                if attempts >= self.orchestrator.max_attempts:
                     error = f"round {number} aborted {attempts} times; last: {last_reason}"
                     log.error("job %s failed: %s", self.job_id, error)
                     await asyncio.to_thread(
                         store.set_job_status, self.job_id, JobStatus.FAILED, error=error
                     )
                     return
-                await asyncio.sleep(self.services.retry_delay)
+                await asyncio.sleep(self.orchestrator.retry_delay)
         await asyncio.to_thread(store.set_job_status, self.job_id, JobStatus.COMPLETED)
         log.info(
             "job %s completed: %d rounds in %.1f s",
@@ -178,14 +156,14 @@ class JobRunner:
         members = set(await asyncio.to_thread(self.store.job_members, self.job_id))
         need = min(minimum, len(members))
         told = False
-        while len(self.services.connected() & members) < need:
+        while len(self.orchestrator.registry.connected() & members) < need:
             if not told:
                 log.info(
                     "job %s waits for %d of its %d members to connect (%d connected)",
                     self.job_id,
                     need,
                     len(members),
-                    len(self.services.connected() & members),
+                    len(self.orchestrator.registry.connected() & members),
                 )
                 told = True
             await asyncio.sleep(0.1)

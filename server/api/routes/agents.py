@@ -12,13 +12,13 @@ from datetime import datetime
 from typing import Annotated
 
 import anyio.to_thread
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dpfl.server.agents_control import AgentControl
-from dpfl.server.api.deps import AdminDep, ClientId, StoreDep
+from dpfl.server.api.deps import AdminDep, ClientId, StoreDep, app_state
 from dpfl.server.api.routes import error_responses
-from dpfl.server.store import Agent, AgentStatus, AuditRecord
+from dpfl.server.store import Agent, AgentStatus
 from dpfl.server.store.core import MAX_REASON, text_problem
 
 __all__ = ["AgentPublic", "AuditRecordPublic", "StatusChange", "audit_router", "router"]
@@ -31,7 +31,7 @@ _CHANGE = error_responses(400, 401, 403, 404, 409, 422)
 
 
 class _Public(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, from_attributes=True)
 
 
 class AgentPublic(_Public):
@@ -78,12 +78,7 @@ class StatusChange(BaseModel):
         return value
 
 
-def get_agents(request: Request) -> AgentControl:
-    agents: AgentControl = request.app.state.agents
-    return agents
-
-
-AgentsDep = Annotated[AgentControl, Depends(get_agents)]
+AgentsDep = Annotated[AgentControl, app_state("agents")]
 
 
 def _public(agent: Agent, control: AgentControl) -> AgentPublic:
@@ -96,17 +91,6 @@ def _public(agent: Agent, control: AgentControl) -> AgentPublic:
         labels=dict(agent.labels),
         created_at=agent.created_at,
         connected=registry is not None and registry.get(agent.id) is not None,
-    )
-
-
-def _audit(record: AuditRecord) -> AuditRecordPublic:
-    return AuditRecordPublic(
-        id=record.id,
-        at=record.at,
-        actor=record.actor,
-        action=record.action,
-        agent_id=record.agent_id,
-        detail=record.detail,
     )
 
 
@@ -192,4 +176,4 @@ async def list_audit(
     records = await anyio.to_thread.run_sync(
         lambda: store.audit_records(agent_id=agent_id, limit=limit)
     )
-    return [_audit(r) for r in records]
+    return [AuditRecordPublic.model_validate(r) for r in records]
