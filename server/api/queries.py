@@ -55,6 +55,9 @@ __all__ = [
     "round_public",
 ]
 
+#: How a single ledger entry's ε is obtained (ReportsMixin converts each cached curve alone).
+_EVENT_METHOD = "rdp"
+
 
 def _summary(agent: Agent, budget: ClientBudget) -> ClientSummary:
     return ClientSummary(
@@ -106,7 +109,7 @@ def _event_public(report: EventReport) -> LedgerEventPublic:
         unit=e.unit.value,
         event=e.event,
         epsilon=report.epsilon,
-        method=report.method,
+        method=_EVENT_METHOD,
         data_dependent_event=e.data_dependent_event,
         data_dependent_epsilon=report.data_dependent_epsilon,
         approximate=e.approximate,

@@ -122,8 +122,7 @@ class JobEpsilonPublic(_Public):
 
 class LedgerEventPublic(_Public):
     """One ledger entry: the mechanism with its parameters, and its own ε at the report's δ
-    (ε of several entries compose through the client's composition, not by adding these
-    numbers)."""
+    (ε of several entries compose through their RDP curves, not by adding these numbers)."""
 
     id: int
     job_id: str
@@ -134,10 +133,7 @@ class LedgerEventPublic(_Public):
     unit: str
     event: JsonObject = Field(description="The privacy event (dpfl.accounting JSON form).")
     epsilon: float
-    method: str = Field(
-        description="How ε was obtained from the event alone: 'pld' / 'analytic_gaussian' "
-        "(tight path) or 'rdp'."
-    )
+    method: str = Field(description="How ε was obtained from the event ('rdp').")
     data_dependent_event: JsonObject | None
     data_dependent_epsilon: float | None
     approximate: bool = Field(

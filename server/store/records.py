@@ -308,13 +308,11 @@ class BudgetCheck:
 
 @dataclass(frozen=True, slots=True)
 class EventReport:
-    """A ledger entry with its own ε at the report's δ (the composed ε is not the sum of these):
-    the entry's event alone through the client's composition (``method`` says which bound)."""
+    """A ledger entry with its own ε at the report's δ (the composed ε is not the sum of these)."""
 
     entry: LedgerEntry
     epsilon: float
     data_dependent_epsilon: float | None
-    method: str = "rdp"
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 
 from dpfl.accounting import AccountingError, DpEvent
-from dpfl.accounting.history import ONE_JOB, EventMultiset, canonical_event, history_figure
+from dpfl.accounting.history import ONE_JOB, canonical_event, history_figure
 from dpfl.accounting.relations import replace_one_curve
 from dpfl.server.errors import LedgerIntegrityError
 from dpfl.server.store.core import StoreCore
@@ -84,21 +84,6 @@ def _job_epsilon(
     if figure.epsilon < eps:
         eps, method = figure.epsilon, figure.method
     return JobEpsilon(s.job_id, eps, order, s.entries, dd_eps, method, rdp_eps, approximate)
-
-
-def _event_report(e: LedgerEntry, delta: float) -> EventReport:
-    """An entry's own ε: its event alone through ``history_figure`` (cached per event, so a
-    client's many equal rounds cost one figure), never above the RDP figure of its curve."""
-    rdp_eps = epsilon_of(_array(e.curve), delta)[0]
-    dd = None if e.data_dependent_curve is None else _array(e.data_dependent_curve)
-    dd_eps = None if dd is None else epsilon_of(dd, delta)[0]
-    try:
-        alone = history_figure(EventMultiset().plus(ONE_JOB, canonical_event(e.event)), delta)
-    except AccountingError:  # an event that no longer parses: verify_ledger names it
-        return EventReport(e, rdp_eps, dd_eps, RDP_METHOD)
-    if alone.epsilon < rdp_eps:
-        return EventReport(e, alone.epsilon, dd_eps, alone.method)
-    return EventReport(e, rdp_eps, dd_eps, RDP_METHOD)
 
 
 def _groups_of(entries: Iterable[LedgerEntry]) -> list[HistoryGroup]:
@@ -269,7 +254,16 @@ class ReportsMixin(StoreCore):
             s.job_id: _job_epsilon(s, per_job[s.job_id], delta, s.job_id in approximate)
             for s in sums
         }
-        reports = tuple(_event_report(e, delta) for e in entries or ())
+        reports = tuple(
+            EventReport(
+                e,
+                epsilon_of(_array(e.curve), delta)[0],
+                None
+                if e.data_dependent_curve is None
+                else epsilon_of(_array(e.data_dependent_curve), delta)[0],
+            )
+            for e in entries or ()
+        )
         at_budget = remaining = None
         exceeded = False
         if agent.budget is not None:
