@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from scipy import special
 
@@ -30,8 +31,10 @@ _LOG_SLACK = 300.0
 #: left out (Chernoff, and underflowed terms) is checked to be below ``e^{-70}`` of the smallest
 #: survival value used.
 _SUM_EXTRA_SDS = 6.0
-#: The largest window written out, in points (as for the one-coordinate PLD).
-_MAX_WINDOW = 1 << 21
+#: The largest window scanned, in points: about 5 s at μ = 10¹¹ (a shift of 4·10⁶ units added).
+_MAX_WINDOW = 1 << 24
+#: Points per chunk of the scan (a few MB of float64 whatever the window).
+_CHUNK = 1 << 16
 #: Relative accuracy assumed of each Skellam mass (scipy ``ive`` and Olver's expansion agree with
 #: mpmath to about 1e-13; this is ten times that).
 _MASS_RELATIVE_ERROR = 1e-12
@@ -64,6 +67,72 @@ def _window_span(mu: float) -> int:
     return n
 
 
+@dataclass(slots=True)
+class _Scan:
+    """What the scan from the far end keeps: the running sum ``total`` of the masses of ``s``
+    and above, the probit ``below`` of the last threshold done (the lowest s so far), and the
+    maxima of the drops, of the condition factor ``Φ(g)/φ(g)`` and of ``|g|``."""
+
+    total: float = 0.0
+    below: float = math.nan
+    drop: float = -math.inf
+    condition: float = 0.0
+    size: float = 0.0
+
+    def take(self, log_survival: Any) -> None:
+        """Probits of the survival values of the next thresholds down (as logs, highest s
+        first): their drops (the first against ``below``), condition factors and sizes."""
+        import numpy as np
+
+        probit = special.ndtri_exp(log_survival)
+        ladder = probit if math.isnan(self.below) else np.concatenate(([self.below], probit))
+        drop = np.max(ladder[1:] - ladder[:-1]) if ladder.size > 1 else -math.inf
+        factor = np.exp(log_survival + 0.5 * probit * probit + 0.5 * math.log(2.0 * math.pi))
+        # np.max keeps a NaN (Python's max may drop it), so the rate's finiteness check sees it
+        self.drop = float(np.max((self.drop, drop)))
+        self.condition = float(np.max((self.condition, np.max(factor))))
+        self.size = float(np.max((self.size, np.max(np.abs(probit)))))
+        self.below = float(probit[-1])
+
+
+def _scan(mu: float, window: int, last: int) -> _Scan:
+    """Probits of ``S(s) = P(Sk(μ) ≥ s)`` for ``s = window … 1``, chunk by chunk from ``last``
+    down: each chunk's masses are added to the running sum in the same order as one cumulative
+    sum over the whole range (the sum carried into a chunk is its first term), so every S is
+    the same float64 sequential sum of at most ``last`` positive terms whatever the chunking.
+
+    Raises:
+        TightPathError: a mass is not a number, or ``S(window)`` (the smallest survival used)
+            is not resolved above the mass left out of the sums.
+    """
+    import numpy as np
+
+    scan = _Scan()
+    hi = last
+    while hi >= 1:
+        lo = max(1, hi - _CHUNK + 1)
+        log_mass = log_ive(np.arange(hi, lo - 1, -1), 2.0 * mu)
+        if np.isnan(log_mass).any():
+            raise TightPathError(f"a Skellam mass of mu = {mu:g} is not a number")
+        sums = np.cumsum(np.concatenate(([scan.total], np.exp(log_mass))))[1:]
+        scan.total = float(sums[-1])
+        if lo <= window:
+            inside = sums[max(0, hi - window) :]  # S(s) for s = min(hi, window) … lo
+            if hi >= window:
+                _check_resolved(mu, last, float(inside[0]))
+            scan.take(np.log(inside))
+        hi = lo - 1
+    return scan
+
+
+def _check_resolved(mu: float, last: int, smallest: float) -> None:
+    """Refuse a smallest survival value that the mass left out of the sums (the tail past
+    ``last``, Chernoff, and masses lost to underflow) could move by more than e^{-70}."""
+    left_out = max(_log_chernoff(mu, last + 1.0), math.log(last) - 1074.0 * math.log(2.0))
+    if not smallest > 0.0 or left_out > math.log(smallest) - 70.0:
+        raise TightPathError(f"the Skellam survival of mu = {mu:g} is not resolved in float64")
+
+
 @functools.lru_cache(maxsize=32)
 def skellam_domination(mu: float, max_shift: int) -> SkellamDomination:
     """``m₁`` and ``η`` for ``Sk(mu)`` with integer shifts of at most ``max_shift`` per
@@ -72,10 +141,11 @@ def skellam_domination(mu: float, max_shift: int) -> SkellamDomination:
 
     ``m₁`` is the largest drop ``g(s − 1) − g(s)`` over ``1 ≤ s ≤ H`` (the drops are symmetric
     about s = 1), plus a bound on its floating-point error; ``η`` is the Chernoff bound on
-    ``P(Sk(μ) ≥ H − max_shift)``.
+    ``P(Sk(μ) ≥ H − max_shift)``. The window is scanned in chunks (:func:`_scan`), so memory
+    stays a few MB whatever μ.
 
     Raises:
-        TightPathError: the window would exceed 2^21 points, or a mass is not a number.
+        TightPathError: the window would exceed 2^24 points, or a mass is not a number.
     """
     import numpy as np
 
@@ -85,33 +155,20 @@ def skellam_domination(mu: float, max_shift: int) -> SkellamDomination:
     if last > _MAX_WINDOW:
         raise TightPathError(
             f"the Skellam domination of mu = {mu:g} needs {last} points "
-            f"(at most {_MAX_WINDOW} are written out)"
+            f"(at most {_MAX_WINDOW} are scanned)"
         )
-    log_mass = log_ive(np.arange(last + 1), 2.0 * mu)
-    if np.isnan(log_mass).any():
-        raise TightPathError(f"a Skellam mass of mu = {mu:g} is not a number")
-    mass = np.exp(log_mass)
-    # S(s) = P(Sk(μ) ≥ s) for s = 1..window: sums of positive terms from the far end
-    survival = np.cumsum(mass[::-1])[::-1][1 : window + 1]
-    smallest = float(survival[-1])
-    # left out of the sums: the tail past `last` (Chernoff) and masses lost to underflow
-    left_out = max(_log_chernoff(mu, last + 1.0), math.log(last) - 1074.0 * math.log(2.0))
-    if not smallest > 0.0 or left_out > math.log(smallest) - 70.0:
-        raise TightPathError(f"the Skellam survival of mu = {mu:g} is not resolved in float64")
-    # S(0) = (1 + P(0))/2 by symmetry; g(s) = Φ⁻¹(S(s)) for s = 0..window
-    head = math.log(0.5 + 0.5 * float(mass[0]))
-    log_survival = np.concatenate(([head], np.log(survival)))
-    probit = special.ndtri_exp(log_survival)
-    drops = probit[:-1] - probit[1:]
-    # float error of a drop: two probits, each from a sum of ≤ last terms of relative error
-    # ≤ (last·2^-53 + mass error), times the probit's condition dg/dlog S = Φ(g)/φ(g) (at most
-    # its largest value here, 1 % added), plus ndtri's few ulps of |g|
-    condition = 1.01 * float(
-        np.max(np.exp(log_survival + 0.5 * probit * probit + 0.5 * math.log(2.0 * math.pi)))
-    )
+    scan = _scan(mu, window, last)
+    # S(0) = (1 + P(0))/2 by symmetry; g(0) closes the drops at s = 1
+    mass0 = float(np.exp(log_ive(np.zeros(1), 2.0 * mu))[0])
+    scan.take(np.array([math.log(0.5 + 0.5 * mass0)]))
+    # float error of a drop: two probits, each from a sequential sum of n ≤ last ≤ 2^24 positive
+    # terms, relative error ≤ γ_{n−1} ≤ n·2^-53 (as n² ≤ 2^53) plus the masses' error, times the
+    # probit's condition dg/dlog S = Φ(g)/φ(g) (at most its largest value here, 1 % added), plus
+    # ndtri's few ulps of |g|
     sum_error = last * 2.0**-53 + _MASS_RELATIVE_ERROR
-    margin = 2.0 * condition * sum_error + 8.0 * 2.0**-52 * float(np.max(np.abs(probit)))
-    rate = float(np.max(drops)) + margin
+    condition = 1.01 * scan.condition
+    margin = 2.0 * condition * sum_error + 8.0 * 2.0**-52 * scan.size
+    rate = scan.drop + margin
     if not math.isfinite(rate) or rate <= 0.0:
         raise TightPathError(f"the Skellam domination of mu = {mu:g} is not finite")
     slack = min(1.0, math.exp(_log_chernoff(mu, float(span))))

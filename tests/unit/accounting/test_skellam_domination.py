@@ -28,6 +28,8 @@ from dpfl.accounting import (
     SkellamEvent,
     compute_epsilon,
 )
+from dpfl.accounting import skellam_domination as domination
+from dpfl.accounting.bessel import log_ive
 from dpfl.accounting.errors import TightPathError, UnsupportedEventError
 from dpfl.accounting.skellam_domination import skellam_domination
 from dpfl.accounting.tight import gaussian_delta, tight_epsilon, tight_method
@@ -219,8 +221,8 @@ def test_unsampled_release_and_dispatch() -> None:
 
 
 def test_rdp_fallback_where_the_domination_cannot_be_computed() -> None:
-    # σ of about 7·10^4 units: the window needs more than 2^21 points
-    noise = SkellamEvent(mu=3e9, l1_sensitivity=5e4, l2_sensitivity=1e4, dimension=100)
+    # σ of about 7.7·10^5 units: the window needs more than 2^24 points
+    noise = SkellamEvent(mu=3e11, l1_sensitivity=5e4, l2_sensitivity=1e4, dimension=100)
     huge = PoissonSampledEvent(0.01, noise)
     with pytest.raises(TightPathError, match="points"):
         tight_epsilon(huge, delta=1e-5)
@@ -232,3 +234,44 @@ def test_rdp_fallback_where_the_domination_cannot_be_computed() -> None:
     with pytest.raises(UnsupportedEventError, match="ComposedEvent"):
         tight_epsilon(composed, delta=1e-5)
     assert compute_epsilon(composed, delta=1e-5).method == "rdp"
+
+
+def _one_shot_rate(mu: float, max_shift: int) -> float:
+    """``m₁`` with every point of the window written out at once: one cumulative sum from the
+    far end, then the probits, drops and float margin over whole arrays."""
+    span = domination._window_span(mu)
+    window = span + max_shift
+    last = window + math.ceil(domination._SUM_EXTRA_SDS * math.sqrt(2.0 * mu)) + 64
+    mass = np.exp(log_ive(np.arange(last + 1), 2.0 * mu))
+    survival = np.cumsum(mass[::-1])[::-1][1 : window + 1]
+    log_survival = np.concatenate(([math.log(0.5 + 0.5 * float(mass[0]))], np.log(survival)))
+    probit = special.ndtri_exp(log_survival)
+    factor = np.exp(log_survival + 0.5 * probit * probit + 0.5 * math.log(2.0 * math.pi))
+    condition = 1.01 * float(np.max(factor))
+    sum_error = last * 2.0**-53 + domination._MASS_RELATIVE_ERROR
+    margin = 2.0 * condition * sum_error + 8.0 * 2.0**-52 * float(np.max(np.abs(probit)))
+    return float(np.max(probit[:-1] - probit[1:])) + margin
+
+
+@pytest.mark.parametrize(
+    ("mu", "max_shift", "chunk"),
+    [
+        (0.5, 2, 1 << 16),
+        (40.0, 1, 7),  # chunks of 7 points: many chunk boundaries inside the window
+        (40.0, 5, 1),
+        (1e5, 5, 1000),
+        (8.4e6, 26122, 1 << 16),
+        (1e8, 4, 1 << 16),  # about 3·10^5 points: several chunks of the default size
+    ],
+)
+def test_chunked_scan_equals_the_one_shot_computation(
+    mu: float, max_shift: int, chunk: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scan adds the masses in the one-shot cumulative sum's order, so the rate is the same
+    float64 number, whatever the chunk size."""
+    monkeypatch.setattr(domination, "_CHUNK", chunk)
+    skellam_domination.cache_clear()
+    try:
+        assert skellam_domination(mu, max_shift).rate == _one_shot_rate(mu, max_shift)
+    finally:
+        skellam_domination.cache_clear()
