@@ -170,6 +170,11 @@ class VotingTask(TaskParams):
             raise ValueError("queries: contains duplicates")
         if min(self.queries) < 0 or max(self.queries) >= self.public_size:
             raise ValueError(f"queries: every index must lie in [0, {self.public_size})")
+        # the unit states the votes' relation in the agent's ledger and the level their
+        # sensitivities: agent-level votes recorded under a record unit would be composed as
+        # replace-one releases with add/remove sensitivities (docs/accounting.md, section (d))
+        if (self.level == "agent") != (self.unit == "agent"):
+            raise ValueError(f"level {self.level!r} does not fit privacy unit {self.unit!r}")
         return self
 
     @property

@@ -286,9 +286,11 @@ def test_agent_check_accepts_and_refuses(setup: tuple[Any, JobPlan, Any]) -> Non
         check(e=[SelfComposedEvent(GaussianEvent(3.0, 1.0), 100)])
     # a record-level task moves two classes of a query: every class is the release's dimension
     with pytest.raises(AlgorithmError, match="dimension 1, the task 10"):
-        check(p={**params, "level": "instance"})
+        check(p={**params, "level": "instance", "unit": "record"})
     with pytest.raises(AlgorithmError, match="L1"):
-        check(p={**params, "level": "instance"}, e=[SelfComposedEvent(whole, 100)])
+        check(
+            p={**params, "level": "instance", "unit": "record"}, e=[SelfComposedEvent(whole, 100)]
+        )
     other_scale = EncodingConfig(
         clip=config.clip, scale_bits=0, ring_bits=config.ring_bits, noise=config.noise
     )
@@ -340,3 +342,17 @@ def test_initial_state_needs_enough_public_examples(digits_public: Any) -> None:
     no_public = CoordinatorData(input_shape=data.input_shape, num_classes=10)
     with pytest.raises(AlgorithmError, match="public pool"):
         ALGORITHM.bind(make_pate_job(), plan).initial_state(no_public)
+
+
+def test_a_task_whose_unit_does_not_fit_its_vote_level_is_refused(
+    setup: tuple[Any, JobPlan, Any],
+) -> None:
+    # a coordinator that sends agent-level votes (add/remove sensitivities) under a record unit
+    # would have the agent's ledger compose them as replace-one releases, below their true cost
+    job, plan, state = setup
+    raw = ALGORITHM.bind(job, plan).round_task(state, round_number=1).params.to_json()
+    assert ALGORITHM.parse_task(raw).level == "agent"
+    for unit, level in (("record", "agent"), ("agent", "instance")):
+        with pytest.raises(AlgorithmError, match="does not fit privacy unit"):
+            ALGORITHM.parse_task({**raw, "unit": unit, "level": level})
+    assert ALGORITHM.parse_task({**raw, "unit": "record", "level": "instance"}).unit == "record"

@@ -261,7 +261,7 @@ def test_agent_check_accepts_and_refuses(setup: tuple[Any, JobPlan, Any]) -> Non
     with pytest.raises(AlgorithmError, match="L1 sensitivity"):
         check(p={**params, "k": 10})  # the claim was made for k = 5
     with pytest.raises(AlgorithmError, match="L1"):
-        check(p={**params, "level": "agent"})
+        check(p={**params, "level": "agent", "unit": "agent"})
     with pytest.raises(AlgorithmError, match="per-query events"):
         check(e=[SelfComposedEvent(inner, 30)])
     with pytest.raises(AlgorithmError, match="below"):
