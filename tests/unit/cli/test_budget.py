@@ -43,7 +43,7 @@ def run(capsys: Capture, *args: str, insecure: bool = True) -> tuple[int, str, s
 
 def test_json_of_every_client(coordinator: Coordinator, capsys: Capture) -> None:
     url, token, store, finished = coordinator
-    code, out, _ = run(capsys, "--coordinator", url, "--token", token, "--json")
+    code, out, _ = run(capsys, "--coordinator", url, f"--token={token}", "--json")
     assert code == 0
     clients = {c["id"]: c for c in json.loads(out)}
     assert set(clients) == set(finished.client_ids)
@@ -55,7 +55,7 @@ def test_json_of_one_client_has_the_budget_keys(coordinator: Coordinator, capsys
     url, token, store, finished = coordinator
     client_id = finished.client_ids[0]
     code, out, _ = run(
-        capsys, client_id, "--coordinator", url, "--token", token, "--delta", "1e-6", "--json"
+        capsys, client_id, "--coordinator", url, f"--token={token}", "--delta", "1e-6", "--json"
     )
     assert code == 0
     report = json.loads(out)
@@ -68,13 +68,13 @@ def test_json_of_one_client_has_the_budget_keys(coordinator: Coordinator, capsys
 def test_tables(coordinator: Coordinator, capsys: Capture, monkeypatch: pytest.MonkeyPatch) -> None:
     url, token, store, finished = coordinator
     monkeypatch.setenv("COLUMNS", "220")
-    code, out, _ = run(capsys, "--coordinator", url.removeprefix("http://"), "--token", token)
+    code, out, _ = run(capsys, "--coordinator", url.removeprefix("http://"), f"--token={token}")
     assert code == 0
     for client_id in finished.client_ids:
         assert client_id in out
         assert f"{store.client_budget(client_id).epsilon:.4f}" in out
     client_id = finished.client_ids[0]
-    code, out, _ = run(capsys, client_id, "--coordinator", url, "--token", token, "--events")
+    code, out, _ = run(capsys, client_id, "--coordinator", url, f"--token={token}", "--events")
     assert code == 0
     b = store.client_budget(client_id)
     assert f"{b.epsilon:.4f}" in out
@@ -93,7 +93,7 @@ def test_client_ids_are_printed_whole_on_a_narrow_terminal(
     """Each id can be copied into `dpfl budget CLIENT_ID`: whole, on one line, never cropped."""
     url, token, store, finished = coordinator
     monkeypatch.setenv("COLUMNS", columns)
-    code, out, _ = run(capsys, "--coordinator", url, "--token", token)
+    code, out, _ = run(capsys, "--coordinator", url, f"--token={token}")
     assert code == 0
     lines = out.splitlines()
     for client_id in finished.client_ids:
@@ -126,13 +126,13 @@ def test_errors_name_the_problem(coordinator: Coordinator, capsys: Capture) -> N
     assert code == 3
     assert "unknown, revoked or invalid token" in err
     assert "wrong-token" not in err
-    code, _, err = run(capsys, "agent-nobody", "--coordinator", url, "--token", token)
+    code, _, err = run(capsys, "agent-nobody", "--coordinator", url, f"--token={token}")
     assert code == 4
     assert "agent 'agent-nobody' not found" in err
-    code, _, err = run(capsys, "--coordinator", url, "--token", token, "--delta", "2")
+    code, _, err = run(capsys, "--coordinator", url, f"--token={token}", "--delta", "2")
     assert code == 2
     assert "--delta must be in (0, 1)" in err
-    code, _, err = run(capsys, "--coordinator", "http://127.0.0.1:9", "--token", token)
+    code, _, err = run(capsys, "--coordinator", "http://127.0.0.1:9", f"--token={token}")
     assert code == 5
     assert "cannot reach the coordinator at http://127.0.0.1:9/api/v1/clients" in err
 
@@ -191,7 +191,7 @@ def test_https_with_the_federation_ca(
     monkeypatch.delenv("DPFL_TOKEN", raising=False)
     ca = ("--ca", str(pki.ca))
     code, out, err = run(
-        capsys, "--coordinator", url, *ca, "--token", admin, "--json", insecure=False
+        capsys, "--coordinator", url, *ca, f"--token={admin}", "--json", insecure=False
     )
     assert code == 0, err
     assert {c["id"] for c in json.loads(out)} == set(finished.client_ids)
@@ -250,11 +250,11 @@ def test_https_refusals(
 
 def test_plaintext_needs_insecure(coordinator: Coordinator, capsys: Capture) -> None:
     url, token, _, _ = coordinator
-    code, out, err = run(capsys, "--coordinator", url, "--token", token, insecure=False)
+    code, out, err = run(capsys, "--coordinator", url, f"--token={token}", insecure=False)
     assert (code, out) == (2, "")
     assert "is plaintext: the token would travel unencrypted" in err
     code, _, err = run(
-        capsys, "--coordinator", url, "--ca", "ca.pem", "--token", token, insecure=False
+        capsys, "--coordinator", url, "--ca", "ca.pem", f"--token={token}", insecure=False
     )
     assert code == 2
     assert "--ca needs an https:// coordinator" in err

@@ -32,7 +32,7 @@ def coordinator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Coordinato
 
 
 def run(capsys: Capture, url: str, token: str, *args: str) -> str:
-    code = main(["budget", *args, "--coordinator", url, "--token", token, "--insecure"])
+    code = main(["budget", *args, "--coordinator", url, f"--token={token}", "--insecure"])
     out, err = capsys.readouterr()
     assert code == 0, err
     return out
