@@ -193,6 +193,17 @@ class DpEvent:
         event; infinite for an event without a noisy release."""
         raise UnsupportedEventError(f"no noise multiplier for {type(self).__name__}")
 
+    def with_noise_fraction(self, fraction: float) -> DpEvent:
+        """The same releases when only ``fraction`` ∈ (0, 1] of the noise's variance is in them
+        (docs/accounting.md#what-the-agent-can-verify): the event of the noise an agent can
+        prove is in a sum, when it cannot prove all of it.
+
+        Raises:
+            UnsupportedEventError: the event states no noise to scale.
+        """
+        del fraction
+        raise UnsupportedEventError(f"no noise to scale in {type(self).__name__}")
+
     # -- data-dependent bounds ------------------------------------------------------------------
 
     def is_data_dependent(self) -> bool:

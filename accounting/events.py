@@ -107,6 +107,14 @@ def _level(owner: str, value: object) -> Level:
     raise InvalidEventError(f"{owner}.level must be one of {_LEVELS}, got {value!r}")
 
 
+def _fraction(value: object) -> float:
+    """A noise-variance fraction in (0, 1], else InvalidEventError."""
+    out = _real("noise fraction", "fraction", value, minimum=0.0, strict=True)
+    if out > 1.0:
+        raise InvalidEventError(f"a noise fraction must be in (0, 1], got {value!r}")
+    return out
+
+
 def _set(obj: object, name: str, value: object) -> None:
     object.__setattr__(obj, name, value)  # normalising a field of a frozen dataclass
 
@@ -125,6 +133,10 @@ class NoPrivacyEvent(DpEvent):
 
     def add_tight_parts(self, count: int, parts: TightParts) -> None:
         del count, parts
+
+    def with_noise_fraction(self, fraction: float) -> DpEvent:
+        _fraction(fraction)
+        return self
 
     def min_noise_multiplier(self) -> float:
         return math.inf
@@ -168,6 +180,9 @@ class GaussianEvent(DpEvent):
 
     def add_tight_parts(self, count: int, parts: TightParts) -> None:
         parts.add_rho(count, self.gaussian_coefficient)
+
+    def with_noise_fraction(self, fraction: float) -> DpEvent:
+        return GaussianEvent(self.sigma * math.sqrt(_fraction(fraction)), self.sensitivity)
 
     def min_noise_multiplier(self) -> float:
         return self.noise_multiplier
@@ -225,6 +240,9 @@ class PoissonSampledEvent(DpEvent):
                 parts.rho += count * rho
             else:
                 parts.sampled[(self.sampling_rate, 1.0 / math.sqrt(2.0 * rho))] += count
+
+    def with_noise_fraction(self, fraction: float) -> DpEvent:
+        return PoissonSampledEvent(self.sampling_rate, self.event.with_noise_fraction(fraction))
 
     def min_noise_multiplier(self) -> float:
         return self.event.min_noise_multiplier()
@@ -285,6 +303,10 @@ class SampledWithoutReplacementEvent(DpEvent):
     def unsampleable_part(self) -> DpEvent | None:
         return self.event.unsampleable_part()
 
+    def with_noise_fraction(self, fraction: float) -> DpEvent:
+        inner = self.event.with_noise_fraction(fraction)
+        return SampledWithoutReplacementEvent(self.population, self.sample_size, inner)
+
     def min_noise_multiplier(self) -> float:
         return self.event.min_noise_multiplier()
 
@@ -338,6 +360,9 @@ class SelfComposedEvent(DpEvent):
 
     def add_tight_parts(self, count: int, parts: TightParts) -> None:
         flatten_tight(self.event, count * self.count, parts)
+
+    def with_noise_fraction(self, fraction: float) -> DpEvent:
+        return SelfComposedEvent(self.event.with_noise_fraction(fraction), self.count)
 
     def min_noise_multiplier(self) -> float:
         return math.inf if self.count == 0 else self.event.min_noise_multiplier()
@@ -399,6 +424,9 @@ class ComposedEvent(DpEvent):
     def add_tight_parts(self, count: int, parts: TightParts) -> None:
         for e in self.events:
             flatten_tight(e, count, parts)
+
+    def with_noise_fraction(self, fraction: float) -> DpEvent:
+        return ComposedEvent(tuple(e.with_noise_fraction(fraction) for e in self.events))
 
     def min_noise_multiplier(self) -> float:
         return min((e.min_noise_multiplier() for e in self.events), default=math.inf)
@@ -474,6 +502,12 @@ class SkellamEvent(DpEvent):
         l2 = min(self.l1_sensitivity, self.l2_sensitivity)
         return SkellamShift(self.mu, max_shift, l2, self.dimension)
 
+    def with_noise_fraction(self, fraction: float) -> DpEvent:
+        # Sk(μ) has variance 2μ, and Skellam parameters add: a fraction f of the variance is
+        # Sk(f·μ)
+        mu = self.mu * _fraction(fraction)
+        return SkellamEvent(mu, self.l1_sensitivity, self.l2_sensitivity, self.dimension)
+
     def min_noise_multiplier(self) -> float:
         l2 = min(self.l2_sensitivity, self.l1_sensitivity)
         return math.inf if l2 == 0.0 else math.sqrt(2.0 * self.mu) / l2
@@ -509,6 +543,10 @@ class VotingEvent(DpEvent):
 
     def add_tight_parts(self, count: int, parts: TightParts) -> None:
         parts.add_rho(count, lambda: voting_rdp_coefficient(self))
+
+    def with_noise_fraction(self, fraction: float) -> DpEvent:
+        sigma = self.sigma * math.sqrt(_fraction(fraction))
+        return VotingEvent(self.queries, sigma, self.level, self.k)
 
     def min_noise_multiplier(self) -> float:
         """Per query: σ at agent level, σ·√(k/2) at instance level (its charge ``α/(k·σ²)`` is
@@ -575,6 +613,10 @@ class DataDependentVotingEvent(DpEvent):
     def add_tight_parts(self, count: int, parts: TightParts) -> None:
         # The data-independent bound is a worst-case one, hence also a bound here.
         flatten_tight(self.guaranteed(), count, parts)
+
+    def with_noise_fraction(self, fraction: float) -> DpEvent:
+        # the margins were measured at the full noise; the worst-case bound holds at any noise
+        return self.guaranteed().with_noise_fraction(fraction)
 
     def min_noise_multiplier(self) -> float:
         return self.guaranteed().min_noise_multiplier()

@@ -105,9 +105,10 @@ def check_setup(
     review: InvitationReview,
     side: AnyAgent,
     alone_unmasked: bool = True,
-) -> SecureParameters | PlainParameters:
-    """The round's validated parameters (masked or plain), or a refusal; see the module
-    docstring. Runs before anything is trained or sent.
+) -> tuple[SecureParameters | PlainParameters, float]:
+    """The round's validated parameters (masked or plain) and the fraction of the claimed
+    noise's variance this agent's own share carries (``AgentSide.check``), or a refusal; see the
+    module docstring. Runs before anything is trained or sent.
 
     A plain setup for ONE agent of a task with secure aggregation (:func:`check_mode`) makes
     ``AgentSide.check`` run with ``min_survivors = 1``: the agent's own noise, over
@@ -133,7 +134,7 @@ def check_setup(
     try:
         # without secure aggregation the task's flag makes the algorithm demand the whole noise
         # from this agent alone and refuse any client-sampling amplification
-        side.check(
+        own = side.check(
             review.claimed,
             params.encoding,
             num_clients=params.num_clients,
@@ -144,4 +145,4 @@ def check_setup(
         raise SetupRefused(
             pb.ERROR_POLICY_DECLINED, f"the setup does not back the claimed privacy: {exc}"
         ) from None
-    return params
+    return params, own

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
-from dpfl.accounting import DpEvent
+from dpfl.accounting import AccountingError, DpEvent
 from dpfl.client.errors import AgentError
 from dpfl.client.local_ledger import LocalBudgetExceeded, LocalLedger
 from dpfl.client.policy import Policy
@@ -38,7 +38,9 @@ class InvitationReview:
         algorithm: the algorithm tag (``dp-fedavg``...).
         task: the task (the invitation's ``params_json``, parsed by ``Algorithm.parse_task``).
         claimed: the events the coordinator says the round charges this agent.
-        charge: the events the agent records (``AgentSide.charge(claimed)``).
+        charge: the events the agent records (``AgentSide.charge(claimed)``, with only the noise
+            the agent can verify once the setup is known: :meth:`Gate.verified`).
+        recorded_fraction: the fraction of the claimed noise's variance ``charge`` keeps.
     """
 
     job_id: str
@@ -48,6 +50,7 @@ class InvitationReview:
     task: TaskParams
     claimed: tuple[DpEvent, ...]
     charge: tuple[DpEvent, ...]
+    recorded_fraction: float = 1.0
 
     @property
     def delta(self) -> float:
@@ -85,6 +88,23 @@ class Gate(Protocol):
     def alone_unmasked(self) -> bool:
         """Whether a one-agent round of a secure task may be summed unmasked (the agent's own
         noise then carries the whole claim): False when the policy requires masking."""
+        ...
+
+    def verified(
+        self,
+        review: InvitationReview,
+        *,
+        own_fraction: float,
+        malicious_secure: bool,
+        threshold: int,
+        degree: int,
+    ) -> InvitationReview:
+        """``review`` with the charge the agent records once the setup is known: the noise of
+        the shares it can verify are in the sum (docs/accounting.md#what-the-agent-can-verify).
+
+        Raises:
+            ChargeRefusedError: the charge's events cannot be scaled to the verified noise.
+        """
         ...
 
     def charge(
@@ -136,6 +156,27 @@ class LocalGate:
 
     def alone_unmasked(self) -> bool:
         return not self.policy.require_secure_aggregation
+
+    def verified(
+        self,
+        review: InvitationReview,
+        *,
+        own_fraction: float,
+        malicious_secure: bool,
+        threshold: int,
+        degree: int,
+    ) -> InvitationReview:
+        shares = self.policy.verified_shares(
+            malicious_secure=malicious_secure, threshold=threshold, degree=degree
+        )
+        fraction = self.policy.recorded_fraction(own_fraction, shares)
+        if fraction >= 1.0:
+            return review
+        try:
+            charge = tuple(e.with_noise_fraction(fraction) for e in review.charge)
+        except AccountingError as exc:
+            raise ChargeRefusedError(f"cannot record the verified noise: {exc}") from None
+        return replace(review, charge=charge, recorded_fraction=fraction)
 
     def _decide(self, review: InvitationReview) -> Decision:
         task = review.task

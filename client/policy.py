@@ -101,6 +101,8 @@ class Policy(BaseModel):
     require_secure_aggregation: bool = False
     max_honest_fraction: float = Field(default=1.0, gt=0, le=1)
     allow_approximate: bool = False
+    max_colluding_peers: int | None = Field(default=None, ge=0)
+    trust_announced_cohort: bool = False
 
     @field_validator("allowed_algorithms")
     @classmethod
@@ -116,6 +118,26 @@ class Policy(BaseModel):
         if self.max_epsilon_per_job > self.max_epsilon_total:
             raise ValueError("max_epsilon_per_job must not exceed max_epsilon_total")
         return self
+
+    # -- what the agent can verify -------------------------------------------------------------
+
+    def verified_shares(self, *, malicious_secure: bool, threshold: int, degree: int) -> int:
+        """How many noise shares, this agent's own included, are in every sum the coordinator
+        can decode that contains this agent's input: t − c in a malicious-secure round between
+        certified peers when 2t > k + 1 + c (c = ``max_colluding_peers``), else 1, its own
+        (docs/accounting.md#what-the-agent-can-verify)."""
+        c = self.max_colluding_peers
+        if not malicious_secure or c is None or 2 * threshold <= degree + 1 + c:
+            return 1
+        return max(1, threshold - c)
+
+    def recorded_fraction(self, own_fraction: float, verified_shares: int) -> float:
+        """The fraction of the claimed noise's variance the agent records: ``verified_shares``
+        shares of ``own_fraction`` each, at most 1; all of it when the policy trusts the
+        coordinator's announced cohort (``trust_announced_cohort``)."""
+        if self.trust_announced_cohort:
+            return 1.0
+        return min(1.0, own_fraction * verified_shares)
 
     # -- loading -------------------------------------------------------------------------------
 
@@ -206,9 +228,11 @@ class Policy(BaseModel):
             return _no("allowed_jobs", f"job {job_name or job_id!r} is not allowed")
         if self.require_secure_aggregation and not secure_aggregation:
             return _no("require_secure_aggregation", "the round is summed without masking")
-        # t only matters when the noise is split across agents: in a plain round every agent adds
-        # the whole noise itself and relies on nobody else's.
-        if secure_aggregation and honest_fraction > self.max_honest_fraction:
+        # t only matters when the noise is split across agents and the agent records the
+        # announced cohort's noise: in a plain round every agent adds the whole noise itself, and
+        # an agent that does not trust the cohort records only the noise it verified.
+        trusting = secure_aggregation and self.trust_announced_cohort
+        if trusting and honest_fraction > self.max_honest_fraction:
             return _no(
                 "max_honest_fraction",
                 f"the noise assumes honest fraction {honest_fraction:g} > "

@@ -36,7 +36,12 @@ from dpfl.client.checks import (
 from dpfl.client.gate import ChargeRefusedError, Decision, Gate, InvitationReview
 from dpfl.client.local_work import Fetched, contribution, fetch_blobs
 from dpfl.client.progress import EventKind
-from dpfl.client.summation import Summation, start_summation
+from dpfl.client.summation import (
+    PlainParameters,
+    SecureParameters,
+    Summation,
+    start_summation,
+)
 from dpfl.client.transport import CoordinatorLink
 from dpfl.learning.algorithms.base import AgentData, Algorithm, AnyAgent
 from dpfl.protos import secagg_wire
@@ -444,7 +449,7 @@ class JobWorker:
     async def _setup(self, attempt: RoundAttempt, request: sm.AdvertiseKeysRequest) -> None:
         """Validate the setup, check the claim, choose the summation, acknowledge, train."""
         try:
-            params = check_setup(
+            params, own = check_setup(
                 request,
                 review=attempt.review,
                 side=attempt.side,
@@ -452,6 +457,7 @@ class JobWorker:
             )
         except SetupRefused as exc:
             raise _Refusal(exc.code, str(exc), leave=True) from None
+        await self._verify_charge(attempt, params, own)
         with _protocol_refusals():
             summation, reply = start_summation(
                 params, request, job_id=self.job_id, round=attempt.number, rng=attempt.rng
@@ -472,6 +478,37 @@ class JobWorker:
             secure_aggregation=summation.secure,
         )
         await self.outbox.send_all(self._wire(summation, reply))
+
+    async def _verify_charge(
+        self, attempt: RoundAttempt, params: SecureParameters | PlainParameters, own: float
+    ) -> None:
+        """Replace the review's charge with the noise this agent can verify is in the sum, and
+        ask the gate again before anything is trained or sent: a setup that leaves the agent
+        less noise than its budget allows is declined here."""
+        gate = self.agent.gate
+        threshold, degree = (
+            (params.threshold, params.degree) if isinstance(params, SecureParameters) else (0, 0)
+        )
+        try:
+            review = gate.verified(
+                attempt.review,
+                own_fraction=own,
+                malicious_secure=False,
+                threshold=threshold,
+                degree=degree,
+            )
+        except ChargeRefusedError as exc:
+            raise _Refusal(pb.ERROR_POLICY_DECLINED, str(exc), leave=True) from None
+        if review is not attempt.review:
+            decision = await self._ask_gate(review)
+            if not decision.accept:
+                raise _Refusal(
+                    pb.ERROR_POLICY_DECLINED,
+                    f"declined on the noise this agent can verify "
+                    f"({review.recorded_fraction:.3g} of the claimed): {decision.reason}",
+                    leave=True,
+                )
+            attempt.review = review
 
     async def _send_input(
         self, attempt: RoundAttempt, summation: Summation, request: sm.MaskedInputRequest

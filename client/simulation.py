@@ -37,6 +37,12 @@ __all__ = ["EVENT_HISTORY", "AgentHost", "SimulatedAgent", "start_simulated_agen
 EVENT_HISTORY = 1000
 
 
+#: The policy of a simulated agent when none is given: the defaults, trusting the announced
+#: cohort, since the coordinator it faces runs in the same simulation, which is the caller's
+#: (docs/accounting.md#what-the-agent-can-verify).
+SIMULATION_POLICY = Policy(trust_announced_cohort=True)
+
+
 @dataclass(eq=False)
 class SimulatedAgent:
     """A running in-process agent. ``task`` ends when :meth:`close` is called, or with the
@@ -132,7 +138,9 @@ def start_simulated_agent(
     loop = TaskLoop(
         agent_id=agent_id,
         data=data,
-        gate=LocalGate(policy=policy or Policy(), ledger=ledger, coordinator_id=coordinator_id),
+        gate=LocalGate(
+            policy=policy or SIMULATION_POLICY, ledger=ledger, coordinator_id=coordinator_id
+        ),
         device=device,
         rng=rng,
         observer=observe,

@@ -90,6 +90,10 @@ def agent_policy(
         base = Policy.from_mapping(policy)
     else:
         base = Policy.load(Path(policy))
+    if "trust_announced_cohort" not in base.model_fields_set:
+        # a simulated agent faces the simulation's own coordinator unless the policy says
+        # otherwise (dpfl.client.simulation.SIMULATION_POLICY)
+        base = base.model_copy(update={"trust_announced_cohort": True})
     if not overrides:
         return base
     fields = base.model_dump()

@@ -476,12 +476,18 @@ class AgentSide(abc.ABC, Generic[TaskT]):
         num_clients: int,
         min_survivors: int,
         honest_fraction: float,
-    ) -> None:
+    ) -> float:
         """Refuse a task whose noise would not deliver the privacy ``events`` claim.
 
         The agent does not trust the coordinator's arithmetic: the per-agent noise of
         ``encoding``, summed over the ``honest_fraction`` of ``min_survivors`` agents, must carry
         at least the noise the events were computed with.
+
+        Returns:
+            The fraction of the noise variance of the events :meth:`charge` returns that this
+            agent's own share carries (1 when it carries them alone): the agent's ledger scales
+            its charge by it when it cannot verify the other shares
+            (docs/accounting.md#what-the-agent-can-verify).
 
         Raises:
             AlgorithmError: naming the mismatch.

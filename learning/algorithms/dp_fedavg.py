@@ -493,7 +493,7 @@ class FedAvgAgent(ModelUpdateAgent[FT]):
         num_clients: int,
         min_survivors: int,
         honest_fraction: float,
-    ) -> None:
+    ) -> float:
         """Refuse unless the events describe exactly this encoding and its noise suffices.
 
         Checks: the encoding's clip and scale are the task's; one event of the shape this
@@ -517,7 +517,7 @@ class FedAvgAgent(ModelUpdateAgent[FT]):
             dimension=t.dimension,
             source=_SOURCE,
         )
-        common.check_encoding(encoding, t, total=total, **counts)
+        return common.check_encoding(encoding, t, total=total, **counts)
 
     def compute(
         self,

@@ -354,7 +354,7 @@ class DpFedSgdAgent(ModelUpdateAgent[DpFedSgdTask]):
         num_clients: int,
         min_survivors: int,
         honest_fraction: float,
-    ) -> None:
+    ) -> float:
         """Refuse unless the claim is exactly S steps of this task's release and the noise
         delivers it.
 
@@ -379,7 +379,7 @@ class DpFedSgdAgent(ModelUpdateAgent[DpFedSgdTask]):
         total = common.claimed_total(
             step, noise=t.noise, l1=l1, l2=l2, dimension=t.dimension, source=_SOURCE
         )
-        self._check_step_noise(encoding, total, honest_fraction, min_survivors)
+        fraction = self._check_step_noise(encoding, total, honest_fraction, min_survivors)
         need = required_ring_bits(
             participants=num_clients,
             steps=t.local_steps,
@@ -391,6 +391,7 @@ class DpFedSgdAgent(ModelUpdateAgent[DpFedSgdTask]):
                 f"the ring would wrap: {num_clients} agents need {need} bits, the encoding has "
                 f"{encoding.ring_bits}"
             )
+        return fraction
 
     def _claimed_step(self, event: DpEvent) -> DpEvent:
         """The one step's release of a claim of S steps, outside its record sampling (which
@@ -414,7 +415,7 @@ class DpFedSgdAgent(ModelUpdateAgent[DpFedSgdTask]):
 
     def _check_step_noise(
         self, encoding: EncodingConfig, total: float, honest_fraction: float, min_survivors: int
-    ) -> None:
+    ) -> float:
         """The per-step noise share carries ``total``: over the honest survivors in the central
         mode, alone otherwise; in the sum-dominating mode also the ``agent_noise`` the agent's
         own ledger records."""
@@ -427,7 +428,7 @@ class DpFedSgdAgent(ModelUpdateAgent[DpFedSgdTask]):
             min_survivors=min_survivors,
         )
         try:
-            check(total=total, secure_aggregation=mode == CENTRAL)
+            fraction = check(total=total, secure_aggregation=mode == CENTRAL)
         except AlgorithmError as exc:
             if mode == CENTRAL or not t.secure_aggregation:
                 raise
@@ -437,7 +438,9 @@ class DpFedSgdAgent(ModelUpdateAgent[DpFedSgdTask]):
                 f"the claimed event alone, but the encoding only gives it a share ({exc})"
             ) from exc
         if t.agent_noise is not None and mode == SUM_DOMINATING:
-            check(total=t.agent_noise, secure_aggregation=False)
+            # the charge is then the local-DP event of agent_noise, which the share carries alone
+            return check(total=t.agent_noise, secure_aggregation=False)
+        return fraction
 
     def charge(self, events: Sequence[DpEvent]) -> tuple[DpEvent, ...]:
         """The claimed event, or, when the job opted in to the sum-dominating accounting, the

@@ -289,7 +289,7 @@ class DpHelmetAgent(ModelUpdateAgent[DpHelmetTask]):
         num_clients: int,
         min_survivors: int,
         honest_fraction: float,
-    ) -> None:
+    ) -> float:
         """Refuse unless the one claimed event is the task's releases (K classes, or the softmax
         block) with the sensitivity the agent recomputes itself from the task's loss, c, R, Λ and
         M (or the radius), at the encoding's scale,
@@ -323,7 +323,7 @@ class DpHelmetAgent(ModelUpdateAgent[DpHelmetTask]):
         total = common.claimed_total(
             event.event, noise=t.noise, l1=l1, l2=l2, dimension=width, source=_SOURCE
         )
-        common.check_encoding(encoding, t, total=total, **counts)
+        return common.check_encoding(encoding, t, total=total, **counts)
 
     def compute(
         self,

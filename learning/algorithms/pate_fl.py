@@ -220,7 +220,7 @@ class PateFlAgent(VotingAgent[PateFlTask]):
         num_clients: int,
         min_survivors: int,
         honest_fraction: float,
-    ) -> None:
+    ) -> float:
         """Refuse unless the one claimed event is the round's queries at the task's level and
         vote kind, with this encoding's scale, and the per-agent noise (over
         ``t·min_survivors`` honest agents, or alone without secure aggregation) carries it."""
@@ -250,7 +250,7 @@ class PateFlAgent(VotingAgent[PateFlTask]):
             total = common.claimed_total(
                 query, noise=t.noise, l1=l1, l2=l2, dimension=dimension, source=SOURCE
             )
-        common.check_encoding(encoding, t, total=total, **counts)
+        return common.check_encoding(encoding, t, total=total, **counts)
 
     def compute(
         self,

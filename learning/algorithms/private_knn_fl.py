@@ -243,7 +243,7 @@ class PrivateKnnFlAgent(VotingAgent[PrivateKnnFlTask]):
         num_clients: int,
         min_survivors: int,
         honest_fraction: float,
-    ) -> None:
+    ) -> float:
         """Refuse unless the one claimed event is the round's queries with the sensitivities
         the agent recomputes from the task's level, k and this encoding's scale, and the
         per-agent noise (over ``t·min_survivors`` honest agents, or alone) carries it."""
@@ -258,7 +258,7 @@ class PrivateKnnFlAgent(VotingAgent[PrivateKnnFlTask]):
         total = common.claimed_total(
             query, noise=t.noise, l1=l1, l2=l2, dimension=t.num_classes, source=SOURCE
         )
-        common.check_encoding(encoding, t, total=total, **counts)
+        return common.check_encoding(encoding, t, total=total, **counts)
 
     def compute(
         self,

@@ -40,6 +40,7 @@ from dpfl.protos import secagg_wire
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.protos.dpfl.v1 import agent_pb2_grpc
 from dpfl.secagg import RoundParameters, ThreatModel
+from dpfl.secagg import client as secagg_client
 from dpfl.secagg import messages as sm
 from dpfl.secagg import server as server_sm
 from dpfl.secagg.errors import ProtocolViolation
@@ -293,9 +294,12 @@ class ScriptedCoordinator:
         before_unmask: Callable[[ServerReadyToUnmask], Awaitable[None]] | None = None,
         masked_input_hook: Callable[[str], Awaitable[None]] | None = None,
         rng: RandomSource | None = None,
+        sybils: int = 0,
     ) -> RoundReport:
         """One round with ``agents`` invited; see the module docstring. ``rng`` draws the
-        session nonce (a seeded source repeats it: a coordinator that reuses nonces)."""
+        session nonce (a seeded source repeats it: a coordinator that reuses nonces).
+        ``sybils`` agents of the coordinator's own join the secure aggregation after the
+        accepted ones: in-process secagg clients that add zero vectors and no noise."""
         report = RoundReport()
         claimed = (
             list(events)
@@ -329,10 +333,16 @@ class ScriptedCoordinator:
             else:
                 report.declined[agent_id] = reply.invitation_response.reason
         accepted = report.accepted
-        if len(accepted) < 2:
+        if len(accepted) + sybils < 2:
             report.aborted = "fewer than two agents accepted"
             return report
-        n = len(accepted)
+        n = len(accepted) + sybils
+        own: dict[int, secagg_client.ClientState] = {
+            len(accepted) + i: secagg_client.new_client(
+                job_id=job_id, round=round, input=np.zeros(task.vector_length, dtype=np.int64)
+            )
+            for i in range(sybils)
+        }
         probe = RoundParameters.choose(
             num_clients=n,
             vector_length=task.vector_length,
@@ -367,11 +377,23 @@ class ScriptedCoordinator:
         }
         while not isinstance(state, ServerCompleted | ServerAborted):
             stage = state.stage
+            replies: list[tuple[int, sm.ClientMessage]] = []
             for item in outbound:
+                if item.recipient in own:
+                    own[item.recipient], reply = secagg_client.step(
+                        own[item.recipient], item.message
+                    )
+                    if reply is not None:
+                        replies.append((item.recipient, reply))
+                    continue
                 message = secagg_wire.to_coordinator_message(item.message)
                 if accepted[item.recipient] in self.sessions:
                     self.send(accepted[item.recipient], message)
+            for index, reply in replies:
+                state = server_sm.receive(state, index, reply)
             for index in sorted(state.pending):
+                if index in own:
+                    continue
                 agent_id = accepted[index]
                 response = await self._collect(
                     agent_id, kinds[stage], report, timeout, params=params
@@ -389,11 +411,11 @@ class ScriptedCoordinator:
                 state, outbound = server_sm.begin_unmask(state)
         if isinstance(state, ServerAborted):
             report.aborted = f"{state.at_stage.name}: {state.reason}"
-            report.survivors = frozenset(accepted[i] for i in state.survivors.a3)
+            report.survivors = frozenset(accepted[i] for i in state.survivors.a3 if i not in own)
         else:
             report.ring_sum = state.aggregate
             report.aggregate = decode(state.aggregate, config=encoding)
-            report.survivors = frozenset(accepted[i] for i in state.survivors.a3)
+            report.survivors = frozenset(accepted[i] for i in state.survivors.a3 if i not in own)
         for agent_id in accepted:
             if agent_id in self.sessions:
                 self.send(

@@ -59,6 +59,7 @@ __all__ = [
     "noise_covers",
     "noise_share",
     "one_claimed_event",
+    "own_fraction",
     "per_agent_noise",
     "poisson_sample",
     "ring_encoding",
@@ -207,8 +208,11 @@ def check_noise(
     secure_aggregation: bool,
     honest_fraction: float,
     min_survivors: int,
-) -> None:
-    """Refuse an encoding whose per-agent noise does not carry ``total`` (agent side).
+) -> float:
+    """Refuse an encoding whose per-agent noise does not carry ``total`` (agent side); return
+    the fraction of ``total``'s variance the agent's own share carries (1 when it carries it
+    alone): what the agent can prove of the sum's noise by itself
+    (docs/accounting.md#what-the-agent-can-verify).
 
     Under ``secure_aggregation`` the share must cover ``total`` summed over the
     ``t·min_survivors`` honest survivors (whatever split the coordinator used, which the agent
@@ -228,6 +232,17 @@ def check_noise(
             f"per-agent {kind.value} noise {spec.parameter:.6g} summed over {count:g} honest "
             f"agents is below the {total:.6g} the claimed events need"
         )
+    return own_fraction(kind, spec.parameter, total)
+
+
+def own_fraction(kind: NoiseKind, share: float, total: float) -> float:
+    """The fraction of ``total``'s variance one agent's ``share`` carries, at most 1 (Skellam
+    parameters are variances up to a factor 2; a discrete Gaussian's parameter is its std),
+    rounded down so that it never overstates the share."""
+    if total <= 0.0 or noise_covers(kind, share, 1.0, total):
+        return 1.0
+    ratio = share / total if kind is NoiseKind.SKELLAM else (share / total) ** 2
+    return max(math.nextafter(ratio, 0.0), math.ulp(0.0))
 
 
 def check_encoding(
@@ -238,15 +253,16 @@ def check_encoding(
     honest_fraction: float,
     min_survivors: int,
     num_clients: int,
-) -> None:
+) -> float:
     """The agent's last checks of a setup: the per-agent noise carries ``total``, the summed
     noise ``task``'s claim was computed with (:func:`check_noise`), and the sum of
-    ``num_clients`` encoded vectors cannot wrap the ring.
+    ``num_clients`` encoded vectors cannot wrap the ring. Returns :func:`check_noise`'s own
+    fraction.
 
     Raises:
         AlgorithmError: naming the shortfall.
     """
-    check_noise(
+    fraction = check_noise(
         encoding.noise,
         kind=NOISE_KINDS[task.noise],
         total=total,
@@ -258,6 +274,7 @@ def check_encoding(
         encoding.check_no_wrap(num_clients)
     except ParameterError as exc:
         raise AlgorithmError(f"the ring would wrap: {exc}") from exc
+    return fraction
 
 
 def split_noise(

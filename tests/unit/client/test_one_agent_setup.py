@@ -84,10 +84,11 @@ def test_the_lone_agent_takes_the_round_when_its_noise_is_the_whole_sum() -> Non
         )
     )
     assert alone.noise.parameter >= float(PLAN.details.noise_total)
-    params = check_setup(
+    params, own = check_setup(
         _request(alone), review=review, side=ALGORITHM.agent(review.task), alone_unmasked=True
     )
     assert params.num_clients == 1
+    assert own == 1.0  # the agent's own noise carries the whole claim
 
 
 def test_a_split_share_or_a_policy_that_requires_masking_is_refused() -> None:

@@ -138,7 +138,11 @@ def test_accepts_within_the_policy(ledger: LocalLedger) -> None:
             {"secure_aggregation": False},
             "require_secure_aggregation",
         ),
-        (Policy(max_honest_fraction=0.9), {"honest_fraction": 1.0}, "max_honest_fraction"),
+        (
+            Policy(max_honest_fraction=0.9, trust_announced_cohort=True),
+            {"honest_fraction": 1.0},
+            "max_honest_fraction",
+        ),
         (Policy(allow_approximate=False), {"approximate": True}, "allow_approximate"),
         (Policy(min_noise_multiplier=2.5), {}, "min_noise_multiplier"),
         (Policy(max_epsilon_per_job=0.5, max_epsilon_total=30), {}, "max_epsilon_per_job"),
@@ -190,10 +194,30 @@ def test_allow_approximate_true_accepts_approximate_rounds_within_the_other_rule
     assert _decide(tight, ledger, approximate=True).rule == "max_epsilon_per_job"
 
 
-def test_honest_fraction_matters_only_when_the_noise_is_split(ledger: LocalLedger) -> None:
-    policy = Policy(max_honest_fraction=0.9)
+def test_honest_fraction_matters_only_when_the_agent_trusts_a_split_noise(
+    ledger: LocalLedger,
+) -> None:
+    policy = Policy(max_honest_fraction=0.9, trust_announced_cohort=True)
     assert not _decide(policy, ledger, honest_fraction=1.0)
     assert _decide(policy, ledger, honest_fraction=1.0, secure_aggregation=False)
+    # an agent that records only the noise it verified never relies on the announced t
+    assert _decide(Policy(max_honest_fraction=0.9), ledger, honest_fraction=1.0)
+
+
+def test_the_verified_shares_follow_the_threshold_and_the_colluders() -> None:
+    trusting = Policy(max_colluding_peers=2)
+    # t − c shares when 2t > k + 1 + c in a malicious-secure round
+    assert trusting.verified_shares(malicious_secure=True, threshold=8, degree=10) == 6
+    # the threshold condition fails (2t = 14 ≤ k + 1 + c = 15): the own share alone
+    assert trusting.verified_shares(malicious_secure=True, threshold=7, degree=12) == 1
+    # semi-honest rounds, or no stated c: the own share alone
+    assert trusting.verified_shares(malicious_secure=False, threshold=8, degree=10) == 1
+    assert Policy().verified_shares(malicious_secure=True, threshold=8, degree=10) == 1
+    assert trusting.recorded_fraction(0.1, 6) == pytest.approx(0.6)
+    assert trusting.recorded_fraction(0.3, 6) == 1.0
+    assert Policy(trust_announced_cohort=True).recorded_fraction(0.01, 1) == 1.0
+    with pytest.raises(PolicyError, match="max_colluding_peers"):
+        Policy.from_mapping({"max_colluding_peers": -1})
 
 
 def test_job_patterns_match_name_or_id(ledger: LocalLedger) -> None:

@@ -68,6 +68,9 @@ class ToyGaussianEvent(DpEvent):
 
     def min_noise_multiplier(self):
         return self.std / self.l2
+
+    def with_noise_fraction(self, fraction):
+        return ToyGaussianEvent(self.std * fraction ** 0.5, self.l2)
 '''
 TOY_MODULE = '''
 """A toy algorithm of a plugin distribution: DP-FedAvg whose server step is halved, charging
