@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import replace
 
 import numpy.typing as npt
-from cryptography.hazmat.primitives import serialization
 
 from . import shamir, signed
 from .client_states import (
@@ -417,13 +416,10 @@ def _verify_peers(
             pid = identity.authority.identity(peer.certificate, now=identity.now)
         except IdentityError as exc:
             raise IdentityError(f"uncertified peer {j}: {exc}") from None
-        key_id = signed.certificate_key_id(pid.certificate_der)
-        spki = pid.public_key.public_bytes(
-            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
+        key_id = signed.public_key_id(pid.public_key)
         for what, value in (
             ("certificate", pid.fingerprint),
-            ("signing key", spki),
+            ("signing key", key_id),
             ("peer name", pid.name.encode("utf-8")),
         ):
             other = seen.get(what.encode() + b"\x00" + value)

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Sequence
 
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.types import CertificatePublicKeyTypes
 
 from .errors import ParameterError
 from .graph import NeighbourGraph, harary_neighbours, random_harary_graph, random_permutation
@@ -30,6 +31,7 @@ __all__ = [
     "certificate_key_id",
     "consistency_message",
     "graph_seed",
+    "public_key_id",
     "roster_digest",
     "roster_hash",
     "seeded_graph",
@@ -117,13 +119,18 @@ def certificate_key_id(certificate: bytes) -> bytes:
     if not isinstance(certificate, bytes) or not certificate:
         raise IdentityError("no certificate")
     try:
-        cert = x509.load_der_x509_certificate(certificate)
-        spki = cert.public_key().public_bytes(
-            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-        )
+        return public_key_id(x509.load_der_x509_certificate(certificate).public_key())
     except (ValueError, TypeError) as exc:
         raise IdentityError(f"not a DER X.509 certificate ({exc})") from None
-    return _sha256(spki)
+
+
+def public_key_id(key: CertificatePublicKeyTypes) -> bytes:
+    """SHA-256 of a certificate public key's SubjectPublicKeyInfo (DER)."""
+    return _sha256(
+        key.public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+    )
 
 
 def roster_digest(*, index: int, encryption_key: bytes, masking_key: bytes, key_id: bytes) -> bytes:
