@@ -47,6 +47,7 @@ _STAGES: Final[Mapping[sm.Stage, pb.Stage]] = {
     sm.Stage.MASKED_INPUT: pb.STAGE_MASKED_INPUT,
     sm.Stage.UNMASK: pb.STAGE_UNMASK,
     sm.Stage.RESULT: pb.STAGE_RESULT,
+    sm.Stage.CONSISTENCY: pb.STAGE_CONSISTENCY,
 }
 _SHARE_KINDS: Final[Mapping[sm.ShareKind, pb.ShareKind]] = {
     sm.ShareKind.UNSPECIFIED: pb.SHARE_UNSPECIFIED,
@@ -104,6 +105,7 @@ def setup_to_pb(setup: sm.SecAggSetup) -> pb.SecAggSetup:
         min_survivors=setup.min_survivors,
         encoding_json=setup.encoding_json,
         session_nonce=bytes(setup.session_nonce),
+        threat_model=setup.threat_model,
     )
 
 
@@ -118,6 +120,8 @@ def setup_from_pb(setup: pb.SecAggSetup) -> sm.SecAggSetup:
         min_survivors=setup.min_survivors,
         encoding_json=setup.encoding_json,
         session_nonce=bytes(setup.session_nonce),
+        # an older coordinator sends no threat model: its rounds are semi-honest
+        threat_model=setup.threat_model or "semi-honest",
     )
 
 
@@ -152,18 +156,33 @@ def to_coordinator_message(message: sm.ServerMessage) -> pb.CoordinatorMessage:
                 encryption_public_key=p.encryption_public_key,
                 masking_public_key=p.masking_public_key,
                 signature=p.signature,
+                certificate=p.certificate,
             )
             for p in message.peers
         ]
-        return pb.CoordinatorMessage(share_keys=pb.ShareKeysRequest(header=header, peers=peers))
+        roster = [pb.RosterEntry(index=e.index, digest=e.digest) for e in message.roster]
+        return pb.CoordinatorMessage(
+            share_keys=pb.ShareKeysRequest(header=header, peers=peers, roster=roster)
+        )
     if isinstance(message, sm.MaskedInputRequest):
         return pb.CoordinatorMessage(
             masked_input=pb.MaskedInputRequest(header=header, shares=_shares_to_pb(message.shares))
         )
+    if isinstance(message, sm.ConsistencyRequest):
+        return pb.CoordinatorMessage(
+            consistency=pb.ConsistencyRequest(header=header, survivors=list(message.survivors))
+        )
     if isinstance(message, sm.UnmaskRequest):
         return pb.CoordinatorMessage(
             unmask=pb.UnmaskRequest(
-                header=header, alive=list(message.alive), dropped=list(message.dropped)
+                header=header,
+                alive=list(message.alive),
+                dropped=list(message.dropped),
+                survivors=list(message.survivors),
+                attestations=[
+                    pb.Attestation(index=a.index, signature=a.signature)
+                    for a in message.attestations
+                ],
             )
         )
     raise TypeError(f"not a secagg server message: {type(message).__name__}")
@@ -189,17 +208,28 @@ def from_coordinator_message(message: pb.CoordinatorMessage) -> sm.ServerMessage
                 encryption_public_key=bytes(p.encryption_public_key),
                 masking_public_key=bytes(p.masking_public_key),
                 signature=bytes(p.signature),
+                certificate=bytes(p.certificate),
             )
             for p in m2.peers
         )
-        return sm.ShareKeysRequest(header=_header(m2), peers=peers)
+        roster = tuple(sm.RosterEntry(index=e.index, digest=bytes(e.digest)) for e in m2.roster)
+        return sm.ShareKeysRequest(header=_header(m2), peers=peers, roster=roster)
     if kind == "masked_input":
         m3 = message.masked_input
         return sm.MaskedInputRequest(header=_header(m3), shares=_shares_from_pb(m3.shares))
+    if kind == "consistency":
+        m5 = message.consistency
+        return sm.ConsistencyRequest(header=_header(m5), survivors=tuple(m5.survivors))
     if kind == "unmask":
         m4 = message.unmask
         return sm.UnmaskRequest(
-            header=_header(m4), alive=tuple(m4.alive), dropped=tuple(m4.dropped)
+            header=_header(m4),
+            alive=tuple(m4.alive),
+            dropped=tuple(m4.dropped),
+            survivors=tuple(m4.survivors),
+            attestations=tuple(
+                sm.Attestation(index=a.index, signature=bytes(a.signature)) for a in m4.attestations
+            ),
         )
     raise WireError(f"coordinator message {kind!r} is not a secure-aggregation request")
 
@@ -219,7 +249,12 @@ def to_agent_messages(
                 encryption_public_key=message.encryption_public_key,
                 masking_public_key=message.masking_public_key,
                 signature=message.signature,
+                certificate=message.certificate,
             )
+        )
+    elif isinstance(message, sm.ConsistencyResponse):
+        yield pb.AgentMessage(
+            consistency=pb.ConsistencyResponse(header=header, signature=message.signature)
         )
     elif isinstance(message, sm.ShareKeysResponse):
         yield pb.AgentMessage(
@@ -254,7 +289,11 @@ def from_agent_message(message: pb.AgentMessage) -> sm.ClientMessage:
             encryption_public_key=bytes(m.encryption_public_key),
             masking_public_key=bytes(m.masking_public_key),
             signature=bytes(m.signature),
+            certificate=bytes(m.certificate),
         )
+    if kind == "consistency":
+        m4 = message.consistency
+        return sm.ConsistencyResponse(header=_header(m4), signature=bytes(m4.signature))
     if kind == "share_keys":
         m2 = message.share_keys
         return sm.ShareKeysResponse(header=_header(m2), shares=_shares_from_pb(m2.shares))

@@ -20,24 +20,29 @@ from .errors import (
     ProtocolViolation,
     SecAggError,
     StaleMessage,
+    VerificationFailed,
     WrongStage,
 )
 from .graph import NeighbourGraph, random_harary_graph
+from .identity import ClientIdentity, IdentityError, PeerAuthority, Signer
 from .parameters import GraphParameters, ThreatModel, choose_graph_parameters
 from .randomness import RandomSource, RandomStream, SeededRandomSource, SystemRandomSource
 from .server_states import Survivors
 from .simulate import SimulationAborted, SimulationResult, StageTiming, simulate
 
 __all__ = [
+    "ClientIdentity",
     "DecryptionError",
     "DuplicateMessage",
     "EncodingOverflow",
     "ErrorCode",
     "GraphParameters",
+    "IdentityError",
     "InvalidKey",
     "InvalidShare",
     "NeighbourGraph",
     "ParameterError",
+    "PeerAuthority",
     "ProtocolAborted",
     "ProtocolViolation",
     "RandomSource",
@@ -45,6 +50,7 @@ __all__ = [
     "RoundParameters",
     "SecAggError",
     "SeededRandomSource",
+    "Signer",
     "SimulationAborted",
     "SimulationResult",
     "StageTiming",
@@ -52,6 +58,7 @@ __all__ = [
     "Survivors",
     "SystemRandomSource",
     "ThreatModel",
+    "VerificationFailed",
     "WrongStage",
     "choose_graph_parameters",
     "client",

@@ -17,6 +17,7 @@ import numpy.typing as npt
 from . import shamir
 from .config import RoundParameters
 from .errors import ErrorCode
+from .identity import ClientIdentity, PeerIdentity
 from .messages import PeerKeys, RoundHeader, Stage
 from .primitives import NONCE_BYTES, KeyPair
 from .randomness import RandomSource
@@ -41,6 +42,15 @@ class ClientContext:
     index: int
     params: RoundParameters
     rng: RandomSource = field(repr=False, compare=False)
+    #: set in a malicious-secure round only (docs/secagg.md#the-malicious-secure-variant)
+    identity: ClientIdentity | None = field(default=None, repr=False, compare=False)
+    #: the setup digest this agent signs over (malicious-secure rounds; empty otherwise)
+    setup_digest: bytes = field(default=b"", repr=False)
+
+    @property
+    def malicious(self) -> bool:
+        """True in a malicious-secure round (the agent accepted it with its identity)."""
+        return self.identity is not None
 
     def header(self, stage: Stage) -> RoundHeader:
         return RoundHeader(self.job_id, self.round, stage, self.session_id)
@@ -58,6 +68,7 @@ class ClientAwaitingSetup:
     round: int
     rng: RandomSource = field(repr=False, compare=False)
     input: IntegerVector | None = field(default=None, repr=False, compare=False)
+    identity: ClientIdentity | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +96,10 @@ class ClientSharesSent:
     self_seed: bytes = field(repr=False)
     own_shares: tuple[int, int] = field(repr=False)
     input: RingVector | None = field(default=None, repr=False, compare=False)
+    #: malicious-secure rounds: the verified peer of each listed neighbour, and the roster's
+    #: indices (A1)
+    identities: Mapping[int, PeerIdentity] = field(default_factory=dict, repr=False)
+    roster: frozenset[int] = field(default=frozenset(), repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +111,33 @@ class ClientMaskedInputSent:
     listed: frozenset[int]
     senders: frozenset[int]  # L_j
     shares: Mapping[int, tuple[int, int]] = field(repr=False)  # owner -> (b-share, s-share)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientAwaitingConsistency:
+    """Malicious-secure round: y sent, private keys dropped; waiting for ``ConsistencyRequest``."""
+
+    stage: ClassVar[Stage] = Stage.CONSISTENCY
+    ctx: ClientContext
+    listed: frozenset[int]
+    senders: frozenset[int]  # L_j
+    shares: Mapping[int, tuple[int, int]] = field(repr=False)
+    identities: Mapping[int, PeerIdentity] = field(repr=False)
+    roster: frozenset[int] = field(repr=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConsistencySigned:
+    """Malicious-secure round: the survivor set S signed (once); waiting for ``UnmaskRequest``."""
+
+    stage: ClassVar[Stage] = Stage.UNMASK
+    ctx: ClientContext
+    listed: frozenset[int]
+    senders: frozenset[int]
+    shares: Mapping[int, tuple[int, int]] = field(repr=False)
+    identities: Mapping[int, PeerIdentity] = field(repr=False)
+    survivors: tuple[int, ...] = field(repr=False)  # S, in index order
+    survivors_digest: bytes = field(repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +165,8 @@ ClientState = (
     | ClientKeysAdvertised
     | ClientSharesSent
     | ClientMaskedInputSent
+    | ClientAwaitingConsistency
+    | ClientConsistencySigned
     | ClientFinished
     | ClientAborted
 )

@@ -94,10 +94,16 @@ class RoundParameters:
         )
 
     def setup_for(
-        self, client_index: int, *, session_nonce: bytes = b"", encoding_json: str = ""
+        self,
+        client_index: int,
+        *,
+        session_nonce: bytes = b"",
+        encoding_json: str = "",
+        threat_model: str = ThreatModel.SEMI_HONEST.value,
     ) -> SecAggSetup:
         """The ``SecAggSetup`` of one client (``session_nonce``: the server nonce of stage 0;
-        ``encoding_json``: the application's text, carried unread)."""
+        ``encoding_json``: the application's text, carried unread; ``threat_model``: a
+        :class:`ThreatModel` value)."""
         field_in_range(client_index, "client_index", 0, self.num_clients - 1)
         return SecAggSetup(
             client_index=client_index,
@@ -109,6 +115,7 @@ class RoundParameters:
             min_survivors=self.min_survivors,
             encoding_json=encoding_json,
             session_nonce=session_nonce,
+            threat_model=threat_model,
         )
 
     @classmethod

@@ -85,6 +85,13 @@ class DuplicateMessage(ProtocolViolation):
     code = ErrorCode.DUPLICATE
 
 
+class VerificationFailed(SecAggError):  # noqa: N818 (reads as an outcome, like the others)
+    """A malicious-secure check failed: the coordinator's message is not what the roster, the
+    seeded graph or the attested survivor set fix (docs/secagg.md#the-malicious-secure-variant)."""
+
+    code = ErrorCode.PROTOCOL_ABORT
+
+
 class ProtocolAborted(SecAggError):  # noqa: N818 (the names of the specification)
     """The whole protocol aborted (all or nothing): no aggregate exists.
 

@@ -79,6 +79,23 @@ class NeighbourGraph:
         return self._neighbourhoods[client]
 
 
+def harary_neighbours(order: tuple[int, ...], degree: int, client: int) -> tuple[int, ...]:
+    """N(client), sorted, in the graph ``NeighbourGraph.from_order(order, degree)``, computed
+    for that one client (O(n) to find its position, not O(nk) for every neighbourhood)."""
+    n = len(order)
+    if not 0 <= client < n:
+        raise ParameterError(f"client {client} outside [0, {n})")
+    if not 1 <= degree <= n - 1:
+        raise ParameterError(f"degree {degree} outside [1, {n - 1}]")
+    if degree == n - 1:
+        return tuple(range(n))
+    if degree % 2:
+        raise ParameterError(f"degree {degree} must be even unless the graph is complete")
+    position = order.index(client)
+    half = degree // 2
+    return tuple(sorted(order[(position + d) % n] for d in range(-half, half + 1)))
+
+
 def random_permutation(n: int, rng: RandomStream) -> tuple[int, ...]:
     """A uniform permutation of 0..n−1 (up to a key collision, probability ≤ n²/2^129)."""
     if n < 1:

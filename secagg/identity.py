@@ -28,6 +28,7 @@ from .errors import ErrorCode, SecAggError
 
 __all__ = [
     "PEER_USAGE",
+    "ClientIdentity",
     "IdentityError",
     "PeerAuthority",
     "PeerIdentity",
@@ -184,3 +185,36 @@ class Signer:
 
     def __repr__(self) -> str:  # never print a private key
         return f"Signer({self.identity.name!r})"
+
+
+@dataclass(frozen=True, slots=True)
+class ClientIdentity:
+    """What an agent brings to a malicious-secure round (docs/secagg.md#who-is-a-peer).
+
+    Attributes:
+        signer: the agent's signing key and peer certificate.
+        authority: the federation CA the agent trusts (never the coordinator's).
+        max_colluding_peers: c, the most certified peers the agent assumes may collude with the
+            coordinator; it decides how many noise shares the agent can count on
+            (:func:`dpfl.secagg.client.verified_noise_shares`).
+        now: the time certificates are checked at (timezone-aware).
+
+    Raises:
+        IdentityError: the signer's certificate is not a peer of ``authority`` at ``now``, or c
+            is not an integer ≥ 0.
+    """
+
+    signer: Signer
+    authority: PeerAuthority = field(repr=False)
+    max_colluding_peers: int
+    now: dt.datetime
+
+    def __post_init__(self) -> None:
+        c = self.max_colluding_peers
+        if isinstance(c, bool) or not isinstance(c, int) or c < 0:
+            raise IdentityError(f"max_colluding_peers must be an integer ≥ 0, got {c!r}")
+        if not isinstance(self.signer, Signer) or not isinstance(self.authority, PeerAuthority):
+            raise IdentityError("a client identity needs a Signer and a PeerAuthority")
+        own = self.authority.identity(self.signer.certificate_der, now=self.now)
+        if own.fingerprint != self.signer.identity.fingerprint:  # pragma: no cover - same DER
+            raise IdentityError("the signer's certificate changed under verification")

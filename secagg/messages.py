@@ -24,7 +24,12 @@ import numpy.typing as npt
 
 
 class Stage(enum.IntEnum):
-    """Mirror of ``dpfl.v1.Stage`` (names without the ``STAGE_`` prefix, same numbers)."""
+    """Mirror of ``dpfl.v1.Stage`` (names without the ``STAGE_`` prefix, same numbers).
+
+    The numbers are wire numbers, not the order of the protocol: CONSISTENCY (7, added with the
+    malicious-secure variant) runs between MASKED_INPUT and UNMASK. Compare stages with
+    :func:`stage_rank`, never with ``<``.
+    """
 
     UNSPECIFIED = 0
     INVITATION = 1
@@ -33,6 +38,26 @@ class Stage(enum.IntEnum):
     MASKED_INPUT = 4  # stage 3
     UNMASK = 5  # stage 4
     RESULT = 6
+    CONSISTENCY = 7  # malicious-secure variant only, between stage 3 and stage 4
+
+
+#: The stages in the order a round runs them (docs/secagg.md#the-malicious-secure-variant).
+STAGE_ORDER: tuple[Stage, ...] = (
+    Stage.UNSPECIFIED,
+    Stage.INVITATION,
+    Stage.ADVERTISE_KEYS,
+    Stage.SHARE_KEYS,
+    Stage.MASKED_INPUT,
+    Stage.CONSISTENCY,
+    Stage.UNMASK,
+    Stage.RESULT,
+)
+_RANK = {stage: rank for rank, stage in enumerate(STAGE_ORDER)}
+
+
+def stage_rank(stage: Stage) -> int:
+    """The position of ``stage`` in :data:`STAGE_ORDER` (earlier stages rank lower)."""
+    return _RANK[stage]
 
 
 class ShareKind(enum.IntEnum):
@@ -66,6 +91,9 @@ class SecAggSetup:
     min_survivors: int
     encoding_json: str = ""
     session_nonce: bytes = b""
+    #: a :class:`~dpfl.secagg.parameters.ThreatModel` value; ``"malicious"`` runs the
+    #: malicious-secure variant (docs/secagg.md#the-malicious-secure-variant)
+    threat_model: str = "semi-honest"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,10 +104,14 @@ class AdvertiseKeysRequest:
 
 @dataclass(frozen=True, slots=True)
 class AdvertiseKeysResponse:
+    """``signature`` and ``certificate`` (the peer certificate, DER) are set in a
+    malicious-secure round only."""
+
     header: RoundHeader
     encryption_public_key: bytes
     masking_public_key: bytes
     signature: bytes = b""
+    certificate: bytes = b""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,12 +120,24 @@ class PeerKeys:
     encryption_public_key: bytes
     masking_public_key: bytes
     signature: bytes = b""
+    certificate: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class RosterEntry:
+    """One advertisement of A1: its index and roster digest d_j (32 bytes)."""
+
+    index: int
+    digest: bytes
 
 
 @dataclass(frozen=True, slots=True)
 class ShareKeysRequest:
+    """``roster`` (every entry of A1, in index order) is sent in a malicious-secure round only."""
+
     header: RoundHeader
     peers: tuple[PeerKeys, ...]
+    roster: tuple[RosterEntry, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,10 +175,36 @@ class MaskedInputResponse:
 
 
 @dataclass(frozen=True, slots=True)
+class ConsistencyRequest:
+    """The survivor set S = A3 every agent of S is asked to sign (malicious-secure only)."""
+
+    header: RoundHeader
+    survivors: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsistencyResponse:
+    header: RoundHeader
+    signature: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Attestation:
+    """A neighbour's consistency signature, relayed as received."""
+
+    index: int
+    signature: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class UnmaskRequest:
+    """``survivors`` and ``attestations`` are set in a malicious-secure round only."""
+
     header: RoundHeader
     alive: tuple[int, ...]
     dropped: tuple[int, ...]
+    survivors: tuple[int, ...] = ()
+    attestations: tuple[Attestation, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,8 +220,20 @@ class UnmaskResponse:
     shares: tuple[UnmaskShare, ...]
 
 
-ServerMessage = AdvertiseKeysRequest | ShareKeysRequest | MaskedInputRequest | UnmaskRequest
-ClientMessage = AdvertiseKeysResponse | ShareKeysResponse | MaskedInputResponse | UnmaskResponse
+ServerMessage = (
+    AdvertiseKeysRequest
+    | ShareKeysRequest
+    | MaskedInputRequest
+    | ConsistencyRequest
+    | UnmaskRequest
+)
+ClientMessage = (
+    AdvertiseKeysResponse
+    | ShareKeysResponse
+    | MaskedInputResponse
+    | ConsistencyResponse
+    | UnmaskResponse
+)
 
 #: The stage each message type belongs to.
 MESSAGE_STAGE: dict[type, Stage] = {
@@ -161,6 +243,8 @@ MESSAGE_STAGE: dict[type, Stage] = {
     ShareKeysResponse: Stage.SHARE_KEYS,
     MaskedInputRequest: Stage.MASKED_INPUT,
     MaskedInputResponse: Stage.MASKED_INPUT,
+    ConsistencyRequest: Stage.CONSISTENCY,
+    ConsistencyResponse: Stage.CONSISTENCY,
     UnmaskRequest: Stage.UNMASK,
     UnmaskResponse: Stage.UNMASK,
 }

@@ -30,6 +30,14 @@ class ThreatModel(enum.Enum):
 
     SEMI_HONEST = "semi-honest"  # fcp CURIOUS_SERVER
     SEMI_MALICIOUS = "semi-malicious"  # fcp SEMI_MALICIOUS_SERVER
+    #: any deviation; (k, t) as for SEMI_MALICIOUS, whose threshold also stops a server that
+    #: lies about dropouts (docs/secagg.md#parameters)
+    MALICIOUS = "malicious"
+
+    @property
+    def lies_about_dropouts(self) -> bool:
+        """True when the threshold must satisfy 2t > k + 1 + c (semi-malicious and malicious)."""
+        return self is not ThreatModel.SEMI_HONEST
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +109,8 @@ def choose_graph_parameters(
     limit = Fraction(9, 10)
     if model is ThreatModel.SEMI_HONEST and gamma + delta > limit:
         raise ParameterError(f"semi-honest needs γ + δ ≤ 0.9, got {float(gamma + delta)}")
-    if model is ThreatModel.SEMI_MALICIOUS and gamma + 2 * delta > limit:
-        raise ParameterError(f"semi-malicious needs γ + 2δ ≤ 0.9, got {float(gamma + 2 * delta)}")
+    if model.lies_about_dropouts and gamma + 2 * delta > limit:
+        raise ParameterError(f"{model.value} needs γ + 2δ ≤ 0.9, got {float(gamma + 2 * delta)}")
 
     corrupted = _floor(gamma * n)
     bad = corrupted + _floor(delta * n)
@@ -116,7 +124,7 @@ def choose_graph_parameters(
         t1 = smallest_secure(Hypergeometric(n, corrupted, k), security_scale, t1_guess)
         t2 = largest_correct(Hypergeometric(n, survivors, k), correctness_scale, t2_guess)
         t1_guess, t2_guess = t1, t2
-        if model is ThreatModel.SEMI_MALICIOUS:
+        if model.lies_about_dropouts:
             t1 = -(-(t1 + k) // 2)  # ⌈(t1 + k)/2⌉: 2t ≥ t1 + k + 2
         if t2 > t1:
             return GraphParameters(num_clients=n, degree=k, threshold=max(t1 + 1, 2))

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from . import signed
 from .client_states import SHARE_CIPHERTEXT_BYTES
 from .errors import (
     DuplicateMessage,
@@ -24,10 +25,12 @@ from .errors import (
     StaleMessage,
     WrongStage,
 )
+from .identity import IdentityError
 from .messages import (
     MESSAGE_STAGE,
     AdvertiseKeysResponse,
     ClientMessage,
+    ConsistencyResponse,
     EncryptedShare,
     MaskedInputResponse,
     RoundHeader,
@@ -38,8 +41,10 @@ from .messages import (
 from .primitives import validate_public_key
 from .ring import as_ring_vector
 from .server_states import (
+    Advert,
     DecodedShare,
     PublicKeys,
+    ServerCollectingConsistency,
     ServerCollectingKeys,
     ServerCollectingMaskedInputs,
     ServerCollectingShares,
@@ -53,8 +58,14 @@ Collecting = (
     ServerCollectingKeys
     | ServerCollectingShares
     | ServerCollectingMaskedInputs
+    | ServerCollectingConsistency
     | ServerCollectingUnmask
 )
+
+#: an ECDSA P-256 signature in DER has at most 72 bytes
+MAX_SIGNATURE_BYTES = 72
+#: a peer certificate is a few hundred bytes; anything this large is not one
+MAX_CERTIFICATE_BYTES = 16384
 
 
 @dataclass
@@ -63,6 +74,9 @@ class _Draft:
 
     keys: dict[int, PublicKeys] = field(default_factory=dict)
     keys_seen: set[bytes] = field(default_factory=set)
+    adverts: dict[int, Advert] = field(default_factory=dict)
+    key_ids_seen: set[bytes] = field(default_factory=set)
+    attestations: dict[int, bytes] = field(default_factory=dict)
     shares: dict[int, dict[int, EncryptedShare]] = field(default_factory=dict)
     a3: set[int] = field(default_factory=set)
     total: Words | None = None
@@ -72,22 +86,33 @@ class _Draft:
 
 def _draft(state: Collecting) -> _Draft:
     if isinstance(state, ServerCollectingKeys):
-        return _Draft(keys=dict(state.keys), keys_seen=set(state.keys_seen))
+        return _Draft(
+            keys=dict(state.keys),
+            keys_seen=set(state.keys_seen),
+            adverts=dict(state.adverts),
+            key_ids_seen={advert[2] for advert in state.adverts.values()},
+        )
     if isinstance(state, ServerCollectingShares):
         return _Draft(shares=dict(state.shares))  # type: ignore[arg-type]
     if isinstance(state, ServerCollectingMaskedInputs):
         return _Draft(a3=set(state.a3), total=state.total.copy())
+    if isinstance(state, ServerCollectingConsistency):
+        return _Draft(attestations=dict(state.attestations))
     return _Draft(responses=dict(state.responses), counts=dict(state.counts))
 
 
 def _finish(state: Collecting, draft: _Draft) -> ServerState:
     if isinstance(state, ServerCollectingKeys):
-        return replace(state, keys=draft.keys, keys_seen=frozenset(draft.keys_seen))
+        return replace(
+            state, keys=draft.keys, keys_seen=frozenset(draft.keys_seen), adverts=draft.adverts
+        )
     if isinstance(state, ServerCollectingShares):
         return replace(state, shares=draft.shares)
     if isinstance(state, ServerCollectingMaskedInputs):
         total = state.total if draft.total is None else draft.total
         return replace(state, a3=frozenset(draft.a3), total=total)
+    if isinstance(state, ServerCollectingConsistency):
+        return replace(state, attestations=draft.attestations)
     return replace(state, responses=draft.responses, counts=draft.counts)
 
 
@@ -115,6 +140,8 @@ def _check(state: ServerState, draft: _Draft, sender: int, message: ClientMessag
         asked, answered = sender in state.keys, sender in draft.shares
     elif isinstance(state, ServerCollectingMaskedInputs):
         asked, answered = sender in state.a2, sender in draft.a3
+    elif isinstance(state, ServerCollectingConsistency):
+        asked, answered = sender in state.a3, sender in draft.attestations
     else:
         asked, answered = sender in state.requests, sender in draft.responses
     if answered:
@@ -123,7 +150,37 @@ def _check(state: ServerState, draft: _Draft, sender: int, message: ClientMessag
         raise ProtocolViolation(f"client {sender} was not asked for {expected.name}")
 
 
-def _add_keys(draft: _Draft, sender: int, message: AdvertiseKeysResponse) -> None:
+def _signature(value: object, what: str) -> bytes:
+    if not isinstance(value, bytes) or not 0 < len(value) <= MAX_SIGNATURE_BYTES:
+        size = len(value) if isinstance(value, bytes) else type(value).__name__
+        raise ProtocolViolation(
+            f"{what}: a signature has 1 to {MAX_SIGNATURE_BYTES} bytes, got {size}"
+        )
+    return value
+
+
+def _advert(draft: _Draft, sender: int, message: AdvertiseKeysResponse) -> Advert:
+    """Structure of a malicious-secure advertisement (the agents verify the signatures)."""
+    signature = _signature(message.signature, f"advertisement of {sender}")
+    certificate = message.certificate
+    if not isinstance(certificate, bytes) or not 0 < len(certificate) <= MAX_CERTIFICATE_BYTES:
+        raise ProtocolViolation(
+            f"advertisement of {sender}: no certificate, or one over {MAX_CERTIFICATE_BYTES} bytes"
+        )
+    try:
+        key_id = signed.certificate_key_id(certificate)
+    except IdentityError as exc:
+        raise ProtocolViolation(f"advertisement of {sender}: {exc}") from None
+    if key_id in draft.key_ids_seen:
+        raise ProtocolViolation(
+            f"advertisement of {sender}: the certificate key of another advertisement"
+        )
+    return signature, certificate, key_id
+
+
+def _add_keys(
+    state: ServerCollectingKeys, draft: _Draft, sender: int, message: AdvertiseKeysResponse
+) -> None:
     enc, mask = message.encryption_public_key, message.masking_public_key
     validate_public_key(enc)
     validate_public_key(mask)
@@ -131,6 +188,10 @@ def _add_keys(draft: _Draft, sender: int, message: AdvertiseKeysResponse) -> Non
         raise InvalidKey(f"client {sender} uses one key for encryption and masking")
     if enc in draft.keys_seen or mask in draft.keys_seen:
         raise InvalidKey(f"client {sender} advertises a key another client already uses")
+    if state.ctx.malicious:
+        advert = _advert(draft, sender, message)
+        draft.adverts[sender] = advert
+        draft.key_ids_seen.add(advert[2])
     draft.keys[sender] = (enc, mask)
     draft.keys_seen.update((enc, mask))
 
@@ -208,13 +269,19 @@ def _add_unmask(
 def _add(state: ServerState, draft: _Draft, sender: int, message: ClientMessage) -> None:
     _check(state, draft, sender, message)
     if isinstance(state, ServerCollectingKeys) and isinstance(message, AdvertiseKeysResponse):
-        _add_keys(draft, sender, message)
+        _add_keys(state, draft, sender, message)
     elif isinstance(state, ServerCollectingShares) and isinstance(message, ShareKeysResponse):
         _add_shares(state, draft, sender, message)
     elif isinstance(state, ServerCollectingMaskedInputs) and isinstance(
         message, MaskedInputResponse
     ):
         _add_masked(state, draft, sender, message)
+    elif isinstance(state, ServerCollectingConsistency) and isinstance(
+        message, ConsistencyResponse
+    ):
+        draft.attestations[sender] = _signature(
+            message.signature, f"consistency signature of {sender}"
+        )
     elif isinstance(state, ServerCollectingUnmask) and isinstance(message, UnmaskResponse):
         _add_unmask(state, draft, sender, message)
     else:

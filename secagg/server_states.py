@@ -16,23 +16,44 @@ import numpy as np
 import numpy.typing as npt
 
 from .config import RoundParameters
+from .errors import WrongStage
 from .graph import NeighbourGraph
 from .messages import EncryptedShare, RoundHeader, ShareKind, Stage
+from .parameters import ThreatModel
 
 #: (encryption public key, masking public key) of a client, as advertised.
 PublicKeys = tuple[bytes, bytes]
+#: malicious-secure rounds: (signature, certificate DER, certificate key id) of an advertisement
+Advert = tuple[bytes, bytes, bytes]
 Words = npt.NDArray[np.uint32] | npt.NDArray[np.uint64]
 
 
 @dataclass(frozen=True, slots=True)
 class ServerContext:
-    """Fixed for the whole round at setup."""
+    """Fixed for the whole round at setup, except the graph of a malicious-secure round, which the
+    roster fixes when the advertisements close (docs/secagg.md#the-malicious-secure-variant)."""
 
     job_id: str
     round: int
     session_id: bytes
     params: RoundParameters
-    graph: NeighbourGraph = field(repr=False)
+    graph_or_none: NeighbourGraph | None = field(repr=False)
+    threat_model: ThreatModel = ThreatModel.SEMI_HONEST
+
+    @property
+    def graph(self) -> NeighbourGraph:
+        """The neighbour graph.
+
+        Raises:
+            WrongStage: a malicious-secure round whose advertisements are still being collected.
+        """
+        if self.graph_or_none is None:
+            raise WrongStage("the graph of a malicious-secure round is fixed by the roster")
+        return self.graph_or_none
+
+    @property
+    def malicious(self) -> bool:
+        return self.threat_model is ThreatModel.MALICIOUS
 
     def header(self, stage: Stage) -> RoundHeader:
         return RoundHeader(self.job_id, self.round, stage, self.session_id)
@@ -46,6 +67,8 @@ class Survivors:
     a2: frozenset[int] = frozenset()
     a3: frozenset[int] = frozenset()
     unmask: frozenset[int] = frozenset()
+    #: malicious-secure rounds: the agents of A3 whose consistency signature arrived
+    attested: frozenset[int] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +79,7 @@ class ServerCollectingKeys:
     ctx: ServerContext
     keys: Mapping[int, PublicKeys] = field(default_factory=dict, repr=False)
     keys_seen: frozenset[bytes] = field(default=frozenset(), repr=False)
+    adverts: Mapping[int, Advert] = field(default_factory=dict, repr=False)
 
     @property
     def survivors(self) -> Survivors:
@@ -109,8 +133,32 @@ class ServerCollectingMaskedInputs:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerCollectingConsistency:
+    """Malicious-secure rounds: collecting the signatures of S = A3 (``ConsistencyResponse``)."""
+
+    stage: ClassVar[Stage] = Stage.CONSISTENCY
+    ctx: ServerContext
+    keys: Mapping[int, PublicKeys] = field(repr=False)
+    a2: frozenset[int]
+    a3: frozenset[int]
+    total: Words = field(repr=False, compare=False)
+    attestations: Mapping[int, bytes] = field(default_factory=dict, repr=False)
+
+    @property
+    def survivors(self) -> Survivors:
+        return Survivors(
+            a1=frozenset(self.keys), a2=self.a2, a3=self.a3, attested=frozenset(self.attestations)
+        )
+
+    @property
+    def pending(self) -> frozenset[int]:
+        return self.a3 - frozenset(self.attestations)
+
+
+@dataclass(frozen=True, slots=True)
 class ServerReadyToUnmask:
-    """Masked inputs closed, no unmask request sent yet.
+    """Masked inputs closed (and, in a malicious-secure round, S attested), no unmask request
+    sent yet.
 
     **Ledger hook** (docs/architecture.md#rule-1-never-under-count): the aggregate becomes
     computable as soon as the unmask requests go out, so the coordinator commits the round's privacy
@@ -123,10 +171,14 @@ class ServerReadyToUnmask:
     a2: frozenset[int]
     a3: frozenset[int]
     total: Words = field(repr=False, compare=False)
+    #: malicious-secure rounds: the consistency signature of each attesting agent of A3
+    attestations: Mapping[int, bytes] = field(default_factory=dict, repr=False)
 
     @property
     def survivors(self) -> Survivors:
-        return Survivors(a1=frozenset(self.keys), a2=self.a2, a3=self.a3)
+        return Survivors(
+            a1=frozenset(self.keys), a2=self.a2, a3=self.a3, attested=frozenset(self.attestations)
+        )
 
     @property
     def pending(self) -> frozenset[int]:
@@ -153,16 +205,23 @@ class ServerCollectingUnmask:
     responses: Mapping[int, tuple[DecodedShare, ...]] = field(default_factory=dict, repr=False)
     #: shares received per secret: (kind, owner) -> count
     counts: Mapping[tuple[ShareKind, int], int] = field(default_factory=dict, repr=False)
+    attested: frozenset[int] = frozenset()
 
     @property
     def survivors(self) -> Survivors:
         return Survivors(
-            a1=frozenset(self.keys), a2=self.a2, a3=self.a3, unmask=frozenset(self.responses)
+            a1=frozenset(self.keys),
+            a2=self.a2,
+            a3=self.a3,
+            unmask=frozenset(self.responses),
+            attested=self.attested,
         )
 
     @property
     def pending(self) -> frozenset[int]:
-        return self.a3 - frozenset(self.responses)
+        """The agents asked (A3, or its attesting part in a malicious-secure round) that have not
+        answered yet."""
+        return frozenset(self.requests) - frozenset(self.responses)
 
     @property
     def ready(self) -> bool:
@@ -204,6 +263,7 @@ ServerState = (
     ServerCollectingKeys
     | ServerCollectingShares
     | ServerCollectingMaskedInputs
+    | ServerCollectingConsistency
     | ServerReadyToUnmask
     | ServerCollectingUnmask
     | ServerCompleted

@@ -8,6 +8,11 @@ and closes the stage.
 Dropouts: ``dropouts[stage]`` lists the clients that stop answering at ``stage`` (they send nothing
 for it nor for any later stage). Dropping "after" stage s is dropping at the next stage; a client in
 ``dropouts[Stage.UNMASK]`` has sent its masked input and must still be counted in the sum.
+
+A malicious-secure round (``threat_model=ThreatModel.MALICIOUS``) runs its consistency stage
+between the masked inputs and the unmasking (a client in ``dropouts[Stage.CONSISTENCY]`` sent its
+masked input, never attests S and is summed all the same); each client takes part with its
+``identities[i]``, and one without an identity refuses the setup.
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from .client_states import ClientAborted, ClientState
 from .config import RoundParameters
 from .errors import ParameterError, ProtocolAborted, ProtocolViolation
 from .graph import NeighbourGraph
+from .identity import ClientIdentity
 from .messages import ClientMessage, ServerMessage, Stage
+from .parameters import ThreatModel
 from .randomness import RandomSource, SystemRandomSource
 from .server_states import (
     ServerAborted,
@@ -36,6 +43,13 @@ from .server_states import (
 )
 
 PROTOCOL_STAGES = (Stage.ADVERTISE_KEYS, Stage.SHARE_KEYS, Stage.MASKED_INPUT, Stage.UNMASK)
+MALICIOUS_STAGES = (
+    Stage.ADVERTISE_KEYS,
+    Stage.SHARE_KEYS,
+    Stage.MASKED_INPUT,
+    Stage.CONSISTENCY,
+    Stage.UNMASK,
+)
 _MASKED_BATCH = 16
 
 
@@ -88,12 +102,12 @@ class SimulationAborted(ProtocolAborted):
 
 
 def _check_dropouts(
-    dropouts: Mapping[Stage, Collection[int]] | None, n: int
+    dropouts: Mapping[Stage, Collection[int]] | None, n: int, stages: tuple[Stage, ...]
 ) -> dict[Stage, frozenset[int]]:
     out: dict[Stage, frozenset[int]] = {}
     for stage, clients in (dropouts or {}).items():
-        if stage not in PROTOCOL_STAGES:
-            raise ParameterError(f"dropouts can only happen at {[s.name for s in PROTOCOL_STAGES]}")
+        if stage not in stages:
+            raise ParameterError(f"dropouts can only happen at {[s.name for s in stages]}")
         ids = frozenset(int(c) for c in clients)
         if any(not 0 <= c < n for c in ids):
             raise ParameterError(f"dropout indices must lie in [0, {n})")
@@ -123,6 +137,8 @@ def simulate(
     round: int = 0,
     before_unmask: Callable[[ServerReadyToUnmask], None] | None = None,
     record: bool = False,
+    threat_model: ThreatModel = ThreatModel.SEMI_HONEST,
+    identities: Sequence[ClientIdentity | None] | None = None,
 ) -> SimulationResult:
     """Run one secure-aggregation round for ``len(vectors)`` clients.
 
@@ -136,6 +152,8 @@ def simulate(
         before_unmask: called with the :class:`ServerReadyToUnmask` state, where the coordinator
             commits the privacy ledger.
         record: keep every message in ``transcript`` (for golden tests; costs memory).
+        threat_model: the model the setup announces; MALICIOUS runs the malicious-secure variant.
+        identities: client i's peer identity (None, or a None entry: the client has none).
 
     Returns:
         The aggregate Σ_{i∈A3} x_i mod 2^r, the survivor sets and per-stage timings.
@@ -147,13 +165,23 @@ def simulate(
     n = params.num_clients
     if len(vectors) != n:
         raise ParameterError(f"{len(vectors)} vectors for {n} clients")
-    schedule = _check_dropouts(dropouts, n)
+    stages = MALICIOUS_STAGES if threat_model is ThreatModel.MALICIOUS else PROTOCOL_STAGES
+    schedule = _check_dropouts(dropouts, n, stages)
+    if identities is not None and len(identities) != n:
+        raise ParameterError(f"{len(identities)} identities for {n} clients")
     rng = rng or SystemRandomSource()
     started = time.perf_counter()
     server: ServerState
-    server, outbound = server_sm.start_round(job_id=job_id, round=round, params=params, rng=rng)
+    server, outbound = server_sm.start_round(
+        job_id=job_id, round=round, params=params, rng=rng, threat_model=threat_model
+    )
     clients: dict[int, ClientState] = {
-        i: client_sm.new_client(job_id=job_id, round=round, rng=rng.child(f"client/{i}"))
+        i: client_sm.new_client(
+            job_id=job_id,
+            round=round,
+            rng=rng.child(f"client/{i}"),
+            identity=None if identities is None else identities[i],
+        )
         for i in range(n)
     }
     gone: set[int] = set()
@@ -162,7 +190,7 @@ def simulate(
     transcript: list[TranscriptEntry] = []
     timings: dict[Stage, StageTiming] = {}
     unmask_seconds = 0.0
-    for stage in PROTOCOL_STAGES:
+    for stage in stages:
         gone |= schedule.get(stage, frozenset())
         client_time = server_time = 0.0
         computed = 0

@@ -16,6 +16,7 @@ class Stage(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STAGE_MASKED_INPUT: _ClassVar[Stage]
     STAGE_UNMASK: _ClassVar[Stage]
     STAGE_RESULT: _ClassVar[Stage]
+    STAGE_CONSISTENCY: _ClassVar[Stage]
 
 class ErrorCode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
@@ -49,6 +50,7 @@ STAGE_SHARE_KEYS: Stage
 STAGE_MASKED_INPUT: Stage
 STAGE_UNMASK: Stage
 STAGE_RESULT: Stage
+STAGE_CONSISTENCY: Stage
 ERROR_UNSPECIFIED: ErrorCode
 ERROR_INVALID_ARGUMENT: ErrorCode
 ERROR_STALE_ROUND: ErrorCode
@@ -179,7 +181,7 @@ class Invitation(_message.Message):
     def __init__(self, header: _Optional[_Union[RoundHeader, _Mapping]] = ..., algorithm: _Optional[str] = ..., job_name: _Optional[str] = ..., params_json: _Optional[str] = ..., privacy_events_json: _Optional[str] = ..., model_version: _Optional[int] = ..., deadline_unix: _Optional[float] = ..., expected_participants: _Optional[int] = ...) -> None: ...
 
 class SecAggSetup(_message.Message):
-    __slots__ = ("client_index", "num_clients", "degree", "threshold", "ring_bits", "vector_length", "min_survivors", "encoding_json", "session_nonce")
+    __slots__ = ("client_index", "num_clients", "degree", "threshold", "ring_bits", "vector_length", "min_survivors", "encoding_json", "session_nonce", "threat_model")
     CLIENT_INDEX_FIELD_NUMBER: _ClassVar[int]
     NUM_CLIENTS_FIELD_NUMBER: _ClassVar[int]
     DEGREE_FIELD_NUMBER: _ClassVar[int]
@@ -189,6 +191,7 @@ class SecAggSetup(_message.Message):
     MIN_SURVIVORS_FIELD_NUMBER: _ClassVar[int]
     ENCODING_JSON_FIELD_NUMBER: _ClassVar[int]
     SESSION_NONCE_FIELD_NUMBER: _ClassVar[int]
+    THREAT_MODEL_FIELD_NUMBER: _ClassVar[int]
     client_index: int
     num_clients: int
     degree: int
@@ -198,7 +201,8 @@ class SecAggSetup(_message.Message):
     min_survivors: int
     encoding_json: str
     session_nonce: bytes
-    def __init__(self, client_index: _Optional[int] = ..., num_clients: _Optional[int] = ..., degree: _Optional[int] = ..., threshold: _Optional[int] = ..., ring_bits: _Optional[int] = ..., vector_length: _Optional[int] = ..., min_survivors: _Optional[int] = ..., encoding_json: _Optional[str] = ..., session_nonce: _Optional[bytes] = ...) -> None: ...
+    threat_model: str
+    def __init__(self, client_index: _Optional[int] = ..., num_clients: _Optional[int] = ..., degree: _Optional[int] = ..., threshold: _Optional[int] = ..., ring_bits: _Optional[int] = ..., vector_length: _Optional[int] = ..., min_survivors: _Optional[int] = ..., encoding_json: _Optional[str] = ..., session_nonce: _Optional[bytes] = ..., threat_model: _Optional[str] = ...) -> None: ...
 
 class AdvertiseKeysRequest(_message.Message):
     __slots__ = ("header", "setup")
@@ -209,24 +213,36 @@ class AdvertiseKeysRequest(_message.Message):
     def __init__(self, header: _Optional[_Union[RoundHeader, _Mapping]] = ..., setup: _Optional[_Union[SecAggSetup, _Mapping]] = ...) -> None: ...
 
 class PeerKeys(_message.Message):
-    __slots__ = ("index", "encryption_public_key", "masking_public_key", "signature")
+    __slots__ = ("index", "encryption_public_key", "masking_public_key", "signature", "certificate")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     ENCRYPTION_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     MASKING_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    CERTIFICATE_FIELD_NUMBER: _ClassVar[int]
     index: int
     encryption_public_key: bytes
     masking_public_key: bytes
     signature: bytes
-    def __init__(self, index: _Optional[int] = ..., encryption_public_key: _Optional[bytes] = ..., masking_public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
+    certificate: bytes
+    def __init__(self, index: _Optional[int] = ..., encryption_public_key: _Optional[bytes] = ..., masking_public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., certificate: _Optional[bytes] = ...) -> None: ...
+
+class RosterEntry(_message.Message):
+    __slots__ = ("index", "digest")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    digest: bytes
+    def __init__(self, index: _Optional[int] = ..., digest: _Optional[bytes] = ...) -> None: ...
 
 class ShareKeysRequest(_message.Message):
-    __slots__ = ("header", "peers")
+    __slots__ = ("header", "peers", "roster")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     PEERS_FIELD_NUMBER: _ClassVar[int]
+    ROSTER_FIELD_NUMBER: _ClassVar[int]
     header: RoundHeader
     peers: _containers.RepeatedCompositeFieldContainer[PeerKeys]
-    def __init__(self, header: _Optional[_Union[RoundHeader, _Mapping]] = ..., peers: _Optional[_Iterable[_Union[PeerKeys, _Mapping]]] = ...) -> None: ...
+    roster: _containers.RepeatedCompositeFieldContainer[RosterEntry]
+    def __init__(self, header: _Optional[_Union[RoundHeader, _Mapping]] = ..., peers: _Optional[_Iterable[_Union[PeerKeys, _Mapping]]] = ..., roster: _Optional[_Iterable[_Union[RosterEntry, _Mapping]]] = ...) -> None: ...
 
 class EncryptedShare(_message.Message):
     __slots__ = ("sender", "receiver", "ciphertext")
@@ -246,15 +262,35 @@ class MaskedInputRequest(_message.Message):
     shares: _containers.RepeatedCompositeFieldContainer[EncryptedShare]
     def __init__(self, header: _Optional[_Union[RoundHeader, _Mapping]] = ..., shares: _Optional[_Iterable[_Union[EncryptedShare, _Mapping]]] = ...) -> None: ...
 
+class ConsistencyRequest(_message.Message):
+    __slots__ = ("header", "survivors")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    SURVIVORS_FIELD_NUMBER: _ClassVar[int]
+    header: RoundHeader
+    survivors: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, header: _Optional[_Union[RoundHeader, _Mapping]] = ..., survivors: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class Attestation(_message.Message):
+    __slots__ = ("index", "signature")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    signature: bytes
+    def __init__(self, index: _Optional[int] = ..., signature: _Optional[bytes] = ...) -> None: ...
+
 class UnmaskRequest(_message.Message):
-    __slots__ = ("header", "alive", "dropped")
+    __slots__ = ("header", "alive", "dropped", "survivors", "attestations")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     ALIVE_FIELD_NUMBER: _ClassVar[int]
     DROPPED_FIELD_NUMBER: _ClassVar[int]
+    SURVIVORS_FIELD_NUMBER: _ClassVar[int]
+    ATTESTATIONS_FIELD_NUMBER: _ClassVar[int]
     header: RoundHeader
     alive: _containers.RepeatedScalarFieldContainer[int]
     dropped: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, header: _Optional[_Union[RoundHeader, _Mapping]] = ..., alive: _Optional[_Iterable[int]] = ..., dropped: _Optional[_Iterable[int]] = ...) -> None: ...
+    survivors: _containers.RepeatedScalarFieldContainer[int]
+    attestations: _containers.RepeatedCompositeFieldContainer[Attestation]
+    def __init__(self, header: _Optional[_Union[RoundHeader, _Mapping]] = ..., alive: _Optional[_Iterable[int]] = ..., dropped: _Optional[_Iterable[int]] = ..., survivors: _Optional[_Iterable[int]] = ..., attestations: _Optional[_Iterable[_Union[Attestation, _Mapping]]] = ...) -> None: ...
 
 class RoundResult(_message.Message):
     __slots__ = ("header", "completed", "message", "model_version")
@@ -269,7 +305,7 @@ class RoundResult(_message.Message):
     def __init__(self, header: _Optional[_Union[RoundHeader, _Mapping]] = ..., completed: _Optional[bool] = ..., message: _Optional[str] = ..., model_version: _Optional[int] = ...) -> None: ...
 
 class CoordinatorMessage(_message.Message):
-    __slots__ = ("invitation", "advertise_keys", "share_keys", "masked_input", "unmask", "result", "error", "ping")
+    __slots__ = ("invitation", "advertise_keys", "share_keys", "masked_input", "unmask", "result", "error", "ping", "consistency")
     INVITATION_FIELD_NUMBER: _ClassVar[int]
     ADVERTISE_KEYS_FIELD_NUMBER: _ClassVar[int]
     SHARE_KEYS_FIELD_NUMBER: _ClassVar[int]
@@ -278,6 +314,7 @@ class CoordinatorMessage(_message.Message):
     RESULT_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     PING_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
     invitation: Invitation
     advertise_keys: AdvertiseKeysRequest
     share_keys: ShareKeysRequest
@@ -286,7 +323,8 @@ class CoordinatorMessage(_message.Message):
     result: RoundResult
     error: Error
     ping: Ping
-    def __init__(self, invitation: _Optional[_Union[Invitation, _Mapping]] = ..., advertise_keys: _Optional[_Union[AdvertiseKeysRequest, _Mapping]] = ..., share_keys: _Optional[_Union[ShareKeysRequest, _Mapping]] = ..., masked_input: _Optional[_Union[MaskedInputRequest, _Mapping]] = ..., unmask: _Optional[_Union[UnmaskRequest, _Mapping]] = ..., result: _Optional[_Union[RoundResult, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ...) -> None: ...
+    consistency: ConsistencyRequest
+    def __init__(self, invitation: _Optional[_Union[Invitation, _Mapping]] = ..., advertise_keys: _Optional[_Union[AdvertiseKeysRequest, _Mapping]] = ..., share_keys: _Optional[_Union[ShareKeysRequest, _Mapping]] = ..., masked_input: _Optional[_Union[MaskedInputRequest, _Mapping]] = ..., unmask: _Optional[_Union[UnmaskRequest, _Mapping]] = ..., result: _Optional[_Union[RoundResult, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., ping: _Optional[_Union[Ping, _Mapping]] = ..., consistency: _Optional[_Union[ConsistencyRequest, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
     __slots__ = ("agent_id", "agent_version", "device", "algorithms")
@@ -311,16 +349,26 @@ class InvitationResponse(_message.Message):
     def __init__(self, header: _Optional[_Union[RoundHeader, _Mapping]] = ..., accept: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class AdvertiseKeysResponse(_message.Message):
-    __slots__ = ("header", "encryption_public_key", "masking_public_key", "signature")
+    __slots__ = ("header", "encryption_public_key", "masking_public_key", "signature", "certificate")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     ENCRYPTION_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     MASKING_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    CERTIFICATE_FIELD_NUMBER: _ClassVar[int]
     header: RoundHeader
     encryption_public_key: bytes
     masking_public_key: bytes
     signature: bytes
-    def __init__(self, header: _Optional[_Union[RoundHeader, _Mapping]] = ..., encryption_public_key: _Optional[bytes] = ..., masking_public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ...) -> None: ...
+    certificate: bytes
+    def __init__(self, header: _Optional[_Union[RoundHeader, _Mapping]] = ..., encryption_public_key: _Optional[bytes] = ..., masking_public_key: _Optional[bytes] = ..., signature: _Optional[bytes] = ..., certificate: _Optional[bytes] = ...) -> None: ...
+
+class ConsistencyResponse(_message.Message):
+    __slots__ = ("header", "signature")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    SIGNATURE_FIELD_NUMBER: _ClassVar[int]
+    header: RoundHeader
+    signature: bytes
+    def __init__(self, header: _Optional[_Union[RoundHeader, _Mapping]] = ..., signature: _Optional[bytes] = ...) -> None: ...
 
 class ShareKeysResponse(_message.Message):
     __slots__ = ("header", "shares")
@@ -363,7 +411,7 @@ class Ping(_message.Message):
     def __init__(self, sent_unix: _Optional[float] = ...) -> None: ...
 
 class AgentMessage(_message.Message):
-    __slots__ = ("hello", "invitation_response", "advertise_keys", "share_keys", "masked_input", "unmask", "error", "pong")
+    __slots__ = ("hello", "invitation_response", "advertise_keys", "share_keys", "masked_input", "unmask", "error", "pong", "consistency")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     INVITATION_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     ADVERTISE_KEYS_FIELD_NUMBER: _ClassVar[int]
@@ -372,6 +420,7 @@ class AgentMessage(_message.Message):
     UNMASK_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
     PONG_FIELD_NUMBER: _ClassVar[int]
+    CONSISTENCY_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     invitation_response: InvitationResponse
     advertise_keys: AdvertiseKeysResponse
@@ -380,4 +429,5 @@ class AgentMessage(_message.Message):
     unmask: UnmaskResponse
     error: Error
     pong: Ping
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., invitation_response: _Optional[_Union[InvitationResponse, _Mapping]] = ..., advertise_keys: _Optional[_Union[AdvertiseKeysResponse, _Mapping]] = ..., share_keys: _Optional[_Union[ShareKeysResponse, _Mapping]] = ..., masked_input: _Optional[_Union[MaskedInputResponse, _Mapping]] = ..., unmask: _Optional[_Union[UnmaskResponse, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., pong: _Optional[_Union[Ping, _Mapping]] = ...) -> None: ...
+    consistency: ConsistencyResponse
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., invitation_response: _Optional[_Union[InvitationResponse, _Mapping]] = ..., advertise_keys: _Optional[_Union[AdvertiseKeysResponse, _Mapping]] = ..., share_keys: _Optional[_Union[ShareKeysResponse, _Mapping]] = ..., masked_input: _Optional[_Union[MaskedInputResponse, _Mapping]] = ..., unmask: _Optional[_Union[UnmaskResponse, _Mapping]] = ..., error: _Optional[_Union[Error, _Mapping]] = ..., pong: _Optional[_Union[Ping, _Mapping]] = ..., consistency: _Optional[_Union[ConsistencyResponse, _Mapping]] = ...) -> None: ...

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 from google.protobuf.internal.enum_type_wrapper import EnumTypeWrapper
+from support.peer_pki import NOW, TestCA
 
 from dpfl.protos import pb, secagg_wire
 from dpfl.secagg import client as client_sm
@@ -17,14 +18,22 @@ from dpfl.secagg import messages as sm
 from dpfl.secagg import server as server_sm
 from dpfl.secagg.config import RoundParameters
 from dpfl.secagg.errors import ErrorCode
+from dpfl.secagg.identity import ClientIdentity
+from dpfl.secagg.parameters import ThreatModel
 from dpfl.secagg.randomness import SystemRandomSource
 from dpfl.secagg.server_states import ServerCompleted, ServerReadyToUnmask
 
 RING_BITS = 37
 
 
-def _wire_round(vectors: list[np.ndarray], *, drop_after_masking: int | None) -> np.ndarray:
+def _wire_round(
+    vectors: list[np.ndarray],
+    *,
+    drop_after_masking: int | None,
+    identities: list[ClientIdentity] | None = None,
+) -> np.ndarray:
     n, m = len(vectors), len(vectors[0])
+    threat = ThreatModel.SEMI_HONEST if identities is None else ThreatModel.MALICIOUS
     params = RoundParameters(
         num_clients=n,
         degree=n - 1,
@@ -34,9 +43,19 @@ def _wire_round(vectors: list[np.ndarray], *, drop_after_masking: int | None) ->
         min_survivors=n - 1,
     )
     rng = SystemRandomSource()
-    server, outbound = server_sm.start_round(job_id="job-1", round=4, params=params, rng=rng)
-    clients = {i: client_sm.new_client(job_id="job-1", round=4, input=vectors[i]) for i in range(n)}
-    for _stage in range(4):
+    server, outbound = server_sm.start_round(
+        job_id="job-1", round=4, params=params, rng=rng, threat_model=threat
+    )
+    clients = {
+        i: client_sm.new_client(
+            job_id="job-1",
+            round=4,
+            input=vectors[i],
+            identity=None if identities is None else identities[i],
+        )
+        for i in range(n)
+    }
+    for _stage in range(4 if identities is None else 5):
         for item in outbound:
             if item.recipient == drop_after_masking and isinstance(item.message, sm.UnmaskRequest):
                 continue  # this client sent its masked input, then died
@@ -65,11 +84,18 @@ def _wire_round(vectors: list[np.ndarray], *, drop_after_masking: int | None) ->
     return np.asarray(server.aggregate)
 
 
+@pytest.mark.parametrize("malicious", [False, True], ids=["semi-honest", "malicious"])
 @pytest.mark.parametrize("drop", [None, 2])
-def test_round_through_protobuf_bytes_sums_exactly(drop: int | None) -> None:
+def test_round_through_protobuf_bytes_sums_exactly(drop: int | None, malicious: bool) -> None:
     rng = np.random.default_rng(7)
     vectors = [rng.integers(0, 2**20, size=50, dtype=np.uint64) for _ in range(5)]
-    aggregate = _wire_round(vectors, drop_after_masking=drop)
+    identities = None
+    if malicious:  # signatures, certificates, roster, survivors and attestations on the wire
+        ca = TestCA.make()
+        identities = [
+            ClientIdentity(ca.signer(f"silo-{i}"), ca.authority(), 0, NOW) for i in range(5)
+        ]
+    aggregate = _wire_round(vectors, drop_after_masking=drop, identities=identities)
     expected = np.sum(vectors, axis=0, dtype=np.uint64) % np.uint64(2**RING_BITS)
     np.testing.assert_array_equal(aggregate, expected)
 
@@ -98,6 +124,19 @@ def test_unknown_enum_values_and_missing_parts_are_refused() -> None:
         )
     with pytest.raises(secagg_wire.WireError, match="not a secure-aggregation"):
         secagg_wire.from_agent_message(pb.AgentMessage(hello=pb.Hello(agent_id="a")))
+
+
+def test_an_older_coordinators_setup_is_semi_honest() -> None:
+    """A setup without the threat_model field (proto3: empty) is a semi-honest round."""
+    request = pb.CoordinatorMessage(
+        advertise_keys=pb.AdvertiseKeysRequest(
+            header=pb.RoundHeader(job_id="j", round=1, stage=pb.STAGE_ADVERTISE_KEYS),
+            setup=pb.SecAggSetup(num_clients=3, degree=2, threshold=2),
+        )
+    )
+    parsed = secagg_wire.from_coordinator_message(request)
+    assert isinstance(parsed, sm.AdvertiseKeysRequest)
+    assert parsed.setup.threat_model == "semi-honest"
 
 
 def test_assembler_refuses_mixed_headers_and_bad_pieces() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import pytest
@@ -10,7 +10,9 @@ import pytest
 from dpfl.secagg import client, server
 from dpfl.secagg.client_states import ClientState
 from dpfl.secagg.config import RoundParameters
+from dpfl.secagg.identity import ClientIdentity
 from dpfl.secagg.messages import ClientMessage, ServerMessage
+from dpfl.secagg.parameters import ThreatModel
 from dpfl.secagg.randomness import SeededRandomSource
 from dpfl.secagg.server_states import ServerReadyToUnmask, ServerState
 
@@ -33,6 +35,8 @@ class World:
         seed: bytes = b"world-seed-world",
         job_id: str = "job",
         round: int = 1,
+        threat_model: ThreatModel = ThreatModel.SEMI_HONEST,
+        identities: Sequence[ClientIdentity | None] | None = None,
     ) -> None:
         self.params = RoundParameters(
             num_clients=n,
@@ -49,12 +53,16 @@ class World:
         ]
         self.server: ServerState
         self.server, out = server.start_round(
-            job_id=job_id, round=round, params=self.params, rng=self.rng
+            job_id=job_id, round=round, params=self.params, rng=self.rng, threat_model=threat_model
         )
         self.requests: dict[int, ServerMessage] = {o.recipient: o.message for o in out}
         self.clients: dict[int, ClientState] = {
             i: client.new_client(
-                job_id=job_id, round=round, rng=self.rng.child(f"c{i}"), input=self.inputs[i]
+                job_id=job_id,
+                round=round,
+                rng=self.rng.child(f"c{i}"),
+                input=self.inputs[i],
+                identity=None if identities is None else identities[i],
             )
             for i in range(n)
         }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from typing import Any
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from scipy import stats
+from support.peer_pki import NOW, TestCA
 from support.vectors import golden
 
 from dpfl.secagg import (
@@ -22,9 +24,18 @@ from dpfl.secagg import (
     simulate,
 )
 from dpfl.secagg.graph import NeighbourGraph
-from dpfl.secagg.messages import MaskedInputResponse, Stage
+from dpfl.secagg.identity import ClientIdentity, Signer
+from dpfl.secagg.messages import MaskedInputResponse, Stage, stage_rank
+from dpfl.secagg.parameters import ThreatModel
 
 STAGES = (Stage.ADVERTISE_KEYS, Stage.SHARE_KEYS, Stage.MASKED_INPUT, Stage.UNMASK)
+MALICIOUS_STAGES = (
+    Stage.ADVERTISE_KEYS,
+    Stage.SHARE_KEYS,
+    Stage.MASKED_INPUT,
+    Stage.CONSISTENCY,
+    Stage.UNMASK,
+)
 
 
 def _inputs(n: int, m: int, bits: int, seed: int) -> list[np.ndarray]:
@@ -39,14 +50,25 @@ def _inputs(n: int, m: int, bits: int, seed: int) -> list[np.ndarray]:
 
 
 def _predict(
-    graph: NeighbourGraph, params: RoundParameters, drop_at: dict[int, Stage]
+    graph: NeighbourGraph | None,
+    params: RoundParameters,
+    drop_at: dict[int, Stage],
+    *,
+    malicious: bool = False,
 ) -> frozenset[int] | None:
-    """A3 when the protocol must succeed, None when it must abort (an independent model)."""
+    """A3 when the protocol must succeed, None when it must abort (an independent model).
+
+    ``malicious``: the consistency stage runs; only the agents that attested S are asked to
+    unmask, and each answers only with t attesting neighbours (itself included)."""
     n, t, floor = params.num_clients, params.threshold, params.min_survivors
-    hood = [set(graph.neighbours(i)) for i in range(n)]
 
     def alive(stage: Stage, pool: set[int]) -> set[int]:
-        return {i for i in pool if drop_at.get(i, Stage.RESULT) > stage}
+        return {i for i in pool if stage_rank(drop_at.get(i, Stage.RESULT)) > stage_rank(stage)}
+
+    if graph is None:  # a malicious round that never fixed its graph: stage 1 aborted
+        assert len(alive(Stage.ADVERTISE_KEYS, set(range(n)))) < floor
+        return None
+    hood = [set(graph.neighbours(i)) for i in range(n)]
 
     a1 = alive(Stage.ADVERTISE_KEYS, set(range(n)))
     if len(a1) < floor:
@@ -57,7 +79,17 @@ def _predict(
     a3 = {j for j in alive(Stage.MASKED_INPUT, a2) if len(hood[j] & a2) >= t}
     if len(a3) < floor:
         return None
-    unmask = alive(Stage.UNMASK, a3)
+    if malicious:
+        attested = alive(Stage.CONSISTENCY, a3)
+        for i in a3:
+            if len(hood[i] & attested) < t:
+                return None
+        for d in a2 - a3:
+            if hood[d] & a3 and len(hood[d] & attested) < t:
+                return None
+        unmask = {j for j in alive(Stage.UNMASK, attested) if len(hood[j] & attested) >= t}
+    else:
+        unmask = alive(Stage.UNMASK, a3)
     for i in a3:
         if len(hood[i] & a3) < t or len(hood[i] & unmask) < t:
             return None
@@ -69,7 +101,9 @@ def _predict(
 
 
 @st.composite
-def scenarios(draw: st.DrawFn) -> tuple[RoundParameters, dict[int, Stage], int]:
+def scenarios(
+    draw: st.DrawFn, stages: tuple[Stage, ...] = STAGES
+) -> tuple[RoundParameters, dict[int, Stage], int]:
     n = draw(st.integers(min_value=3, max_value=60))
     if n <= 4 or (n <= 12 and draw(st.booleans())):
         k = n - 1
@@ -79,9 +113,9 @@ def scenarios(draw: st.DrawFn) -> tuple[RoundParameters, dict[int, Stage], int]:
     bits = draw(st.sampled_from([8, 16, 32, 33, 64]))
     m = draw(st.integers(min_value=1, max_value=4))
     rate = draw(st.sampled_from([0.0, 0.05, 0.15, 0.3]))
-    stages = draw(st.lists(st.sampled_from(STAGES), min_size=n, max_size=n))
+    drops = draw(st.lists(st.sampled_from(stages), min_size=n, max_size=n))
     coins = draw(st.lists(st.floats(0, 1), min_size=n, max_size=n))
-    drop_at = {i: s for i, (s, c) in enumerate(zip(stages, coins, strict=True)) if c < rate}
+    drop_at = {i: s for i, (s, c) in enumerate(zip(drops, coins, strict=True)) if c < rate}
     floor = draw(st.integers(min_value=t, max_value=max(t, n - len(drop_at))))
     params = RoundParameters(
         num_clients=n, degree=k, threshold=t, ring_bits=bits, vector_length=m, min_survivors=floor
@@ -121,6 +155,58 @@ def test_exact_sum_under_random_dropouts(
     assert np.array_equal(result.aggregate, expected & mask)
     # counted after masking: clients that dropped during unmask are in the sum
     assert {i for i, s in drop_at.items() if s is Stage.UNMASK} <= a3
+
+
+@functools.cache
+def _peers() -> tuple[TestCA, tuple[Signer, ...]]:
+    """One federation CA and 60 certified peers, made once for the property test."""
+    ca = TestCA.make()
+    return ca, tuple(ca.signer(f"peer-{i}") for i in range(60))
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(MALICIOUS_STAGES))
+def test_exact_sum_under_random_dropouts_malicious(
+    scenario: tuple[RoundParameters, dict[int, Stage], int],
+) -> None:
+    """The same exact-sum property for the malicious-secure variant, with dropouts at the
+    consistency stage as well: decode(z) = Σ_{A3} x_i or an abort exactly when predicted."""
+    params, drop_at, seed = scenario
+    n = params.num_clients
+    ca, signers = _peers()
+    authority = ca.authority()
+    identities = [ClientIdentity(signers[i], authority, 0, NOW) for i in range(n)]
+    vectors = _inputs(n, params.vector_length, params.ring_bits, seed)
+    schedule: dict[Stage, list[int]] = {}
+    for i, stage in drop_at.items():
+        schedule.setdefault(stage, []).append(i)
+    rng = SeededRandomSource(seed.to_bytes(4, "big") * 4)
+    try:
+        result = simulate(
+            vectors,
+            params=params,
+            dropouts=schedule,
+            rng=rng,
+            threat_model=ThreatModel.MALICIOUS,
+            identities=identities,
+        )
+    except SimulationAborted as exc:
+        aborted_graph = exc.state.ctx.graph_or_none
+        aborted = True
+    else:
+        aborted = False
+    if aborted:
+        assert _predict(aborted_graph, params, drop_at, malicious=True) is None
+        return
+    a3 = _predict(result.graph, params, drop_at, malicious=True)
+    assert a3 == result.survivors.a3
+    mask = np.uint64((1 << params.ring_bits) - 1) if params.ring_bits < 64 else np.uint64(2**64 - 1)
+    expected = np.zeros(params.vector_length, dtype=np.uint64)
+    for i in a3:
+        expected += vectors[i]
+    assert np.array_equal(result.aggregate, expected & mask)
+    assert {i for i, s in drop_at.items() if s in (Stage.CONSISTENCY, Stage.UNMASK)} <= a3
 
 
 def test_dropouts_at_every_stage_with_the_solver_parameters() -> None:
