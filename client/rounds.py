@@ -493,6 +493,8 @@ class JobWorker:
             f"{params.num_clients} agents, {summation.mode}, ring 2^{params.ring_bits}, "
             f"m={params.vector_length}",
             secure_aggregation=summation.secure,
+            verified_shares=attempt.review.verified_shares,
+            recorded_fraction=attempt.review.recorded_fraction,
         )
         await self.outbox.send_all(self._wire(summation, reply))
 
@@ -635,8 +637,15 @@ class JobWorker:
                 "the masked input was not sent",
                 leave=True,
             ) from None
+        review = attempt.review
         self.agent.emit(
-            EventKind.CHARGED, self.job_id, attempt.number, "recorded in the local ledger"
+            EventKind.CHARGED,
+            self.job_id,
+            attempt.number,
+            f"recorded in the local ledger ({review.recorded_fraction:.3g} of the claimed noise, "
+            f"{review.verified_shares} verified shares)",
+            verified_shares=review.verified_shares,
+            recorded_fraction=review.recorded_fraction,
         )
 
     # -- the end of a round ------------------------------------------------------------------

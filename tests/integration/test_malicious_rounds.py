@@ -231,3 +231,47 @@ def test_an_agent_without_peer_identity_refuses_a_malicious_setup(tmp_path: Path
             await sim.close()
 
     asyncio.run(main())
+
+
+def test_fewer_shares_verified_at_stage_2_lower_the_charge_before_it_is_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The setup lets each agent count on t − c = 3 shares; if the protocol's own checks
+    verified only 2 by the time the masked input leaves, the charge is recomputed on 2 and
+    decided again, and the ledger records that (never more noise than verified)."""
+    from dpfl.secagg import client as secagg_client
+
+    verified = secagg_client.verified_noise_shares
+    monkeypatch.setattr(
+        secagg_client, "verified_noise_shares", lambda state: min(2, verified(state))
+    )
+    ca = peer_pki.TestCA.make()
+
+    async def main() -> None:
+        sim = Simulation(
+            job("malicious", rounds=1),
+            agents=AGENTS,
+            transport="grpc",
+            workdir=tmp_path,
+            deadlines=deadlines(),
+            policies=dict.fromkeys(range(AGENTS), POLICY),
+            peers=peers(ca, AGENTS),
+        )
+        try:
+            result = await sim.run()
+            assert result.status == "completed", result.error
+            store = sim.coordinator.store
+            for agent in sim.agents:
+                (setup,) = [e.data for e in agent.events if e.kind.value == "setup"]
+                (charged,) = [e.data for e in agent.events if e.kind.value == "charged"]
+                assert (setup["verified_shares"], charged["verified_shares"]) == (3, 2)
+                fraction = charged["recorded_fraction"]
+                assert fraction == pytest.approx(setup["recorded_fraction"] * 2 / 3, rel=1e-12)
+                (claim,) = store.ledger_entries(agent_id=agent.agent_id, job_id=sim.job_id)
+                ((recorded,),) = [e.events for e in agent.ledger.entries(job_id=sim.job_id)]
+                expected = event_from_json(claim.event).with_noise_fraction(fraction)
+                assert recorded == expected
+        finally:
+            await sim.close()
+
+    asyncio.run(main())
