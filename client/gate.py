@@ -41,6 +41,8 @@ class InvitationReview:
         charge: the events the agent records (``AgentSide.charge(claimed)``, with only the noise
             the agent can verify once the setup is known: :meth:`Gate.verified`).
         recorded_fraction: the fraction of the claimed noise's variance ``charge`` keeps.
+        verified_shares: how many noise shares (this agent's own included) that fraction counts
+            on: 1, or t − c in a malicious-secure round (:meth:`Gate.verified`).
     """
 
     job_id: str
@@ -51,6 +53,7 @@ class InvitationReview:
     claimed: tuple[DpEvent, ...]
     charge: tuple[DpEvent, ...]
     recorded_fraction: float = 1.0
+    verified_shares: int = 1
 
     @property
     def delta(self) -> float:
@@ -90,6 +93,11 @@ class Gate(Protocol):
         noise then carries the whole claim): False when the policy requires masking."""
         ...
 
+    def max_colluding_peers(self) -> int | None:
+        """c, the most certified peers the policy assumes may collude with the coordinator
+        (None: the policy counts on no peer's noise)."""
+        ...
+
     def verified(
         self,
         review: InvitationReview,
@@ -98,9 +106,13 @@ class Gate(Protocol):
         malicious_secure: bool,
         threshold: int,
         degree: int,
+        at_most: int | None = None,
     ) -> InvitationReview:
         """``review`` with the charge the agent records once the setup is known: the noise of
         the shares it can verify are in the sum (docs/accounting.md#what-the-agent-can-verify).
+        ``review`` is the invitation's (never an already verified one); ``at_most`` caps the
+        shares counted (what the protocol's own checks verified, when fewer than the policy's
+        figure for the setup).
 
         Raises:
             ChargeRefusedError: the charge's events cannot be scaled to the verified noise.
@@ -157,6 +169,9 @@ class LocalGate:
     def alone_unmasked(self) -> bool:
         return not self.policy.require_secure_aggregation
 
+    def max_colluding_peers(self) -> int | None:
+        return self.policy.max_colluding_peers
+
     def verified(
         self,
         review: InvitationReview,
@@ -165,18 +180,23 @@ class LocalGate:
         malicious_secure: bool,
         threshold: int,
         degree: int,
+        at_most: int | None = None,
     ) -> InvitationReview:
         shares = self.policy.verified_shares(
             malicious_secure=malicious_secure, threshold=threshold, degree=degree
         )
+        if at_most is not None:
+            shares = max(1, min(shares, at_most))
         fraction = self.policy.recorded_fraction(own_fraction, shares)
         if fraction >= 1.0:
-            return review
+            if shares == review.verified_shares:
+                return review
+            return replace(review, verified_shares=shares)
         try:
             charge = tuple(e.with_noise_fraction(fraction) for e in review.charge)
         except AccountingError as exc:
             raise ChargeRefusedError(f"cannot record the verified noise: {exc}") from None
-        return replace(review, charge=charge, recorded_fraction=fraction)
+        return replace(review, charge=charge, recorded_fraction=fraction, verified_shares=shares)
 
     def _decide(self, review: InvitationReview) -> Decision:
         task = review.task

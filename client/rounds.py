@@ -37,8 +37,10 @@ from dpfl.client.gate import ChargeRefusedError, Decision, Gate, InvitationRevie
 from dpfl.client.local_work import Fetched, contribution, fetch_blobs
 from dpfl.client.progress import EventKind
 from dpfl.client.summation import (
+    PeerCredentials,
     PlainParameters,
     SecureParameters,
+    SecureSummation,
     Summation,
     start_summation,
 )
@@ -47,6 +49,7 @@ from dpfl.learning.algorithms.base import AgentData, Algorithm, AnyAgent
 from dpfl.protos import secagg_wire
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.protos.enums import enum_name
+from dpfl.secagg import ClientIdentity, IdentityError
 from dpfl.secagg import messages as sm
 from dpfl.secagg.errors import (
     DuplicateMessage,
@@ -59,7 +62,7 @@ from dpfl.secagg.randomness import RandomSource, SystemRandomSource
 
 __all__ = ["AgentSide", "JobWorker", "Outbox", "RoundAttempt"]
 
-_SECAGG_KINDS = ("advertise_keys", "share_keys", "masked_input", "unmask")
+_SECAGG_KINDS = ("advertise_keys", "share_keys", "masked_input", "consistency", "unmask")
 
 
 class AgentSide(Protocol):
@@ -77,6 +80,11 @@ class AgentSide(Protocol):
     def piece_bytes(self) -> int: ...
     @property
     def algorithms(self) -> Callable[[str], Algorithm]: ...
+    @property
+    def peer(self) -> PeerCredentials | None:
+        """The agent's peer certificate and federation CA (None: it takes no malicious-secure
+        round)."""
+
     @property
     def last_round(self) -> MutableMapping[str, int]:
         """The latest round each job invited this agent to (kept across links)."""
@@ -165,6 +173,9 @@ class RoundAttempt:
     session_id: bytes = b""
     compute: asyncio.Task[npt.NDArray[np.uint64]] | None = None
     charged: bool = False
+    #: the review as invited and its own share's fraction, kept to re-verify the charge
+    invited: InvitationReview | None = None
+    own_fraction: float = 1.0
     started: float = field(default_factory=time.monotonic)
     attempt_id: str = field(default_factory=_attempt_id)
     rng: RandomSource = field(default_factory=SystemRandomSource)  # this attempt's own
@@ -457,10 +468,16 @@ class JobWorker:
             )
         except SetupRefused as exc:
             raise _Refusal(exc.code, str(exc), leave=True) from None
+        identity = self._identity(params)
         await self._verify_charge(attempt, params, own)
         with _protocol_refusals():
             summation, reply = start_summation(
-                params, request, job_id=self.job_id, round=attempt.number, rng=attempt.rng
+                params,
+                request,
+                job_id=self.job_id,
+                round=attempt.number,
+                rng=attempt.rng,
+                identity=identity,
             )
         attempt.summation = summation
         attempt.session_id = request.header.session_id
@@ -476,26 +493,63 @@ class JobWorker:
             f"{params.num_clients} agents, {summation.mode}, ring 2^{params.ring_bits}, "
             f"m={params.vector_length}",
             secure_aggregation=summation.secure,
+            verified_shares=attempt.review.verified_shares,
+            recorded_fraction=attempt.review.recorded_fraction,
         )
         await self.outbox.send_all(self._wire(summation, reply))
 
+    def _identity(self, params: SecureParameters | PlainParameters) -> ClientIdentity | None:
+        """The peer identity a malicious-secure setup needs (None for any other setup).
+
+        Raises:
+            _Refusal: POLICY_DECLINED when this agent has no peer credentials, or its own
+                certificate is not a peer of the federation CA now.
+        """
+        if not isinstance(params, SecureParameters) or not params.malicious:
+            return None
+        peer = self.agent.peer
+        if peer is None:
+            raise _Refusal(
+                pb.ERROR_POLICY_DECLINED,
+                "malicious-secure setup refused: this agent has no peer identity (the "
+                "federation CA to trust, a peer certificate of it and its signing key)",
+                leave=True,
+            )
+        # c only bounds what verified_noise_shares reports; the policy's figure is the cap
+        colluding = self.agent.gate.max_colluding_peers()
+        try:
+            return peer.identity(max_colluding_peers=colluding or 0)
+        except IdentityError as exc:
+            refused = f"malicious-secure setup refused: this agent's peer identity: {exc}"
+            raise _Refusal(pb.ERROR_POLICY_DECLINED, refused, leave=True) from None
+
     async def _verify_charge(
-        self, attempt: RoundAttempt, params: SecureParameters | PlainParameters, own: float
+        self,
+        attempt: RoundAttempt,
+        params: SecureParameters | PlainParameters,
+        own: float,
+        *,
+        at_most: int | None = None,
     ) -> None:
         """Replace the review's charge with the noise this agent can verify is in the sum, and
         ask the gate again before anything is trained or sent: a setup that leaves the agent
-        less noise than its budget allows is declined here."""
+        less noise than its budget allows is declined here. In a malicious-secure round the
+        policy counts t − c shares (``max_colluding_peers``); ``at_most`` caps that count
+        when the protocol's checks verified fewer (:meth:`_reverify`)."""
         gate = self.agent.gate
         threshold, degree = (
             (params.threshold, params.degree) if isinstance(params, SecureParameters) else (0, 0)
         )
+        invited = attempt.invited or attempt.review
+        attempt.invited, attempt.own_fraction = invited, own
         try:
             review = gate.verified(
-                attempt.review,
+                invited,
                 own_fraction=own,
-                malicious_secure=False,
+                malicious_secure=isinstance(params, SecureParameters) and params.malicious,
                 threshold=threshold,
                 degree=degree,
+                at_most=at_most,
             )
         except ChargeRefusedError as exc:
             raise _Refusal(pb.ERROR_POLICY_DECLINED, str(exc), leave=True) from None
@@ -505,10 +559,22 @@ class JobWorker:
                 raise _Refusal(
                     pb.ERROR_POLICY_DECLINED,
                     f"declined on the noise this agent can verify "
-                    f"({review.recorded_fraction:.3g} of the claimed): {decision.reason}",
+                    f"({review.recorded_fraction:.3g} of the claimed, {review.verified_shares} "
+                    f"shares): {decision.reason}",
                     leave=True,
                 )
             attempt.review = review
+
+    async def _reverify(self, attempt: RoundAttempt, sent: Summation) -> None:
+        """Right before the charge: the shares the protocol itself verified (stage 2 of a
+        malicious-secure round) against those the charge counts on; fewer, and the charge is
+        recomputed on them and decided again. The ledger never records more noise than
+        verified."""
+        if not isinstance(sent, SecureSummation):
+            return
+        shares = sent.verified_shares()
+        if shares < attempt.review.verified_shares:
+            await self._verify_charge(attempt, sent.params, attempt.own_fraction, at_most=shares)
 
     async def _send_input(
         self, attempt: RoundAttempt, summation: Summation, request: sm.MaskedInputRequest
@@ -529,6 +595,7 @@ class JobWorker:
                 refused = f"input refused: {exc}"
                 raise _Refusal(pb.ERROR_INVALID_ARGUMENT, refused, leave=True) from None
         messages = self._wire(sent, reply)
+        await self._reverify(attempt, sent)
         await self._charge(attempt, _digest(messages))
         attempt.summation = sent
         if await self.outbox.send_all(messages):
@@ -570,8 +637,15 @@ class JobWorker:
                 "the masked input was not sent",
                 leave=True,
             ) from None
+        review = attempt.review
         self.agent.emit(
-            EventKind.CHARGED, self.job_id, attempt.number, "recorded in the local ledger"
+            EventKind.CHARGED,
+            self.job_id,
+            attempt.number,
+            f"recorded in the local ledger ({review.recorded_fraction:.3g} of the claimed noise, "
+            f"{review.verified_shares} verified shares)",
+            verified_shares=review.verified_shares,
+            recorded_fraction=review.recorded_fraction,
         )
 
     # -- the end of a round ------------------------------------------------------------------

@@ -25,6 +25,7 @@ from dpfl.client.gate import LocalGate
 from dpfl.client.local_ledger import LocalLedger
 from dpfl.client.policy import Policy
 from dpfl.client.progress import AgentEvent, Observer
+from dpfl.client.summation import PeerCredentials
 from dpfl.client.task import TaskLoop
 from dpfl.client.transport import Backoff, Connector
 from dpfl.learning.algorithms.base import AgentData, Algorithm
@@ -109,6 +110,7 @@ def start_simulated_agent(
     backoff: Backoff | None = None,
     executor: Executor | None = None,
     algorithms: Callable[[str], Algorithm] = get_algorithm,
+    peer: PeerCredentials | None = None,
 ) -> SimulatedAgent:
     """Start an agent in the running event loop.
 
@@ -126,6 +128,7 @@ def start_simulated_agent(
         backoff: reconnection delays (default: :class:`Backoff`'s).
         executor: where it trains and encodes (default: asyncio's thread pool).
         algorithms: resolves algorithm tags (tests substitute instrumented algorithms).
+        peer: its peer certificate and federation CA (malicious-secure rounds need them).
 
     Raises:
         DataSpecError: the data spec is malformed or cannot be loaded.
@@ -146,12 +149,12 @@ def start_simulated_agent(
         observer=observe,
         executor=executor,
         algorithms=algorithms,
+        peer=peer,
     )
     runner = ConnectionRunner(connector=connector, loop=loop, backoff=backoff, observer=observe)
     agent = SimulatedAgent(agent_id, data, loop, runner, ledger, events=events)
-    agent.task = asyncio.get_running_loop().create_task(
-        runner.run(stop=agent.stop), name=f"dpfl-agent-{agent_id}"
-    )
+    name = f"dpfl-agent-{agent_id}"
+    agent.task = asyncio.get_running_loop().create_task(runner.run(stop=agent.stop), name=name)
     return agent
 
 

@@ -11,11 +11,18 @@ and change nothing, ``ProtocolAborted`` ends the attempt, ``ParameterError`` ref
 
 A plain setup (``degree = threshold = 0``) is validated as strictly as a masked one
 (:class:`PlainParameters`), and :func:`check_mode` allows no downgrade and no silent upgrade.
+
+A malicious-secure setup (``threat_model = "malicious"``) is run with the agent's
+:class:`PeerCredentials` (its peer certificate and signing key, and the federation CA it trusts),
+made into a :class:`~dpfl.secagg.identity.ClientIdentity` for the round; without them the setup is
+refused (docs/secagg.md#the-malicious-secure-variant).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import numpy.typing as npt
@@ -23,7 +30,7 @@ import numpy.typing as npt
 from dpfl.client.errors import AgentError
 from dpfl.learning.algorithms.base import TaskParams
 from dpfl.mechanisms import EncodingConfig
-from dpfl.secagg import RoundParameters
+from dpfl.secagg import ClientIdentity, PeerAuthority, RoundParameters, Signer, ThreatModel
 from dpfl.secagg import client as secagg_client
 from dpfl.secagg import messages as sm
 from dpfl.secagg.client_states import ClientAborted, ClientSharesSent, ClientState
@@ -42,6 +49,7 @@ from dpfl.secagg.ring import as_ring_vector
 
 __all__ = [
     "ModeMismatchError",
+    "PeerCredentials",
     "PlainParameters",
     "PlainSummation",
     "SecureParameters",
@@ -59,6 +67,36 @@ _MAX_VECTOR_LENGTH = 2**40
 
 class ModeMismatchError(AgentError):
     """The setup's mode (masked or plain) is not the one the accepted task announced."""
+
+
+def _utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class PeerCredentials:
+    """What the agent brings to a malicious-secure round: its signing key with its peer
+    certificate (``signer``), the federation CA it trusts (``authority``, never the
+    coordinator's), and the clock certificates are checked at. Loaded once at start-up and used
+    for every secure round (docs/secagg.md#who-is-a-peer)."""
+
+    signer: Signer
+    authority: PeerAuthority = field(repr=False)
+    clock: Callable[[], dt.datetime] = field(default=_utc_now, repr=False)
+
+    def identity(self, *, max_colluding_peers: int) -> ClientIdentity:
+        """The round's identity, certificates checked now.
+
+        Raises:
+            IdentityError: this agent's own certificate is not a peer of the federation CA now
+                (expired, revoked by re-issue, another CA's).
+        """
+        return ClientIdentity(
+            signer=self.signer,
+            authority=self.authority,
+            max_colluding_peers=max_colluding_peers,
+            now=self.clock(),
+        )
 
 
 def is_plain_setup(setup: sm.SecAggSetup) -> bool:
@@ -146,20 +184,31 @@ class PlainParameters:
         )
 
 
+_THREAT_MODELS = tuple(model.value for model in ThreatModel)
+
+
 @dataclass(frozen=True, slots=True)
 class SecureParameters(RoundParameters):
     """A validated masked-round setup: secure aggregation's parameters and the encoding beside
-    them (``encoding_json``, which the protocol carries unread, so the agent checks it)."""
+    them (``encoding_json``, which the protocol carries unread, so the agent checks it), and
+    whether the round is malicious-secure (the setup's ``threat_model``)."""
 
     encoding: EncodingConfig
+    malicious: bool = False
 
     @classmethod
     def from_setup(cls, setup: sm.SecAggSetup) -> SecureParameters:
-        """Raises ``ParameterError`` naming a malformed field, or ``EncodingOverflow``."""
+        """Raises ``ParameterError`` naming a malformed field (an unknown threat model among
+        them), or ``EncodingOverflow``."""
         p = RoundParameters.from_setup(setup)
+        if setup.threat_model not in _THREAT_MODELS:
+            raise ParameterError(
+                f"unknown threat model {setup.threat_model!r} (one of {', '.join(_THREAT_MODELS)})"
+            )
         encoding = setup_encoding(setup, ring_bits=p.ring_bits, summands=p.num_clients)
         fields = (p.num_clients, p.degree, p.threshold, p.ring_bits, p.vector_length)
-        return cls(*fields, p.min_survivors, encoding)
+        malicious = setup.threat_model == ThreatModel.MALICIOUS.value
+        return cls(*fields, p.min_survivors, encoding, malicious)
 
 
 def setup_encoding(setup: sm.SecAggSetup, *, ring_bits: int, summands: int) -> EncodingConfig:
@@ -179,13 +228,15 @@ def start_summation(
     job_id: str,
     round: int,
     rng: RandomSource,
+    identity: ClientIdentity | None = None,
 ) -> tuple[Summation, sm.ClientMessage]:
-    """The summation a validated setup asks for, and its acknowledgement of ``request``."""
+    """The summation a validated setup asks for, and its acknowledgement of ``request``
+    (``identity``: the agent's peer identity, which a malicious-secure setup needs)."""
     if isinstance(params, PlainParameters):
         plain = PlainSummation(job_id, round, request.header.session_id, params)
         return plain, plain.acknowledgement()
-    start = SecureSummation(secagg_client.new_client(job_id=job_id, round=round, rng=rng), params)
-    return start.answer(request)
+    client = secagg_client.new_client(job_id=job_id, round=round, rng=rng, identity=identity)
+    return SecureSummation(client, params).answer(request)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,7 +255,13 @@ class SecureSummation:
 
     @property
     def mode(self) -> str:
-        return f"k={self.params.degree}, t={self.params.threshold}"
+        malicious = ", malicious-secure" if self.params.malicious else ""
+        return f"k={self.params.degree}, t={self.params.threshold}{malicious}"
+
+    def verified_shares(self) -> int:
+        """The noise shares this agent verified are in every decodable sum with its input
+        (:func:`dpfl.secagg.client.verified_noise_shares`)."""
+        return secagg_client.verified_noise_shares(self.state)
 
     def input_request(self, request: sm.ServerMessage) -> sm.MaskedInputRequest | None:
         if isinstance(request, sm.MaskedInputRequest) and isinstance(self.state, ClientSharesSent):

@@ -23,6 +23,7 @@ import numpy.typing as npt
 from dpfl.client.gate import Gate
 from dpfl.client.progress import AgentEvent, EventKind, Observer, null_observer
 from dpfl.client.rounds import JobWorker
+from dpfl.client.summation import PeerCredentials
 from dpfl.client.transport import CoordinatorLink, LinkClosedError
 from dpfl.learning.algorithms.base import AgentData, Algorithm
 from dpfl.learning.algorithms.registry import get_algorithm
@@ -56,6 +57,9 @@ class TaskLoop:
         algorithms: resolves an algorithm tag (default ``get_algorithm``; tests inject others).
         executor: where training and encoding run (default: asyncio's default thread pool).
         piece_bytes: payload bytes per masked-input piece.
+        peer: the agent's peer certificate, signing key and federation CA, used in every
+            malicious-secure round (None: such rounds are refused,
+            docs/agent.md#malicious-secure-rounds).
     """
 
     def __init__(
@@ -70,6 +74,7 @@ class TaskLoop:
         algorithms: Callable[[str], Algorithm] = get_algorithm,
         executor: Executor | None = None,
         piece_bytes: int = secagg_wire.DEFAULT_PIECE_BYTES,
+        peer: PeerCredentials | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.data = data
@@ -80,6 +85,7 @@ class TaskLoop:
         self.algorithms = algorithms
         self.executor = executor
         self.piece_bytes = piece_bytes
+        self.peer = peer
         #: the latest round number each job invited this agent to (kept across links)
         self.last_round: dict[str, int] = {}
         #: each job's public data (None: the job has none), fetched once per job

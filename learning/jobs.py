@@ -577,26 +577,17 @@ class SecAggSpec(Strict):
     """Secure aggregation (Bell et al. 2020) and the adversary it is sized for.
 
     ``threat_model`` (docs/secagg.md#threat-models): ``semi-honest`` (the server follows the
-    protocol and reads everything) or ``semi-malicious`` (it may also tell some neighbours of a
-    client "alive" and others "dropped"; the threshold t is raised as fcp does). The fully malicious
-    protocol (signed keys, neighbour attestations) is not implemented, so it cannot be asked for.
+    protocol and reads everything), ``semi-malicious`` (it may also tell some neighbours of a
+    client "alive" and others "dropped"; the threshold t is raised as fcp does) or ``malicious``
+    (any deviation: signed keys, a graph seeded by the roster, neighbour attestations; every agent
+    needs a peer certificate of the federation CA, docs/secagg.md#the-malicious-secure-variant).
     """
 
     enabled: bool = True
     corrupt_fraction: float = Field(default=0.05, ge=0, lt=0.5)
     dropout_fraction: float = Field(default=0.05, ge=0, lt=1)
-    threat_model: Literal["semi-honest", "semi-malicious"] = "semi-honest"
+    threat_model: Literal["semi-honest", "semi-malicious", "malicious"] = "semi-honest"
     scale_bits: int | None = Field(default=None, ge=1, le=48)
-
-    @field_validator("threat_model", mode="before")
-    @classmethod
-    def _no_full_malicious(cls, value: Any) -> Any:
-        if value == "malicious":
-            raise ValueError(
-                "the fully malicious protocol (signed keys, neighbour attestations) is not "
-                "implemented; 'semi-malicious' defends against a server that lies about dropouts"
-            )
-        return value
 
     @model_validator(mode="after")
     def _some_survive(self) -> SecAggSpec:

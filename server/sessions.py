@@ -56,6 +56,7 @@ _ROUND_KINDS = (
     "advertise_keys",
     "share_keys",
     "masked_input",
+    "consistency",
     "unmask",
 )
 

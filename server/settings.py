@@ -183,6 +183,8 @@ class StageDeadlines(BaseModel):
     advertise_keys: float = Field(default=30.0, gt=0)
     share_keys: float = Field(default=30.0, gt=0)
     masked_input: float = Field(default=60.0, gt=0)
+    #: the malicious-secure variant's consistency round (each agent signs the survivor set)
+    consistency: float = Field(default=30.0, gt=0)
     unmask: float = Field(default=30.0, gt=0)
 
 

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from dpfl.client.policy import Policy
     from dpfl.client.progress import AgentEvent
     from dpfl.client.simulation import AgentHost, SimulatedAgent
+    from dpfl.client.summation import PeerCredentials
     from dpfl.client.transport import Connector, GrpcTransport
     from dpfl.server.coordinator import Coordinator
     from dpfl.server.orchestrator import FaultHooks, Orchestrator, RoundReport
@@ -70,7 +71,9 @@ class RemoteAgent:
     actor: int
 
 
-def check_run(transport: str, backend: str, *, agents: int, observed: bool) -> None:
+def check_run(
+    transport: str, backend: str, *, agents: int, observed: bool, peered: bool = False
+) -> None:
     """Refuse a combination the federation cannot run (the message names it)."""
     if transport not in ("grpc", "inproc"):
         raise ValueError(f"transport must be 'grpc' or 'inproc', got {transport!r}")
@@ -80,6 +83,8 @@ def check_run(transport: str, backend: str, *, agents: int, observed: bool) -> N
         raise ValueError("the ray backend connects its agents over gRPC (transport 'grpc')")
     if backend == "ray" and observed:
         raise ValueError("agent observers need the agents in this process (backend 'local')")
+    if backend == "ray" and peered:
+        raise ValueError("peer identities need the agents in this process (backend 'local')")
     if agents < 1:
         raise ValueError(f"agents must be >= 1, got {agents}")
 
@@ -99,6 +104,8 @@ class Simulation:
         coordinator_options: extra keyword arguments of ``Coordinator`` (tests: hooks, budgets).
         budgets: per agent index, (ε, δ) budget of its enrollment token (default: the settings').
         policies: per agent index, a ``dpfl.client.policy.Policy`` (default: the defaults).
+        peers: per agent index, its ``dpfl.client.summation.PeerCredentials`` (peer certificate
+            and federation CA) for ``secagg.threat_model: malicious`` (local backend only).
         observer: called with (agent index, ``AgentEvent``) for every agent event.
         admin_token: the REST API's admin token (default: a fresh random one).
         backend: ``"local"`` (the agents in this process) or ``"ray"`` (in Ray actors over a
@@ -127,12 +134,15 @@ class Simulation:
         coordinator_options: CoordinatorOptions | None = None,
         budgets: Mapping[int, tuple[float, float]] | None = None,
         policies: Mapping[int, Policy] | None = None,
+        peers: Mapping[int, PeerCredentials] | None = None,
         observer: AgentObserver | None = None,
         admin_token: str | None = None,
         backend: Backend = "local",
         ray: RayOptions | None = None,
     ) -> None:
-        check_run(transport, backend, agents=agents, observed=observer is not None)
+        check_run(
+            transport, backend, agents=agents, observed=observer is not None, peered=bool(peers)
+        )
         self.job = job
         self.num_agents = agents
         self.transport = transport
@@ -151,6 +161,7 @@ class Simulation:
         )
         self.budgets = dict(budgets or {})
         self.policies = dict(policies or {})
+        self.peers = dict(peers or {})
         self.observer = observer
         self.admin_token = admin_token or secrets.token_urlsafe(32)
         self._coordinator: Coordinator | None = None
@@ -309,6 +320,7 @@ class Simulation:
             data_spec=self._data_spec(index),
             state_dir=self.workdir / "agents" / f"{index:04d}",
             policy=self.policies.get(index),
+            peer=self.peers.get(index),
             coordinator_id=self.coordinator.coordinator_id,
             observer=None if self.observer is None else functools.partial(self.observer, index),
             backoff=Backoff(initial=0.05, maximum=0.5),

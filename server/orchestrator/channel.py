@@ -40,6 +40,7 @@ KIND_STAGE: dict[str, pb.Stage] = {
     "advertise_keys": pb.STAGE_ADVERTISE_KEYS,
     "share_keys": pb.STAGE_SHARE_KEYS,
     "masked_input": pb.STAGE_MASKED_INPUT,
+    "consistency": pb.STAGE_CONSISTENCY,
     "unmask": pb.STAGE_UNMASK,
 }
 

@@ -33,6 +33,7 @@ POINTS = (
     "advertise_keys_closed",
     "share_keys_closed",
     "masked_input_closed",  # masked inputs summed; nothing committed yet (plain: committed)
+    "consistency_closed",  # malicious-secure rounds only: the survivor set attested
     "after_ledger_commit",  # the commit is durable; no unmask (plain: no vector) request yet
     "unmask_closed",  # the aggregate is known
     "round_completed",  # the round and its model version are stored

@@ -2,7 +2,10 @@
 (:func:`sum_securely`) and the plain summation (:func:`sum_plainly`,
 docs/architecture.md#without-secure-aggregation-secaggenabled-false). Each calls the driver's
 ``commit`` before the first message that makes the sum computable: the unmask request, or
-without secure aggregation, the first vector request (ledger rule 1).
+without secure aggregation, the first vector request (ledger rule 1). A malicious-secure round
+(``secagg.threat_model: malicious``) has one stage more between the masked inputs and the commit:
+the consistency round, where every summed agent signs the survivor set
+(docs/secagg.md#the-malicious-secure-variant).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import numpy.typing as npt
 from dpfl.learning.rounds import Commit, RoundAborted, Summed, SumSetup
 from dpfl.protos import secagg_wire as wire
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
-from dpfl.secagg import RoundParameters
+from dpfl.secagg import RoundParameters, ThreatModel
 from dpfl.secagg import server as secagg_server
 from dpfl.secagg.errors import SecAggError
 from dpfl.secagg.messages import ClientMessage
@@ -44,18 +47,30 @@ MASKED_BATCH = 16
 
 
 async def sum_securely(run: WireRound, setup: SumSetup, commit: Commit) -> Summed:
-    """Secure aggregation: keys, shares and masked inputs, the commit, then the unmasking."""
+    """Secure aggregation: keys, shares and masked inputs (and in a malicious-secure round the
+    survivor set's attestations), the commit, then the unmasking."""
     params, agents, d = setup.params, setup.accepted, run.deadlines  # client i is agents[i]
     assert params is not None
+    threat = ThreatModel(setup.threat_model or ThreatModel.SEMI_HONEST.value)
+    malicious = threat is ThreatModel.MALICIOUS
     stages = (  # name, seconds, the stage opened when it closes
         ("advertise_keys", d.advertise_keys, pb.STAGE_SHARE_KEYS),
         ("share_keys", d.share_keys, pb.STAGE_MASKED_INPUT),
-        ("masked_input", d.masked_input + d.training, None),
+        (
+            "masked_input",
+            d.masked_input + d.training,
+            pb.STAGE_CONSISTENCY if malicious else None,
+        ),
+        *((("consistency", d.consistency, None),) if malicious else ()),
     )
     state: ServerState
     encoding = setup.encoding.to_json()  # the protocol carries it to the agents unread
     state, outbound = secagg_server.start_round(
-        job_id=run.ctx.job_id, round=run.rnd.number, params=params, encoding_json=encoding
+        job_id=run.ctx.job_id,
+        round=run.rnd.number,
+        params=params,
+        encoding_json=encoding,
+        threat_model=threat,
     )
     run.channel.open_stage(pb.STAGE_ADVERTISE_KEYS, session_id=state.ctx.session_id)
     expected: Sequence[str] = agents
@@ -65,10 +80,7 @@ async def sum_securely(run: WireRound, setup: SumSetup, commit: Commit) -> Summe
             run.send(agents[item.recipient], wire.to_coordinator_message(item.message))
         state = await _collect(run, state, agents, params, seconds)
         state, outbound = await asyncio.to_thread(secagg_server.close_stage, state)
-        s = state.survivors
-        answered = [
-            agents[i] for i in sorted({"advertise_keys": s.a1, "share_keys": s.a2}.get(name, s.a3))
-        ]
+        answered = [agents[i] for i in sorted(_answered(name, state))]
         await run.record(name, answered, expected, started)
         expected = answered
         await run.hooks.at(f"{name}_closed", run.info)
@@ -83,6 +95,14 @@ async def sum_securely(run: WireRound, setup: SumSetup, commit: Commit) -> Summe
     return Summed(await _unmask(run, state, agents, params), summed)
 
 
+def _answered(stage: str, state: ServerState) -> frozenset[int]:
+    """Who answered the stage just closed: A1, A2, A3, or the agents that attested S."""
+    s = state.survivors
+    if stage == "consistency":
+        return s.attested
+    return {"advertise_keys": s.a1, "share_keys": s.a2}.get(stage, s.a3)
+
+
 async def _unmask(
     run: WireRound, ready: ServerReadyToUnmask, agents: Sequence[str], params: RoundParameters
 ) -> npt.NDArray[np.uint64]:
@@ -94,7 +114,8 @@ async def _unmask(
     collected = await _collect(run, unmasking, agents, params, run.deadlines.unmask)
     final, _ = await asyncio.to_thread(secagg_server.close_stage, collected)
     responders = [agents[i] for i in sorted(collected.survivors.unmask)]
-    await run.record("unmask", responders, [agents[i] for i in sorted(ready.a3)], started)
+    asked = [agents[i] for i in sorted(unmasking.requests)]  # A3, or those that attested S
+    await run.record("unmask", responders, asked, started)
     await run.hooks.at("unmask_closed", run.info)
     if not isinstance(final, ServerCompleted):
         reason = final.reason if isinstance(final, ServerAborted) else type(final).__name__

@@ -67,6 +67,7 @@ STAGES = (
     "advertise_keys",
     "share_keys",
     "masked_input",
+    "consistency",  # malicious-secure rounds only
     "unmask",
     "decode",
 )

@@ -14,11 +14,14 @@ import math
 from pathlib import Path
 
 import pytest
+from support import peer_pki
 from support.agent_kit import JOB, fedavg_round, federation, publish
 
 from dpfl.accounting import DpEvent, compute_epsilon
 from dpfl.client.policy import Policy
+from dpfl.client.summation import PeerCredentials
 from dpfl.mechanisms import EncodingConfig
+from dpfl.secagg import ClientIdentity, ThreatModel
 
 SYBILS = 29
 DELTA = 1e-5
@@ -102,3 +105,59 @@ def test_an_agent_that_trusts_the_announced_cohort_records_the_claim(tmp_path: P
     assert compute_epsilon(entry.events[0], delta=DELTA).epsilon == pytest.approx(announced)
     assert alone > 3 * announced
     assert "agent-0" in report.survivors  # type: ignore[attr-defined]
+
+
+def test_sybils_certified_by_the_coordinators_own_ca_make_the_agent_abort_at_stage_2(
+    tmp_path: Path,
+) -> None:
+    """The malicious-secure variant: the coordinator gives its 29 agents peer certificates of a CA
+    it runs itself. The honest agent trusts only the federation CA: it aborts at stage 2, naming
+    the check, and neither charges nor sends anything."""
+    federation_ca, own_ca = peer_pki.TestCA.make(), peer_pki.TestCA.make("coordinator's CA")
+    sybils = [
+        ClientIdentity(
+            signer=own_ca.signer(f"sybil-{i}"),
+            authority=own_ca.authority(),
+            max_colluding_peers=0,
+            now=peer_pki.NOW,
+        )
+        for i in range(SYBILS)
+    ]
+    peer = PeerCredentials(
+        signer=federation_ca.signer("silo-0"), authority=federation_ca.authority()
+    )
+    policy = Policy(
+        max_colluding_peers=1,
+        min_noise_multiplier=0.0,
+        max_epsilon_per_job=1e4,
+        max_epsilon_total=1e4,
+    )
+
+    async def main() -> tuple[object, object, list[str]]:
+        setup = fedavg_round(population=SYBILS + 1)
+        async with federation(tmp_path, "grpc", 1, policy=policy, peer=peer) as (coord, agents):
+            publish(coord, setup)
+            report = await coord.run_round(
+                job_id=JOB,
+                round=1,
+                agents=[agents[0].agent_id],
+                algorithm=setup.algorithm,
+                job=setup.job,
+                plan=setup.plan,
+                task=setup.task,
+                sybils=SYBILS,
+                threat_model=ThreatModel.MALICIOUS,
+                sybil_identities=sybils,
+                timeout=30.0,
+            )
+            return report, agents[0].ledger.entries(), agents[0].kinds()
+
+    report, entries, kinds = asyncio.run(asyncio.wait_for(main(), 120))
+    errors = [e.message for e in report.errors.get("agent-0", [])]  # type: ignore[attr-defined]
+    assert any(
+        "uncertified peer" in m and "not issued by the federation CA" in m for m in errors
+    ), errors
+    assert "agent-0" not in report.survivors  # type: ignore[attr-defined]
+    assert entries == []
+    assert "masked-input-sent" not in kinds, kinds
+    assert "charged" not in kinds, kinds

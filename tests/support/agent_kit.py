@@ -28,6 +28,7 @@ from dpfl.client.local_ledger import LocalLedger
 from dpfl.client.policy import Policy
 from dpfl.client.progress import AgentEvent
 from dpfl.client.simulation import SimulatedAgent, start_simulated_agent
+from dpfl.client.summation import PeerCredentials
 from dpfl.client.transport import Backoff, Connector, GrpcTransport, InProcessConnector
 from dpfl.learning.algorithms.base import (
     AgentData,
@@ -199,6 +200,7 @@ def start_agent(
     algorithms: Mapping[str, Algorithm] | None = None,
     coordinator_id: str = "scripted",
     backoff: Backoff | None = None,
+    peer: PeerCredentials | None = None,
 ) -> AgentHandle:
     """Start an agent on ``digits#index=I&agents=N`` in the running event loop."""
     events: list[AgentEvent] = []
@@ -219,6 +221,7 @@ def start_agent(
         observer=events.append,
         backoff=backoff or Backoff(initial=0.05, maximum=0.2),
         algorithms=resolve,
+        peer=peer,
     )
     return AgentHandle(agent, events)
 

@@ -1,21 +1,25 @@
 """Test-only: a cohort of agents in this process for the round driver (``dpfl.learning.rounds``):
 every invitee accepts, its vector comes from a callable, and the vectors are summed by the real
 secure-aggregation state machines (``dpfl.secagg.simulate``) or, in the plain summation, added as
-they would arrive."""
+they would arrive. A malicious-secure setup (``secagg.threat_model: malicious``) runs the variant
+with a peer certificate per agent, of one federation CA made for the cohort
+(:func:`support.peer_pki.federation_identities`) unless the caller gives them."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
 
 from dpfl.learning.rounds.driver import Commit
 from dpfl.learning.rounds.state import Acceptance, Invitation, RoundAborted, Summed, SumSetup
-from dpfl.secagg import RandomSource, SimulationAborted, simulate
+from dpfl.secagg import ClientIdentity, RandomSource, SimulationAborted, ThreatModel, simulate
 from dpfl.secagg.messages import Stage
 from dpfl.secagg.server_states import ServerReadyToUnmask
+
+from .peer_pki import federation_identities
 
 __all__ = ["Contribute", "LocalCohort"]
 
@@ -32,6 +36,8 @@ class LocalCohort:
         dropouts: per stage, indices into the accepted agents that stop answering from it on
             (the plain summation loses them all before its vectors).
         job_id, number: the round's identity in secure aggregation's headers.
+        identities: the accepted agents' peer identities in a malicious-secure round (default:
+            fresh ones of one federation CA).
     """
 
     def __init__(
@@ -42,12 +48,14 @@ class LocalCohort:
         dropouts: Mapping[Stage, Collection[int]] | None = None,
         job_id: str,
         number: int,
+        identities: Sequence[ClientIdentity] | None = None,
     ) -> None:
         self.contribute = contribute
         self.rng = rng
         self.dropouts = dict(dropouts or {})
         self.job_id = job_id
         self.number = number
+        self.identities = identities
         self.invitation: Invitation | None = None
 
     async def invite(self, invitation: Invitation) -> Acceptance:
@@ -84,6 +92,10 @@ class LocalCohort:
             asyncio.run_coroutine_threadsafe(charge(), loop).result()
             committed.append(participants)
 
+        threat = ThreatModel(setup.threat_model or ThreatModel.SEMI_HONEST.value)
+        identities = None
+        if threat is ThreatModel.MALICIOUS:
+            identities = self.identities or federation_identities(len(setup.accepted))
         try:
             outcome = await asyncio.to_thread(
                 simulate,
@@ -94,6 +106,8 @@ class LocalCohort:
                 job_id=self.job_id,
                 round=self.number,
                 before_unmask=before_unmask,
+                threat_model=threat,
+                identities=identities,
             )
         except SimulationAborted as exc:
             raise RoundAborted(f"secure aggregation {exc}") from exc

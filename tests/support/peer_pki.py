@@ -15,7 +15,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from dpfl.secagg.identity import PEER_USAGE, PeerAuthority, Signer
+from dpfl.secagg.identity import PEER_USAGE, ClientIdentity, PeerAuthority, Signer
 
 NOW = dt.datetime(2026, 6, 1, tzinfo=dt.UTC)
 
@@ -85,3 +85,18 @@ class TestCA:
     def signer(self, name: str, *, authority: PeerAuthority | None = None) -> Signer:
         key_pem, cert_pem = self.issue(name)
         return Signer(key_pem, cert_pem, authority=authority or self.authority(), now=NOW)
+
+
+def federation_identities(count: int, *, colluding: int = 0) -> list[ClientIdentity]:
+    """``count`` peers of one fresh federation CA, checked at :data:`NOW`."""
+    ca = TestCA.make()
+    authority = ca.authority()
+    return [
+        ClientIdentity(
+            signer=ca.signer(f"peer-{i}", authority=authority),
+            authority=authority,
+            max_colluding_peers=colluding,
+            now=NOW,
+        )
+        for i in range(count)
+    ]

@@ -39,7 +39,7 @@ from dpfl.mechanisms import EncodingConfig, decode
 from dpfl.protos import secagg_wire
 from dpfl.protos.dpfl.v1 import agent_pb2 as pb
 from dpfl.protos.dpfl.v1 import agent_pb2_grpc
-from dpfl.secagg import RoundParameters, ThreatModel
+from dpfl.secagg import ClientIdentity, RoundParameters, ThreatModel
 from dpfl.secagg import client as secagg_client
 from dpfl.secagg import messages as sm
 from dpfl.secagg import server as server_sm
@@ -295,11 +295,16 @@ class ScriptedCoordinator:
         masked_input_hook: Callable[[str], Awaitable[None]] | None = None,
         rng: RandomSource | None = None,
         sybils: int = 0,
+        threat_model: ThreatModel = ThreatModel.SEMI_HONEST,
+        sybil_identities: Sequence[ClientIdentity] = (),
     ) -> RoundReport:
         """One round with ``agents`` invited; see the module docstring. ``rng`` draws the
         session nonce (a seeded source repeats it: a coordinator that reuses nonces).
         ``sybils`` agents of the coordinator's own join the secure aggregation after the
-        accepted ones: in-process secagg clients that add zero vectors and no noise."""
+        accepted ones: in-process secagg clients that add zero vectors and no noise.
+        ``threat_model`` is the setup's (MALICIOUS: the malicious-secure variant, with its
+        consistency stage); ``sybil_identities`` give the sybils peer certificates (e.g. of a CA
+        the coordinator runs itself), one per sybil."""
         report = RoundReport()
         claimed = (
             list(events)
@@ -339,7 +344,10 @@ class ScriptedCoordinator:
         n = len(accepted) + sybils
         own: dict[int, secagg_client.ClientState] = {
             len(accepted) + i: secagg_client.new_client(
-                job_id=job_id, round=round, input=np.zeros(task.vector_length, dtype=np.int64)
+                job_id=job_id,
+                round=round,
+                input=np.zeros(task.vector_length, dtype=np.int64),
+                identity=sybil_identities[i] if i < len(sybil_identities) else None,
             )
             for i in range(sybils)
         }
@@ -349,7 +357,7 @@ class ScriptedCoordinator:
             ring_bits=64,
             corrupt_fraction=job.secagg.corrupt_fraction,
             dropout_fraction=job.secagg.dropout_fraction,
-            model=ThreatModel.SEMI_HONEST,
+            model=threat_model,
         )
         encoding = algorithm.bind(job, plan).encoding(
             task, participants=n, min_survivors=probe.min_survivors
@@ -367,12 +375,18 @@ class ScriptedCoordinator:
         report.params, report.encoding = params, encoding
         state: ServerState
         state, outbound = server_sm.start_round(
-            job_id=job_id, round=round, params=params, rng=rng, encoding_json=encoding.to_json()
+            job_id=job_id,
+            round=round,
+            params=params,
+            rng=rng,
+            encoding_json=encoding.to_json(),
+            threat_model=threat_model,
         )
         kinds = {
             sm.Stage.ADVERTISE_KEYS: "advertise_keys",
             sm.Stage.SHARE_KEYS: "share_keys",
             sm.Stage.MASKED_INPUT: "masked_input",
+            sm.Stage.CONSISTENCY: "consistency",
             sm.Stage.UNMASK: "unmask",
         }
         while not isinstance(state, ServerCompleted | ServerAborted):

@@ -275,7 +275,8 @@ def test_a_masked_setup_carries_the_encoding_beside_the_protocols_parameters() -
     params = SecureParameters.from_setup(secure_setup())
     assert params.encoding == SECURE_ENCODING
     assert RoundParameters.from_setup(secure_setup()) == SECURE
-    assert dataclasses.astuple(params)[:-1] == dataclasses.astuple(SECURE)
+    assert dataclasses.astuple(params)[:-2] == dataclasses.astuple(SECURE)
+    assert not params.malicious
 
 
 @pytest.mark.parametrize(

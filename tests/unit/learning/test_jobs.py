@@ -174,8 +174,8 @@ def test_shorthand_partition_and_yaml_exponents() -> None:
         (job("dp-fedavg", data={"test_fraction": 0.5, "public_fraction": 0.5}), "data: public"),
         (job("dp-fedavg", secagg={"corrupt_fraction": 0.6}), "secagg.corrupt_fraction"),
         (
-            job("dp-fedavg", secagg={"threat_model": "malicious"}),
-            "secagg.threat_model: the fully malicious protocol",
+            job("dp-fedavg", secagg={"threat_model": "byzantine"}),
+            "secagg.threat_model: must be one of 'semi-honest', 'semi-malicious' or 'malicious'",
         ),
         (job("dp-fedavg", name="has space"), "name: must be 1-64 characters"),
         ({"name": "j", "algorithm": "dp-fedavgg"}, "algorithm: unknown algorithm 'dp-fedavgg'"),
@@ -196,7 +196,7 @@ def test_mistakes_are_named(document: Any, expected: str) -> None:
 def test_threat_models_map_onto_the_secagg_solver() -> None:
     from dpfl.secagg import ThreatModel
 
-    for name in ("semi-honest", "semi-malicious"):
+    for name in ("semi-honest", "semi-malicious", "malicious"):
         spec = parse_job(job("dp-fedavg", secagg={"threat_model": name}))
         assert ThreatModel(spec.secagg.threat_model).value == name
 

@@ -281,3 +281,26 @@ def test_a_secure_setup_holds_only_an_encoding_that_fits_its_parameters() -> Non
         SumSetup(Summation.SECURE, agents, 4, dataclasses.replace(fits, scale_bits=14), params)
     # the plain summation's agents check their own share (min_survivors = 1) on receipt
     assert SumSetup(Summation.PLAIN, agents[:1], 4, fits).params is None
+
+
+def test_a_malicious_secure_job_releases_what_the_semi_honest_one_does() -> None:
+    """The harness's cohort runs the real malicious-secure state machines (peer certificates of
+    one federation CA, the consistency stage) with the same seeds: the noise does not depend on
+    the threat model, only (k, t) do, so the models, the ledgers and the encodings are equal."""
+    from support.algorithm_harness import run_job
+
+    secagg = {"corrupt_fraction": 0.2, "dropout_fraction": 0.2}
+    params = {"sampling_rate": 1.0, "local_steps": 1}
+    runs = {
+        threat: run_job(
+            make_job(rounds=2, secagg={**secagg, "threat_model": threat}, params=params),
+            num_agents=6,
+            dropouts={2: {Stage.MASKED_INPUT: [5]}},  # one dropout: restored noise as well
+        )
+        for threat in ("semi-honest", "malicious")
+    }
+    honest, malicious = runs["semi-honest"], runs["malicious"]
+    assert [len(r.participants) for r in malicious.rounds] == [6, 5]
+    assert malicious.state.model == honest.state.model
+    assert malicious.ledger == honest.ledger
+    assert [r.encoding for r in malicious.rounds] == [r.encoding for r in honest.rounds]
