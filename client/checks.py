@@ -145,4 +145,11 @@ def check_setup(
         raise SetupRefused(
             pb.ERROR_POLICY_DECLINED, f"the setup does not back the claimed privacy: {exc}"
         ) from None
-    return params, own
+    if isinstance(own, bool) or not isinstance(own, int | float) or not 0.0 < own <= 1.0:
+        raise SetupRefused(
+            pb.ERROR_POLICY_DECLINED,
+            f"setup refused: the {review.algorithm} agent side states no fraction of the claimed "
+            f"noise its own share carries (its check returned {own!r}), so the agent cannot "
+            "record only the noise it verified",
+        )
+    return params, float(own)

@@ -118,8 +118,8 @@ class RawVectorCoordinator(CoordinatorSide[JobSpec, BenchPlan, BenchTask]):
 class RawVectorAgent(AgentSide[BenchTask]):
     """The benchmark's agent side: a random unit vector, no checks."""
 
-    def check(self, events: Any, encoding: Any, **_: Any) -> None:
-        return None
+    def check(self, events: Any, encoding: Any, **_: Any) -> float:
+        return 1.0  # no noise to verify: the charge is recorded as claimed
 
     def compute(self, data: AgentData, *, model: Any, public_x: Any, device: str) -> np.ndarray:
         v = np.random.default_rng().standard_normal(self.task.dimension)

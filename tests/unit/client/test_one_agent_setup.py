@@ -116,3 +116,18 @@ def test_a_plain_setup_for_several_agents_of_a_secure_task_is_still_a_downgrade(
             side=ALGORITHM.agent(_review().task),
             alone_unmasked=True,
         )
+
+
+def test_an_agent_side_that_states_no_fraction_is_refused() -> None:
+    review = _review()
+    side = ALGORITHM.agent(review.task)
+    alone = _request(_encoding(1, 1))
+
+    class Silent(type(side)):  # type: ignore[misc]
+        def check(self, *args: Any, **kwargs: Any) -> Any:
+            super().check(*args, **kwargs)
+            return None  # an agent side written before the fraction was part of the contract
+
+    with pytest.raises(SetupRefused, match="states no fraction") as exc:
+        check_setup(alone, review=review, side=Silent(ALGORITHM, review.task), alone_unmasked=True)
+    assert exc.value.code == pb.ERROR_POLICY_DECLINED
