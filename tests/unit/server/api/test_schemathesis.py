@@ -89,7 +89,10 @@ def test_no_server_errors_and_answers_match_the_document(
                     assert mode == GenerationMode.NEGATIVE
                     assert not op.path.startswith("/api/v1/clients/")
                 except Exception as exc:  # collect every operation's failure, then report all
-                    failures.append(f"{op.label} ({mode.value}, {fixed or 'random ids'}): {exc}")
+                    # a flaky failure's own exceptions say what the first call did
+                    inner = "; ".join(repr(e) for e in getattr(exc, "exceptions", ()))
+                    where = f"{op.label} ({mode.value}, {fixed or 'random ids'})"
+                    failures.append(f"{where}: {exc}" + (f" [{inner}]" if inner else ""))
 
     elapsed = time.perf_counter() - started
     cases = sum(statuses.values())
