@@ -26,6 +26,7 @@ from dpfl.client.data import parse_data_spec
 from dpfl.client.errors import AgentError, TransportError
 from dpfl.client.gate import LocalGate
 from dpfl.client.local_ledger import LocalLedger
+from dpfl.client.peer_identity import load_peer_credentials
 from dpfl.client.policy import Policy
 from dpfl.client.progress import AgentEvent, EventKind, Observer, null_observer
 from dpfl.client.state import Credentials, StateDir
@@ -103,6 +104,8 @@ class AgentOptions:
     ca: Path | None = None
     cert: Path | None = None
     key: Path | None = None
+    peer_ca: Path | None = None
+    peer_cert: Path | None = None
     data_dir: Path | None = None
     backoff: Backoff = field(default_factory=Backoff)
 
@@ -172,6 +175,9 @@ async def run_agent(
         ca=options.ca, cert=options.cert, key=options.key, insecure=options.insecure
     )
     policy = Policy.load(options.policy)
+    peer = load_peer_credentials(
+        peer_ca=options.peer_ca, peer_cert=options.peer_cert, key=options.key
+    )
     source = parse_data_spec(options.data)
     data = source.load(data_dir=options.data_dir, given_as="--data-dir")
     device = _device(options.device)
@@ -199,7 +205,13 @@ async def run_agent(
                     EventKind.ENROLLED,
                     message=f"{'enrolled' if enrolled else 'enrolment reused'}: agent "
                     f"{creds.agent_id} ({creds.name}) at {creds.coordinator}; data {source}, "
-                    f"{len(data.y)} records; device {device}",
+                    f"{len(data.y)} records; device {device}; "
+                    + (
+                        f"peer {peer.signer.identity.name!r} of federation CA "
+                        f"{peer.authority.fingerprint.hex()[:16]}"
+                        if peer is not None
+                        else "no peer identity (malicious-secure rounds refused)"
+                    ),
                 )
             )
             with LocalLedger.open(state.path) as ledger:
@@ -211,6 +223,7 @@ async def run_agent(
                     device=device,
                     observer=observe,
                     executor=TrainingExecutor(),
+                    peer=peer,
                 )
                 await _runner(transport, creds, loop, options.backoff, observe).run(stop=stop)
 

@@ -21,6 +21,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from dpfl.secagg.identity import PEER_USAGE
+
 CA_CERT = "ca.pem"
 CA_KEY = "ca.key"
 SERVER_CERT = "coordinator.pem"
@@ -107,6 +109,28 @@ def sign_agent_csr(ca: IssuedPair, csr_pem: bytes, *, days: int = 825) -> bytes:
         PkiError: not a PEM CSR, a bad self-signature, a key that is not EC P-256, or a common
             name that is not a valid agent name.
     """
+    key, name = _csr_key_and_name(csr_pem)
+    san: list[x509.GeneralName] = [x509.DNSName(name.replace("_", "-").lower())]
+    usage = ExtendedKeyUsageOID.CLIENT_AUTH
+    return _sign(ca, key, common_name=name, sans=san, usage=usage, days=days)
+
+
+def sign_peer_csr(ca: IssuedPair, csr_pem: bytes, *, days: int = 825) -> bytes:
+    """A *peer* certificate (PEM) of the federation CA ``ca`` for the key of an agent's CSR:
+    the profile :mod:`dpfl.secagg.identity` counts as one peer in malicious-secure rounds
+    (extended key usage ``PEER_USAGE`` only, never a TLS usage). Same CSR rules as
+    :func:`sign_agent_csr`.
+
+    Raises:
+        PkiError: as :func:`sign_agent_csr`.
+    """
+    key, name = _csr_key_and_name(csr_pem)
+    san: list[x509.GeneralName] = [x509.DNSName(name.replace("_", "-").lower())]
+    return _sign(ca, key, common_name=name, sans=san, usage=PEER_USAGE, days=days)
+
+
+def _csr_key_and_name(csr_pem: bytes) -> tuple[ec.EllipticCurvePublicKey, str]:
+    """The P-256 key and the agent name of a CSR whose self-signature verifies."""
     try:
         csr = x509.load_pem_x509_csr(csr_pem)
     except ValueError as exc:
@@ -125,9 +149,49 @@ def sign_agent_csr(ca: IssuedPair, csr_pem: bytes, *, days: int = 825) -> bytes:
             f"invalid agent name {name!r} in the CSR: use 1-63 letters, digits, '.', '_' or "
             "'-', starting with a letter or digit"
         )
-    san: list[x509.GeneralName] = [x509.DNSName(name.replace("_", "-").lower())]
-    usage = ExtendedKeyUsageOID.CLIENT_AUTH
-    return _sign(ca, key, common_name=name, sans=san, usage=usage, days=days)
+    return key, name
+
+
+def init_federation_ca(out: Path, *, force: bool = False) -> list[Path]:
+    """Create the federation CA ``out/ca.{pem,key}``, which certifies peers for
+    malicious-secure rounds and is held by the consortium or an auditor, never by the
+    coordinator's operator (docs/deploy.md#who-holds-which-key); return the files written.
+
+    Raises:
+        PkiError: a file exists and ``force`` is false.
+    """
+    targets = [out / CA_CERT, out / CA_KEY]
+    _refuse_overwrite(targets, force)
+    ca = create_ca(common_name="dpfl peer federation CA")
+    out.mkdir(parents=True, exist_ok=True)
+    _write_pair(ca, *targets)
+    return targets
+
+
+def sign_peer_csr_file(
+    ca_dir: Path, csr_path: Path, *, out: Path | None = None, force: bool = False, days: int = 825
+) -> list[Path]:
+    """Sign ``csr_path`` with the federation CA in ``ca_dir`` (:func:`sign_peer_csr`); write
+    ``NAME.peer.pem`` (and a copy of ``ca.pem`` as ``federation-ca.pem``) next to the CSR or into
+    ``out``; return the files written.
+
+    Raises:
+        PkiError: unreadable files, a bad CSR, or a file would be overwritten.
+    """
+    ca = load_pair(ca_dir / CA_CERT, ca_dir / CA_KEY)
+    try:
+        csr_pem = csr_path.read_bytes()
+    except OSError as exc:
+        raise PkiError(f"cannot read {csr_path}: {exc.strerror}") from exc
+    cert = sign_peer_csr(ca, csr_pem, days=days)
+    name = certificate_common_name(cert)
+    out = out or csr_path.parent
+    targets = [out / f"{name}.peer.pem", out / "federation-ca.pem"]
+    _refuse_overwrite(targets[:1], force)
+    out.mkdir(parents=True, exist_ok=True)
+    targets[0].write_bytes(cert)
+    targets[1].write_bytes(ca.certificate)
+    return targets
 
 
 def sign_agent_csr_file(

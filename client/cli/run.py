@@ -93,6 +93,18 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument("--ca", type=Path, metavar="FILE", help="CA certificate to trust (TLS)")
     parser.add_argument("--cert", type=Path, metavar="FILE", help="agent certificate (mutual TLS)")
     parser.add_argument("--key", type=Path, metavar="FILE", help="agent private key (mutual TLS)")
+    parser.add_argument(
+        "--peer-ca",
+        type=Path,
+        metavar="FILE",
+        help="the federation CA whose peer certificates count as peers in malicious-secure rounds",
+    )
+    parser.add_argument(
+        "--peer-cert",
+        type=Path,
+        metavar="FILE",
+        help="this agent's peer certificate, issued by --peer-ca for --key",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="show every protocol step")
     parser.set_defaults(func=_run)
 
@@ -129,6 +141,8 @@ def _run(args: argparse.Namespace) -> int:
         ca=args.ca,
         cert=args.cert,
         key=args.key,
+        peer_ca=args.peer_ca,
+        peer_cert=args.peer_cert,
     )
     observer = RichObserver(console, verbose=args.verbose)
     code = 0
