@@ -129,6 +129,19 @@ def sign_peer_csr(ca: IssuedPair, csr_pem: bytes, *, days: int = 825) -> bytes:
     return _sign(ca, key, common_name=name, sans=san, usage=PEER_USAGE, days=days)
 
 
+def issue_peer_certificate(ca: IssuedPair, *, name: str, days: int = 825) -> IssuedPair:
+    """A key and its peer certificate from the federation CA ``ca``, made in one place: for a
+    simulation, whose agents and federation CA live in the same process.
+
+    Raises:
+        PkiError: the name is not 1-63 characters of letters, digits, '.', '_' or '-'.
+    """
+    if not _NAME_RE.fullmatch(name):
+        raise PkiError(f"invalid peer name {name!r}")
+    san = x509.DNSName(name.replace("_", "-").lower())
+    return _issue(ca, common_name=name, sans=[san], usage=PEER_USAGE, days=days)
+
+
 def _csr_key_and_name(csr_pem: bytes) -> tuple[ec.EllipticCurvePublicKey, str]:
     """The P-256 key and the agent name of a CSR whose self-signature verifies."""
     try:

@@ -105,7 +105,9 @@ class Simulation:
         budgets: per agent index, (ε, δ) budget of its enrollment token (default: the settings').
         policies: per agent index, a ``dpfl.client.policy.Policy`` (default: the defaults).
         peers: per agent index, its ``dpfl.client.summation.PeerCredentials`` (peer certificate
-            and federation CA) for ``secagg.threat_model: malicious`` (local backend only).
+            and federation CA) for ``secagg.threat_model: malicious`` (local backend only);
+            default for a malicious job: every agent certified by one federation CA made for
+            this simulation (:func:`simulated_peers`).
         observer: called with (agent index, ``AgentEvent``) for every agent event.
         admin_token: the REST API's admin token (default: a fresh random one).
         backend: ``"local"`` (the agents in this process) or ``"ray"`` (in Ray actors over a
@@ -162,6 +164,8 @@ class Simulation:
         self.budgets = dict(budgets or {})
         self.policies = dict(policies or {})
         self.peers = dict(peers or {})
+        if not self.peers and job.secagg.threat_model == "malicious" and backend == "local":
+            self.peers = simulated_peers(agents)
         self.observer = observer
         self.admin_token = admin_token or secrets.token_urlsafe(32)
         self._coordinator: Coordinator | None = None
@@ -462,3 +466,24 @@ class Simulation:
                 for report in runner.reports[seen:]:
                     progress(report)
                 seen = len(runner.reports)
+
+
+def simulated_peers(agents: int) -> dict[int, PeerCredentials]:
+    """Peer identities for ``agents`` simulated agents: a federation CA made for this
+    simulation alone and one peer certificate per agent (docs/deploy.md#who-holds-which-key
+    says who holds which key in a real federation; here the caller is every party)."""
+    import datetime as dt
+
+    from dpfl.client.summation import PeerCredentials
+    from dpfl.secagg.identity import PeerAuthority, Signer
+    from dpfl.server import tls
+
+    ca = tls.create_ca(common_name="dpfl simulation federation CA")
+    authority = PeerAuthority(ca.certificate)
+    now = dt.datetime.now(dt.UTC)
+    out = {}
+    for i in range(agents):
+        pair = tls.issue_peer_certificate(ca, name=f"sim-agent-{i}")
+        signer = Signer(pair.private_key, pair.certificate, authority=authority, now=now)
+        out[i] = PeerCredentials(signer=signer, authority=authority)
+    return out

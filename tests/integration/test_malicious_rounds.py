@@ -275,3 +275,13 @@ def test_fewer_shares_verified_at_stage_2_lower_the_charge_before_it_is_recorded
             await sim.close()
 
     asyncio.run(main())
+
+
+def test_the_library_simulation_certifies_its_agents_for_a_malicious_job() -> None:
+    """``dpfl.simulation.simulate`` (and ``dpfl simulate``) of a malicious-secure job: the
+    simulation makes one federation CA and a peer certificate per agent, so the job runs."""
+    from dpfl.simulation import simulate
+
+    result = simulate(job("malicious"), AGENTS, transport="inproc")
+    assert result.status == "completed", result
+    assert result.rounds_completed == 2
