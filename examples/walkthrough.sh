@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# A federation on one machine, as a deployment runs it: a CA and certificates, the coordinator
-# with mutual TLS, one enrolment token and one agent per silo, a job that fits its 3 agents,
-# the budgets and the REST API. Run it from the repository root; it stops what it started.
-# WORK (default: a fresh temporary folder), GRPC_PORT, API_PORT and AGENTS may be set.
+# A federation on one machine, as a deployment runs it: the coordinator's CA and the federation
+# CA, a key made on each silo with its TLS and peer certificates, the coordinator with mutual TLS,
+# one enrolment token and one agent per silo, a job that fits its 3 agents, the budgets and the
+# REST API. Run it from the repository root; it stops what it started. WORK (default: a fresh
+# temporary folder), GRPC_PORT, API_PORT, AGENTS and JOB_FILE may be set: AGENTS=30
+# JOB_FILE=examples/dp-fedavg-malicious.yaml runs 30 agents with the malicious-secure protocol.
 set -euo pipefail
 REPO=$PWD
 WORK="${WORK:-$(mktemp -d)}"
 AGENTS="${AGENTS:-3}"
+JOB_FILE="${JOB_FILE:-examples/dp-fedsgd.yaml}"
 GRPC_PORT="${GRPC_PORT:-50051}"
 API_PORT="${API_PORT:-8080}"
 WAIT_LIMIT="${WAIT_LIMIT:-600}"
@@ -23,9 +26,17 @@ wait_for() {  # wait_for WHAT COMMAND...: retry COMMAND until it succeeds, at mo
     done
 }
 
-# 1. certificates: the CA and the coordinator's (for localhost, 127.0.0.1), one per agent
+# 1. certificates: the coordinator's CA and its own (for localhost, 127.0.0.1); the federation
+#    CA, which the coordinator's operator never holds; each silo's key, made on the silo, and
+#    its one CSR signed by both: a TLS certificate and a peer certificate
 dpfl-coordinator certs init --out pki
-for i in $(seq "$AGENTS"); do dpfl-coordinator certs agent "silo-$i" --ca-dir pki --out "silo-$i"; done
+dpfl federation init --out federation
+for i in $(seq "$AGENTS"); do
+    dpfl-agent keygen "silo-$i" --out "silo-$i"
+    dpfl-coordinator certs sign "silo-$i/silo-$i.csr" --ca-dir pki --out "silo-$i"
+    dpfl federation sign "silo-$i/silo-$i.csr" --ca-dir federation --out "silo-$i"
+    printf 'max_colluding_peers: 0\n' >"silo-$i/policy.yaml"  # the silo's own trust assumption
+done
 
 # 2. the coordinator, mutual TLS on gRPC and HTTPS on REST
 dpfl-coordinator serve --host 127.0.0.1 --grpc-port "$GRPC_PORT" --api-port "$API_PORT" \
@@ -42,14 +53,15 @@ for i in $(seq "$AGENTS"); do
         --data "digits#index=$((i - 1))&agents=$AGENTS&partition=iid&seed=0&public_fraction=0.0" \
         --enrollment-token-file "silo-$i/token" \
         --ca "silo-$i/ca.pem" --cert "silo-$i/silo-$i.pem" --key "silo-$i/silo-$i.key" \
-        >"silo-$i/agent.log" 2>&1 &
+        --peer-ca "silo-$i/federation-ca.pem" --peer-cert "silo-$i/silo-$i.peer.pem" \
+        --policy "silo-$i/policy.yaml" >"silo-$i/agent.log" 2>&1 &
     started+=($!)
 done
 enrolled() { [ "$(dpfl-coordinator agent list --status active | wc -l)" -ge "$AGENTS" ]; }
 wait_for "$AGENTS agents to enrol (silo-*/agent.log)" enrolled
 
-# 4. a job that fits its agents: DP-FedSGD on digits, record-level ε = 4, 5 rounds
-JOB=$(dpfl-coordinator job submit "$REPO/examples/dp-fedsgd.yaml" --start | cut -f1)
+# 4. a job that fits its agents: by default DP-FedSGD on digits, record-level ε = 4, 5 rounds
+JOB=$(dpfl-coordinator job submit "$REPO/$JOB_FILE" --start | cut -f1)
 finished() { dpfl-coordinator job list | grep -q "^$JOB.*\(completed\|failed\|stopped\)"; }
 wait_for "job $JOB to finish (coordinator.log)" finished
 dpfl-coordinator job list | grep "^$JOB"

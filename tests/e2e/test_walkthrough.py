@@ -2,11 +2,12 @@
 README quotes byte for byte, tests/unit/test_walkthrough_readme.py) with the installed console
 scripts on PATH, its own work folder and two free ports chosen now.
 
-It makes the CA and certificates, serves with mutual TLS, issues the tokens, starts three
-agents, submits and starts a job that fits them, waits for it on the jobs' progress (each wait
-bounded by the script's generous ``WAIT_LIMIT``, naming what it waited for), then reads the
-budgets with ``dpfl budget`` and the job over REST. The script exits non-zero at the first step
-that fails and stops the processes it started before it exits.
+It makes the coordinator's CA, the federation CA, keys on the silos and their certificates,
+serves with mutual TLS, issues the tokens, starts three agents with their peer identities,
+submits and starts a malicious-secure job that fits them, waits for it on the jobs' progress
+(each wait bounded by the script's generous ``WAIT_LIMIT``, naming what it waited for), then
+reads the budgets with ``dpfl budget`` and the job over REST. The script exits non-zero at the
+first step that fails and stops the processes it started before it exits.
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ def test_the_readme_walkthrough_runs(tmp_path: Path) -> None:
         "WORK": str(tmp_path),
         "GRPC_PORT": str(grpc_port),
         "API_PORT": str(api_port),
+        # the README's default job is semi-honest DP-FedSGD; the test runs the same script with
+        # the malicious-secure DP-FedAvg job, so the federation CA and the peer certificates
+        # it makes are what lets the round run at all
+        "JOB_FILE": "examples/dp-fedavg-malicious.yaml",
     }
     env.pop("DPFL_ADMIN_TOKEN", None)
     env.pop("DPFL_DATABASE_URL", None)
@@ -60,6 +65,10 @@ def test_the_readme_walkthrough_runs(tmp_path: Path) -> None:
     rest = json.loads(done.stdout.strip().splitlines()[-1])
     assert rest["status"] == "completed"
     assert rest["error"] is None
+    assert rest["spec"]["secagg"]["threat_model"] == "malicious"
+    for i in (1, 2, 3):  # each agent ran with its peer identity of the federation CA
+        log = (tmp_path / f"silo-{i}" / "agent.log").read_text(encoding="utf-8")
+        assert f"peer 'silo-{i}' of federation CA" in log, log[-2000:]
     assert len(rest["members"]) == 3
     target = rest["spec"]["privacy"]["target_epsilon"]
     assert set(rest["epsilons"]) == set(rest["members"])
@@ -69,7 +78,7 @@ def test_the_readme_walkthrough_runs(tmp_path: Path) -> None:
     rows = [line for line in done.stdout.splitlines() if re.search(r"│ agent-[0-9a-f]+ │", line)]
     assert len(rows) == 3, done.stdout
     assert all("8.0000" in row for row in rows), rows
-    assert f"{rest['id']}\texample-dp-fedsgd\tdp-fedsgd\tcompleted" in done.stdout
+    assert f"{rest['id']}\texample-dp-fedavg-malicious\tdp-fedavg\tcompleted" in done.stdout
 
     assert "Traceback" not in coordinator_log
     assert "Handshake failed" not in coordinator_log
