@@ -26,11 +26,13 @@ from dpfl.server.store.ledger import (
     Curve,
     CurveSum,
     HistoryGroup,
+    OwnShareGroup,
     check_delta,
     epsilon_of,
     evaluate_budget,
     history_of,
     orders_fingerprint,
+    own_share_history,
     prepare_charges,
     recompute,
     relation_of,
@@ -206,8 +208,9 @@ class ReportsMixin(StoreCore):
             groups = tx.history_groups([agent_id])
             entries = tx.entries(agent_id=agent_id) if include_events else None
             flagged = tx.entry_keys(approximate=True)
+            own = tx.own_share_groups([agent_id])
         approximate = {k.job_id for k in flagged if k.agent_id == agent_id}
-        return self._client_budget(agent, sums, groups, entries, approximate, delta)
+        return self._client_budget(agent, sums, groups, own, entries, approximate, delta)
 
     def list_client_budgets(self, *, delta: float | None = None) -> list[ClientBudget]:
         """Every client's totals (without events), oldest client first."""
@@ -222,8 +225,13 @@ class ReportsMixin(StoreCore):
             approximate: dict[str, set[str]] = defaultdict(set)
             for k in tx.entry_keys(approximate=True):
                 approximate[k.agent_id].add(k.job_id)
+            own: dict[str, list[OwnShareGroup]] = defaultdict(list)
+            for o in tx.own_share_groups(None):
+                own[o.agent_id].append(o)
         return [
-            self._client_budget(a, by_agent[a.id], groups[a.id], None, approximate[a.id], delta)
+            self._client_budget(
+                a, by_agent[a.id], groups[a.id], own[a.id], None, approximate[a.id], delta
+            )
             for a in agents
         ]
 
@@ -232,11 +240,14 @@ class ReportsMixin(StoreCore):
         agent: Agent,
         sums: Sequence[CurveSum],
         groups: Sequence[HistoryGroup],
+        own: Sequence[OwnShareGroup],
         entries: Sequence[LedgerEntry] | None,
         approximate: set[str],
         delta: float | None,
     ) -> ClientBudget:
-        """``approximate``: the jobs in which the client has an approximate entry."""
+        """``approximate``: the jobs in which the client has an approximate entry; ``own``: the
+        client's entries grouped with their f₁, for the own-share figure (composed exactly as
+        the agent's ledger composes its records: the same history figure)."""
         if delta is None:
             delta = agent.budget.delta if agent.budget is not None else DEFAULT_REPORT_DELTA
         delta = check_delta(delta)
@@ -270,6 +281,8 @@ class ReportsMixin(StoreCore):
             at_budget = history_figure(history, agent.budget.delta).epsilon
             remaining = max(0.0, agent.budget.epsilon - at_budget)
             exceeded = at_budget > agent.budget.epsilon
+        own_history, unknown = own_share_history(own)
+        own_figure = None if own_history is None else history_figure(own_history, delta)
         return ClientBudget(
             agent_id=agent.id,
             delta=delta,
@@ -286,6 +299,9 @@ class ReportsMixin(StoreCore):
             replace_one_epsilon=max(replace_one, figure.epsilon),
             approximate=any(s.job_id in approximate for s in sums),
             rdp_epsilon=figure.rdp_epsilon,
+            own_share_epsilon=None if own_figure is None else own_figure.epsilon,
+            own_share_method=None if own_figure is None else own_figure.method,
+            own_share_unknown=unknown or None,
         )
 
     def job_epsilons(self, job_id: str, *, delta: float | None = None) -> dict[str, float]:
