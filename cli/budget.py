@@ -291,16 +291,9 @@ def _own_share_line(report: dict[str, Any], approximate: bool) -> str:
     return f"{shown} at δ = {report['delta']:g} ({method}): what an agent trusting no peer records"
 
 
-def _one_client(report: dict[str, Any], *, events: bool) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    console = Console()
-    summary = Table(title=f"dpfl budget: {report['client_id']}", show_header=False)
-    summary.add_column("quantity", style="bold")
-    summary.add_column("value")
+def _summary_rows(report: dict[str, Any], approximate: bool) -> list[tuple[str, str]]:
+    """The one-client view's summary: both figures, the budget and what remains."""
     budget = report.get("budget_epsilon")
-    approximate = bool(report.get("approximate"))
     method = f"{report['method']}, approximate" if approximate else report["method"]
     rows = [
         (
@@ -323,7 +316,19 @@ def _one_client(report: dict[str, Any], *, events: bool) -> None:
         rows.append(
             ("data-dependent ε", f"{_eps(report['data_dependent_epsilon'])} (not a guarantee)")
         )
-    for key, value in rows:
+    return rows
+
+
+def _one_client(report: dict[str, Any], *, events: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    summary = Table(title=f"dpfl budget: {report['client_id']}", show_header=False)
+    summary.add_column("quantity", style="bold")
+    summary.add_column("value")
+    approximate = bool(report.get("approximate"))
+    for key, value in _summary_rows(report, approximate):
         summary.add_row(key, value)
     console.print(summary)
     flagged = approximate

@@ -168,6 +168,18 @@ def _check_entry(e: LedgerEntry) -> tuple[list[Mismatch], tuple[Curve, Curve | N
     return out, (cached, cached_dd)
 
 
+def _own_share_figure(
+    own: Sequence[OwnShareGroup], delta: float
+) -> tuple[float | None, str | None, str | None]:
+    """(ε, method, None) of a client's entries scaled to its own share's noise, composed as the
+    agent's ledger composes its records (the same history figure), or (None, None, why not)."""
+    history, unknown = own_share_history(own)
+    if history is None:
+        return None, None, unknown
+    figure = history_figure(history, delta)
+    return figure.epsilon, figure.method, None
+
+
 class ReportsMixin(StoreCore):
     def ledger_entries(
         self,
@@ -281,8 +293,7 @@ class ReportsMixin(StoreCore):
             at_budget = history_figure(history, agent.budget.delta).epsilon
             remaining = max(0.0, agent.budget.epsilon - at_budget)
             exceeded = at_budget > agent.budget.epsilon
-        own_history, unknown = own_share_history(own)
-        own_figure = None if own_history is None else history_figure(own_history, delta)
+        own_epsilon, own_method, unknown = _own_share_figure(own, delta)
         return ClientBudget(
             agent_id=agent.id,
             delta=delta,
@@ -299,9 +310,9 @@ class ReportsMixin(StoreCore):
             replace_one_epsilon=max(replace_one, figure.epsilon),
             approximate=any(s.job_id in approximate for s in sums),
             rdp_epsilon=figure.rdp_epsilon,
-            own_share_epsilon=None if own_figure is None else own_figure.epsilon,
-            own_share_method=None if own_figure is None else own_figure.method,
-            own_share_unknown=unknown or None,
+            own_share_epsilon=own_epsilon,
+            own_share_method=own_method,
+            own_share_unknown=unknown,
         )
 
     def job_epsilons(self, job_id: str, *, delta: float | None = None) -> dict[str, float]:
