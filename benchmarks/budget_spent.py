@@ -145,7 +145,9 @@ def client_history(algorithm: AnyAlgorithm, spec: JobSpec, plan: JobPlan) -> Eve
     for number in range(1, spec.rounds + 1):
         round_charge = side.round_charge(round_number=number, population=population)
         charge = round_charge.charges([client])[client]
-        history = history.plus(ONE_JOB, canonical_event(store_charge(client, charge).event))
+        history = history.plus(
+            ONE_JOB, canonical_event(store_charge(client, charge, own_noise_fraction=None).event)
+        )
     return history
 
 

@@ -8,6 +8,9 @@ line (where other users of the machine could see it in the process list). The co
 reached over HTTPS, verified with ``--ca FILE`` (the federation's CA) or the system's CAs;
 plaintext http needs ``--insecure``.
 
+Each client's ε is printed twice: assuming the cohort the coordinator announced (what budgets
+use), and with only the client's own noise share (what an agent that trusts no peer records;
+``unknown`` where the ledger holds entries written before the coordinator recorded that share).
 A figure the API flags ``approximate`` (it adds up ledger entries whose ε is not a proven bound:
 discrete Gaussian noise charged as the continuous Gaussian) is marked ``≈`` and explained in a
 footnote under its table.
@@ -208,6 +211,21 @@ def _note(console: Any, flagged: bool) -> None:
         console.print(APPROXIMATE_NOTE, soft_wrap=True)
 
 
+#: What the two figures of a client are (docs/accounting.md#what-the-agent-can-verify).
+OWN_SHARE_NOTE = (
+    "ε cohort: assumes the cohort the coordinator announced (budgets use it). ε own share: only "
+    "the client's own noise share in each round, what an agent that trusts no peer records; "
+    "unknown where a ledger entry predates the coordinator recording that share."
+)
+
+
+def _own_share(c: dict[str, Any], approximate: bool) -> str:
+    """A client's own-share figure, or ``unknown`` (the API gives none: an older entry)."""
+    if c.get("own_share_epsilon") is None:
+        return "unknown"
+    return _eps(c["own_share_epsilon"], approximate)
+
+
 def _all_clients(clients: list[dict[str, Any]]) -> None:
     from rich.cells import cell_len
     from rich.console import Console
@@ -215,7 +233,7 @@ def _all_clients(clients: list[dict[str, Any]]) -> None:
 
     deltas = {f"{c['delta']:g}" for c in clients}
     one_delta = len(deltas) == 1  # then δ goes in the title, not in a column
-    headers = ["client", "id", "ε spent", "δ", "budget ε", "remaining ε", "status"]
+    headers = ["client", "id", "ε cohort", "ε own share", "δ", "budget ε", "remaining ε", "status"]
     rows = []
     for c in clients:
         budget = c.get("budget")
@@ -225,6 +243,7 @@ def _all_clients(clients: list[dict[str, Any]]) -> None:
                 str(c["name"]),
                 str(c["id"]),
                 _eps(c["epsilon"], approximate),
+                _own_share(c, approximate),
                 f"{c['delta']:g}",
                 _eps(budget["epsilon"]) if budget else "none",
                 _eps(c.get("remaining_epsilon"), approximate),
@@ -232,9 +251,9 @@ def _all_clients(clients: list[dict[str, Any]]) -> None:
             ]
         )
     if one_delta:
-        del headers[3]
+        del headers[4]
         for row in rows:
-            del row[3]
+            del row[4]
     # Every cell but the name is printed whole, on one line: the id so that it can be copied
     # into `dpfl budget CLIENT_ID`. The name wraps to make room; a table that still does not
     # fit is printed wider than the terminal (whose lines then wrap), never cropped.
@@ -257,25 +276,31 @@ def _all_clients(clients: list[dict[str, Any]]) -> None:
     if console.width < needed:
         console = Console(width=needed)
     console.print(table)
+    console.print(OWN_SHARE_NOTE, soft_wrap=True)
     _note(console, any(c.get("approximate") for c in clients))
 
 
-def _one_client(report: dict[str, Any], *, events: bool) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def _own_share_line(report: dict[str, Any], approximate: bool) -> str:
+    """The one-client view's own-share row: the figure with its method, or why it is unknown."""
+    if report.get("own_share_epsilon") is None:
+        return f"unknown: {report.get('own_share_unknown') or 'not reported'}"
+    method = report.get("own_share_method") or report["method"]
+    if approximate:
+        method = f"{method}, approximate"
+    shown = _eps(report["own_share_epsilon"], approximate)
+    return f"{shown} at δ = {report['delta']:g} ({method}): what an agent trusting no peer records"
 
-    console = Console()
-    summary = Table(title=f"dpfl budget: {report['client_id']}", show_header=False)
-    summary.add_column("quantity", style="bold")
-    summary.add_column("value")
+
+def _summary_rows(report: dict[str, Any], approximate: bool) -> list[tuple[str, str]]:
+    """The one-client view's summary: both figures, the budget and what remains."""
     budget = report.get("budget_epsilon")
-    approximate = bool(report.get("approximate"))
     method = f"{report['method']}, approximate" if approximate else report["method"]
     rows = [
         (
-            "ε spent",
+            "ε spent (announced cohort)",
             f"{_eps(report['epsilon'], approximate)} at δ = {report['delta']:g} ({method})",
         ),
+        ("ε own share only", _own_share_line(report, approximate)),
         (
             "budget",
             "none (no limit)"
@@ -291,7 +316,19 @@ def _one_client(report: dict[str, Any], *, events: bool) -> None:
         rows.append(
             ("data-dependent ε", f"{_eps(report['data_dependent_epsilon'])} (not a guarantee)")
         )
-    for key, value in rows:
+    return rows
+
+
+def _one_client(report: dict[str, Any], *, events: bool) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    summary = Table(title=f"dpfl budget: {report['client_id']}", show_header=False)
+    summary.add_column("quantity", style="bold")
+    summary.add_column("value")
+    approximate = bool(report.get("approximate"))
+    for key, value in _summary_rows(report, approximate):
         summary.add_row(key, value)
     console.print(summary)
     flagged = approximate

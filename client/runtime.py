@@ -30,6 +30,7 @@ from dpfl.client.peer_identity import load_peer_credentials
 from dpfl.client.policy import Policy
 from dpfl.client.progress import AgentEvent, EventKind, Observer, null_observer
 from dpfl.client.state import Credentials, StateDir
+from dpfl.client.summation import PeerCredentials
 from dpfl.client.task import TaskLoop
 from dpfl.client.transport import Backoff, GrpcTransport
 from dpfl.cmdline import version
@@ -157,6 +158,13 @@ def _device(choice: str) -> str:
         raise DeviceError(str(exc)) from None
 
 
+def _peer_note(peer: PeerCredentials | None) -> str:
+    if peer is None:
+        return "no peer identity (malicious-secure rounds refused)"
+    fingerprint = peer.authority.fingerprint.hex()[:16]
+    return f"peer {peer.signer.identity.name!r} of federation CA {fingerprint}"
+
+
 async def run_agent(
     options: AgentOptions,
     *,
@@ -188,7 +196,6 @@ async def run_agent(
             options.coordinator,
         )
     state = StateDir(options.state_dir)
-    name = options.name or socket.gethostname()
     with state.lock():
         async with GrpcTransport(
             options.coordinator, credentials=credentials, insecure=options.insecure
@@ -197,23 +204,15 @@ async def run_agent(
                 state,
                 transport,
                 token=options.enrollment_token,
-                name=name,
+                name=options.name or socket.gethostname(),
                 agent_version=version(),
             )
-            observe(
-                AgentEvent(
-                    EventKind.ENROLLED,
-                    message=f"{'enrolled' if enrolled else 'enrolment reused'}: agent "
-                    f"{creds.agent_id} ({creds.name}) at {creds.coordinator}; data {source}, "
-                    f"{len(data.y)} records; device {device}; "
-                    + (
-                        f"peer {peer.signer.identity.name!r} of federation CA "
-                        f"{peer.authority.fingerprint.hex()[:16]}"
-                        if peer is not None
-                        else "no peer identity (malicious-secure rounds refused)"
-                    ),
-                )
+            message = (
+                f"{'enrolled' if enrolled else 'enrolment reused'}: agent {creds.agent_id} "
+                f"({creds.name}) at {creds.coordinator}; data {source}, {len(data.y)} records; "
+                f"device {device}; {_peer_note(peer)}"
             )
+            observe(AgentEvent(EventKind.ENROLLED, message=message))
             with LocalLedger.open(state.path) as ledger:
                 gate = LocalGate(policy=policy, ledger=ledger, coordinator_id=creds.coordinator_id)
                 loop = TaskLoop(

@@ -70,7 +70,11 @@ def record_audited_run(store: Store, job: JobSpec, report: AuditReport) -> Recor
             setup=RoundSetup(version=ROUND_SETUP_VERSION, audit=True),
         )
         store.update_round(started.id, accepted=[ident(c) for c in rnd.participants])
-        charges = [store_charge(ident(c), ch) for c, ch in sorted(rnd.charges.items())]
+        own = rnd.own_noise_fraction
+        charges = [
+            store_charge(ident(c), ch, own_noise_fraction=own)
+            for c, ch in sorted(rnd.charges.items())
+        ]
         store.commit_round(started.id, charges, enforce_budget=False)
         store.complete_round(started.id)
     finished = store.set_job_status(stored.id, JobStatus.COMPLETED)

@@ -10,9 +10,12 @@ from dpfl.server.store import Charge, ProtectedUnit
 __all__ = ["store_charge"]
 
 
-def store_charge(agent_id: str, charge: ClientCharge) -> Charge:
+def store_charge(
+    agent_id: str, charge: ClientCharge, *, own_noise_fraction: float | None
+) -> Charge:
     """A ledger charge; the data-dependent figure goes with it when its guaranteed part is
-    exactly the algorithm's guaranteed event (never under-count)."""
+    exactly the algorithm's guaranteed event (never under-count). ``own_noise_fraction``: the
+    round's f₁ (``Commitment.own_noise_fraction``), None where it is unknown."""
     event = charge.event
     dd = charge.data_dependent_event
     if dd is not None and guaranteed_event(dd) == event:
@@ -24,4 +27,5 @@ def store_charge(agent_id: str, charge: ClientCharge) -> Charge:
         approximate=charge.approximate,
         secure_aggregation=charge.secure_aggregation,
         honest_fraction=charge.honest_fraction,
+        own_noise_fraction=own_noise_fraction,
     )

@@ -85,6 +85,13 @@ def register(subparsers: Subparsers) -> None:
     parser.add_argument(
         "--device", default="auto", help="cpu, cuda, cuda:N or auto (cuda when available)"
     )
+    _identity_arguments(parser)
+    parser.add_argument("-v", "--verbose", action="store_true", help="show every protocol step")
+    parser.set_defaults(func=_run)
+
+
+def _identity_arguments(parser: argparse.ArgumentParser) -> None:
+    """TLS towards the coordinator, and the peer identity among the agents."""
     parser.add_argument(
         "--insecure",
         action="store_true",
@@ -105,8 +112,6 @@ def register(subparsers: Subparsers) -> None:
         metavar="FILE",
         help="this agent's peer certificate, issued by --peer-ca for --key",
     )
-    parser.add_argument("-v", "--verbose", action="store_true", help="show every protocol step")
-    parser.set_defaults(func=_run)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -87,12 +87,14 @@ _DESIGNS: tuple[tuple[type[AnyAlgorithm], Design], ...] = (
 @dataclass(frozen=True)
 class AuditRound:
     """One round of the audited run as the ledger sees it: who was invited, whose input
-    entered the sum, and what each affected client is charged."""
+    entered the sum, what each affected client is charged, and the round's f₁ (the fraction of
+    the charged noise one agent's share carries)."""
 
     number: int
     invited: tuple[str, ...]
     participants: tuple[str, ...]
     charges: Mapping[str, ClientCharge]
+    own_noise_fraction: float | None = None
 
 
 @dataclass(frozen=True)
@@ -515,5 +517,11 @@ class _Audited:
             self.ledger.setdefault(client, []).append(charge.event)
         invited = self.invitation.invited if self.invitation is not None else ()
         self.trace.append(
-            AuditRound(commitment.number, invited, commitment.participants, commitment.charges)
+            AuditRound(
+                commitment.number,
+                invited,
+                commitment.participants,
+                commitment.charges,
+                commitment.own_noise_fraction,
+            )
         )

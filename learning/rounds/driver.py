@@ -1,7 +1,9 @@
 """The round driver: one round's steps over typed state, whatever carries the messages.
 
-release policy → task → invite → setup → sum, with the ledger committed inside the sum before it
-becomes computable (ledger rule 1, docs/architecture.md#the-round-driver) → the dropouts' noise
+release policy → task → invite → setup (and f₁, the fraction of the charged noise one agent's
+share carries, by the agents' own check: :func:`own_noise_fraction`) → sum, with the ledger
+committed inside the sum before it becomes computable (ledger rule 1,
+docs/architecture.md#the-round-driver) → the dropouts' noise
 restored (secure aggregation) → decode → ``finish_round``. The round's charge is computed once,
 before the invitation announces it, and committed as announced. The coordinator runs it over its
 agents' streams, the audit and the test harness in one process; each supplies a :class:`Cohort`
@@ -20,6 +22,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from dpfl.accounting import AccountingError, DpEvent, event_from_json, event_to_json
 from dpfl.learning.algorithms.base import CoordinatorState, RoundCharge, RoundTask
 from dpfl.learning.algorithms.parts.sample_release import (
     Release,
@@ -28,6 +31,7 @@ from dpfl.learning.algorithms.parts.sample_release import (
     restore_dropped_noise,
     secure_sum,
 )
+from dpfl.learning.errors import LearningError
 from dpfl.learning.rounds.state import (
     Acceptance,
     Commitment,
@@ -44,7 +48,15 @@ from dpfl.secagg import RoundParameters, ThreatModel
 from dpfl.secagg.errors import SecAggError
 from dpfl.secagg.randomness import RandomStream
 
-__all__ = ["Cohort", "Commit", "Ledger", "NoiseStreams", "choose_setup", "run_round"]
+__all__ = [
+    "Cohort",
+    "Commit",
+    "Ledger",
+    "NoiseStreams",
+    "choose_setup",
+    "own_noise_fraction",
+    "run_round",
+]
 
 #: Commits the round's ledger for the given participants; a summation calls it exactly once,
 #: before anything that makes the sum computable. Raises :class:`RoundAborted` when refused.
@@ -113,8 +125,9 @@ async def run_round(
             )
     carriers = [a for a in answer.accepted if a not in answer.noiseless]
     setup = choose_setup(job, task, carriers)
+    own = own_noise_fraction(job, task, charge.events, setup)
     await cohort.set_up(setup)
-    summed = await _sum(number, charge, setup, answer, cohort, ledger, noise)
+    summed = await _sum(number, charge, setup, answer, cohort, ledger, noise, own)
     started = time.monotonic()
     aggregate = decode(summed.total, config=setup.encoding)
     outcome = await asyncio.to_thread(
@@ -174,6 +187,41 @@ def choose_setup(job: RoundJob, task: RoundTask, accepted: Sequence[str]) -> Sum
         raise RoundAborted(f"no secure-aggregation parameters for {n} clients: {exc}") from exc
 
 
+def own_noise_fraction(
+    job: RoundJob, task: RoundTask, events: Sequence[DpEvent], setup: SumSetup
+) -> float:
+    """f₁: the fraction of the charged noise's variance that ONE agent's share carries in this
+    setup, computed exactly as each agent computes it (``AgentSide.check`` on the task and the
+    events as the invitation carries them, with the setup's encoding, ``num_clients`` and
+    ``min_survivors``). 1 where an agent's own noise carries the whole charge (a plain round,
+    DP-FedSGD's local accounting); a round of noise alone counts as one agent's whole noise.
+    The ledger keeps it with every entry of the round
+    (docs/accounting.md#what-the-agent-can-verify).
+
+    Raises:
+        RoundAborted: the setup does not pass the agents' own check (they would refuse it).
+    """
+    if setup.kind is Summation.SECURE and setup.params is not None:
+        clients, survivors = setup.params.num_clients, setup.params.min_survivors
+    elif setup.kind is Summation.PLAIN:
+        clients, survivors = len(setup.accepted), 1
+    else:
+        clients = survivors = 1
+    algorithm = job.coordinator.algorithm
+    try:
+        agent = algorithm.agent(algorithm.parse_task(task.params.to_json()))
+        claimed = tuple(event_from_json(event_to_json(e)) for e in events)
+        return agent.check(
+            claimed,
+            setup.encoding,
+            num_clients=clients,
+            min_survivors=survivors,
+            honest_fraction=task.params.honest_fraction,
+        )
+    except (LearningError, AccountingError, ValueError) as exc:
+        raise RoundAborted(f"the setup fails the agents' own check of the claim: {exc}") from exc
+
+
 async def _sum(
     number: int,
     charge: RoundCharge,
@@ -182,6 +230,7 @@ async def _sum(
     cohort: Cohort,
     ledger: Ledger,
     noise: NoiseStreams,
+    own: float,
 ) -> Summed:
     """The summation with the commit inside it; the result as it is released."""
     committed: list[Commitment] = []
@@ -196,7 +245,9 @@ async def _sum(
         # secure aggregation: fixed with the ledger, how many dropouts' noise shares it carries
         restored = len(setup.accepted) - carriers(participants)
         secure = setup.kind is Summation.SECURE
-        commitment = Commitment(number, tuple(participants), charges, restored if secure else None)
+        commitment = Commitment(
+            number, tuple(participants), charges, restored if secure else None, own
+        )
         await ledger.commit(commitment)
         committed.append(commitment)
 

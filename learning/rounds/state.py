@@ -113,13 +113,16 @@ class SumSetup:
 
 @dataclass(frozen=True, slots=True)
 class Commitment:
-    """What the ledger commits for a round: the charges of ``participants``' sum, and (secure
-    aggregation) how many dropouts' noise shares the release will carry."""
+    """What the ledger commits for a round: the charges of ``participants``' sum, (secure
+    aggregation) how many dropouts' noise shares the release will carry, and f₁, the fraction
+    of the charged noise's variance one agent's share carries (``driver.own_noise_fraction``;
+    None only where a caller builds a commitment without a setup)."""
 
     number: int
     participants: tuple[str, ...]
     charges: Mapping[str, ClientCharge]
     restored_noise_shares: int | None = None
+    own_noise_fraction: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

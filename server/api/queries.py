@@ -75,6 +75,8 @@ def _summary(agent: Agent, budget: ClientBudget) -> ClientSummary:
         remaining_epsilon=budget.remaining_epsilon,
         exceeded=budget.exceeded,
         data_dependent_epsilon=budget.data_dependent_epsilon,
+        own_share_epsilon=budget.own_share_epsilon,
+        own_share_unknown=budget.own_share_unknown,
         approximate=budget.approximate,
     )
 
@@ -115,6 +117,7 @@ def _event_public(report: EventReport) -> LedgerEventPublic:
         approximate=e.approximate,
         secure_aggregation=e.secure_aggregation,
         honest_fraction=e.honest_fraction,
+        own_noise_fraction=e.own_noise_fraction,
         created_at=e.created_at,
     )
 
@@ -134,6 +137,9 @@ def budget_report(
         order=b.order,
         method=b.method,
         data_dependent_epsilon=b.data_dependent_epsilon,
+        own_share_epsilon=b.own_share_epsilon,
+        own_share_method=b.own_share_method,
+        own_share_unknown=b.own_share_unknown,
         budget_epsilon=None if b.budget is None else b.budget.epsilon,
         budget_delta=None if b.budget is None else b.budget.delta,
         epsilon_at_budget_delta=b.epsilon_at_budget_delta,

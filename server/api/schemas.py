@@ -64,6 +64,25 @@ class HealthPublic(_Public):
     checks: dict[str, bool] = Field(default_factory=dict)
 
 
+#: What ``own_share_epsilon`` is, wherever a client's figure is shown.
+_OWN_SHARE = (
+    "ε of the same ledger entries with each entry's noise variance scaled by its round's "
+    "own_noise_fraction f₁ (the fraction one agent's own noise share carries), composed as "
+    "'epsilon' is: the figure an agent that trusts no peer records in its own ledger, since it "
+    "can verify only its own share is in the sum (docs/accounting.md#what-the-agent-can-verify). "
+    "'epsilon' instead assumes the announced cohort (honest fraction t of min_survivors). For "
+    "rounds the client was charged without taking part its agent records nothing, so this is "
+    "then an upper bound of the agent's ledger. Null when some entry's f₁ is unknown (entries "
+    "written before the coordinator recorded it): own_share_unknown says why; never a figure "
+    "that could under-state."
+)
+_OWN_SHARE_UNKNOWN = "Why own_share_epsilon is null; null when it is known."
+_COHORT = (
+    "ε assuming the announced cohort: the events as charged, whose noise is that of the "
+    "honest fraction t of min_survivors agents' shares (the population figure budgets use)."
+)
+
+
 # clients --------------------------------------------------------------------------------------
 class BudgetPublic(_Public):
     """A client's budget: ε spent, measured at ``delta``, must stay ≤ ``epsilon``."""
@@ -83,7 +102,7 @@ class ClientSummary(_Public):
     created_at: datetime
     budget: BudgetPublic | None
     delta: float
-    epsilon: float
+    epsilon: float = Field(description=_COHORT)
     epsilon_at_budget_delta: float | None
     remaining_epsilon: float | None
     exceeded: bool
@@ -91,6 +110,8 @@ class ClientSummary(_Public):
         description="ε using data-dependent bounds where entries have one (itself a function "
         "of private data); null when no entry has one."
     )
+    own_share_epsilon: float | None = Field(description=_OWN_SHARE)
+    own_share_unknown: str | None = Field(description=_OWN_SHARE_UNKNOWN)
     approximate: bool = Field(
         description=_APPROXIMATE + " Covers every ε here (and so remaining_epsilon, exceeded)."
     )
@@ -144,6 +165,11 @@ class LedgerEventPublic(_Public):
     )
     secure_aggregation: bool
     honest_fraction: float
+    own_noise_fraction: float | None = Field(
+        description="f₁: the fraction of this event's noise variance that one agent's own share "
+        "carried in the round (1 when an agent's own noise carries the whole charge), computed "
+        "by the agents' own check; null for entries written before it was recorded."
+    )
     created_at: datetime
 
 
@@ -156,7 +182,7 @@ class BudgetReport(_Public):
         "PLD or the exact Gaussian profile where each has a tight path, by RDP otherwise; where "
         "the client's jobs mix neighbouring relations, the RDP total converted to replacing one "
         "record (docs/accounting.md, section (d)). Budgets, remaining_epsilon and the history use "
-        "this figure. ?tight=true changes nothing (kept for clients that ask for it)."
+        "this figure. ?tight=true changes nothing (kept for clients that ask for it). " + _COHORT
     )
     rdp_epsilon: float | None = Field(
         default=None, description="The RDP bound of the same events composed, for comparison."
@@ -174,6 +200,11 @@ class BudgetReport(_Public):
         "'rdp_replace_one' (mixed relations). Whether it is a proven bound is 'approximate'."
     )
     data_dependent_epsilon: float | None
+    own_share_epsilon: float | None = Field(description=_OWN_SHARE)
+    own_share_method: str | None = Field(
+        description="How own_share_epsilon was obtained (as 'method'); null when it is."
+    )
+    own_share_unknown: str | None = Field(description=_OWN_SHARE_UNKNOWN)
     budget_epsilon: float | None
     budget_delta: float | None
     epsilon_at_budget_delta: float | None

@@ -325,7 +325,11 @@ class WireRound:
         if commitment.restored_noise_shares is not None:
             restored = commitment.restored_noise_shares
             await self._save(self.setup.model_copy(update={"restored_noise_shares": restored}))
-        ledger = [store_charge(a, c) for a, c in sorted(commitment.charges.items())]
+        own = commitment.own_noise_fraction
+        ledger = [
+            store_charge(a, c, own_noise_fraction=own)
+            for a, c in sorted(commitment.charges.items())
+        ]
         try:
             result = await asyncio.to_thread(
                 self.store.commit_round,

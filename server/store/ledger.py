@@ -43,6 +43,7 @@ __all__ = [
     "CURVE_RTOL",
     "CurveSum",
     "HistoryGroup",
+    "OwnShareGroup",
     "PreparedCharge",
     "canonical_json",
     "check_delta",
@@ -52,6 +53,7 @@ __all__ = [
     "evaluate_budget",
     "history_of",
     "orders_fingerprint",
+    "own_share_history",
     "prepare_charges",
     "recompute",
     "relation_of",
@@ -121,6 +123,8 @@ class PreparedCharge:
     data_dependent_curve: Curve | None
     #: the canonical JSON of ``event`` (the key of its history group)
     event_text: str = ""
+    #: f₁ of the round (:class:`~dpfl.server.store.records.Charge`), None when unknown
+    own_noise_fraction: float | None = None
 
     def relation(self, algorithm: str) -> str:
         """The neighbouring relation class of this charge in a job of ``algorithm``."""
@@ -137,6 +141,7 @@ class PreparedCharge:
             self.honest_fraction,
             canonical_json(self.event),
             None if dd is None else canonical_json(dd),
+            self.own_noise_fraction,
         )
 
 
@@ -177,6 +182,15 @@ def _check_event(event: DpEvent, what: str) -> _CheckedEvent:
     )
 
 
+def _own_fraction(value: object, what: str) -> float | None:
+    """A charge's f₁: None (unknown) or a number in (0, 1]."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise InvalidInput(f"{what}: own_noise_fraction must be None or in (0, 1], got {value!r}")
+    return float(value)
+
+
 def prepare_charges(charges: Sequence[Charge]) -> list[PreparedCharge]:
     """Validate a round's charges and compute their curves, before anything is written.
 
@@ -187,7 +201,7 @@ def prepare_charges(charges: Sequence[Charge]) -> list[PreparedCharge]:
         The prepared charges, in the given order.
 
     Raises:
-        InvalidInput: a duplicated client, a bad flag or honest fraction, an event that
+        InvalidInput: a duplicated client, a bad flag, honest or own-noise fraction, an event that
             ``dpfl.accounting`` rejects, or one that does not survive its JSON round trip.
     """
     # DP-FedAvg charges one event to a whole population: each distinct event is checked, its
@@ -231,6 +245,7 @@ def prepare_charges(charges: Sequence[Charge]) -> list[PreparedCharge]:
                 data_dependent_event=event.data_dependent_event,
                 data_dependent_curve=event.data_dependent_curve,
                 event_text=event.text,
+                own_noise_fraction=_own_fraction(charge.own_noise_fraction, what),
             )
         )
     return out
@@ -328,6 +343,49 @@ def history_of(groups: Iterable[HistoryGroup], *, relation: str | None = None) -
     return EventMultiset.of(
         ((g.relation if relation is None else relation, g.event), g.entries) for g in groups
     )
+
+
+@dataclass(frozen=True, slots=True)
+class OwnShareGroup:
+    """``entries`` ledger entries of one client with the same algorithm, unit, stored event
+    (``event``: its JSON text as stored) and f₁ (``own_noise_fraction``, None: unknown)."""
+
+    agent_id: str
+    algorithm: str
+    unit: str
+    event: str
+    own_noise_fraction: float | None
+    entries: int
+
+
+def own_share_history(groups: Iterable[OwnShareGroup]) -> tuple[EventMultiset | None, str]:
+    """One client's history with each entry's event scaled to its own share's noise
+    (``DpEvent.with_noise_fraction(f₁)``), tagged as the agent's ledger tags it; or (None, the
+    reason) when some entry's f₁ is unknown or an event cannot be scaled: never a figure that
+    could under-state (docs/accounting.md#what-the-agent-can-verify)."""
+    counts: list[tuple[tuple[str, str], int]] = []
+    unknown = 0
+    for g in groups:
+        if g.own_noise_fraction is None:
+            unknown += g.entries
+            continue
+        try:
+            text = _scaled(g.event, g.own_noise_fraction)
+            counts.append(((relation_of(text, g.algorithm, g.unit), text), g.entries))
+        except AccountingError as exc:
+            return None, f"an event of algorithm {g.algorithm!r} cannot be scaled: {exc}"
+    if unknown:
+        return None, (
+            f"{unknown} ledger entr{'y was' if unknown == 1 else 'ies were'} written before the "
+            "coordinator recorded each round's own-noise fraction (f₁ unknown)"
+        )
+    return EventMultiset.of(counts), ""
+
+
+@functools.lru_cache(maxsize=1024)
+def _scaled(event_json: str, fraction: float) -> str:
+    """The canonical JSON of a stored event with its noise variance scaled by ``fraction``."""
+    return canonical_event(event_from_json(json.loads(event_json)).with_noise_fraction(fraction))
 
 
 def total(sums: Iterable[CurveSum]) -> tuple[Curve, Curve, int, int]:

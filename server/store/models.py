@@ -232,12 +232,19 @@ class LedgerEntryRow(Base):
     data_dependent_event: Mapped[JsonObject | None] = mapped_column(sa.JSON(none_as_null=True))
     data_dependent_curve: Mapped[bytes | None]
     created_at: Mapped[datetime]
+    #: f₁: the fraction of the event's noise variance one agent's own share carries in the round
+    #: (migration 0007; NULL for entries written before it: unknown)
+    own_noise_fraction: Mapped[float | None]
 
     __table_args__ = (
         sa.UniqueConstraint("round_id", "agent_id"),
         sa.Index("ix_ledger_entries_agent_id_job_id", "agent_id", "job_id"),
         sa.CheckConstraint(
             "honest_fraction > 0 AND honest_fraction <= 1", name="honest_fraction_range"
+        ),
+        sa.CheckConstraint(
+            "own_noise_fraction IS NULL OR (own_noise_fraction > 0 AND own_noise_fraction <= 1)",
+            name="own_noise_fraction_range",
         ),
     )
 

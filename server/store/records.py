@@ -249,6 +249,10 @@ class Charge:
     ``secure_aggregation`` False: the agent's contribution was released on its own, and
     ``event`` must be the local-DP charge (True with a local-DP event is possible too: DP-FedSGD's
     provable accounting of several local steps).
+    ``own_noise_fraction``: f₁, the fraction of ``event``'s noise variance that ONE agent's own
+    share carries in the round (1 when the agent's own noise carries the whole charge), as the
+    agent's own check computes it; None when unknown, which makes the client's own-share figure
+    unknown (docs/accounting.md#what-the-agent-can-verify).
     """
 
     agent_id: str
@@ -257,6 +261,7 @@ class Charge:
     approximate: bool = False
     secure_aggregation: bool = True
     honest_fraction: float = 1.0
+    own_noise_fraction: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +286,8 @@ class LedgerEntry:
     data_dependent_event: JsonObject | None
     data_dependent_curve: tuple[float, ...] | None = field(repr=False)
     created_at: datetime
+    #: f₁ of the round (:class:`Charge`); None for entries written before it was recorded
+    own_noise_fraction: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,6 +377,11 @@ class ClientBudget:
     approximate: bool = False
     #: the RDP bound of the same history, shown beside the figure
     rdp_epsilon: float | None = None
+    #: ε of the same entries with each event's noise variance scaled by its entry's f₁: what an
+    #: agent that trusts no peer records (None when unknown: ``own_share_unknown`` says why)
+    own_share_epsilon: float | None = None
+    own_share_method: str | None = None
+    own_share_unknown: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,11 +26,13 @@ from dpfl.server.store.ledger import (
     Curve,
     CurveSum,
     HistoryGroup,
+    OwnShareGroup,
     check_delta,
     epsilon_of,
     evaluate_budget,
     history_of,
     orders_fingerprint,
+    own_share_history,
     prepare_charges,
     recompute,
     relation_of,
@@ -166,6 +168,18 @@ def _check_entry(e: LedgerEntry) -> tuple[list[Mismatch], tuple[Curve, Curve | N
     return out, (cached, cached_dd)
 
 
+def _own_share_figure(
+    own: Sequence[OwnShareGroup], delta: float
+) -> tuple[float | None, str | None, str | None]:
+    """(ε, method, None) of a client's entries scaled to its own share's noise, composed as the
+    agent's ledger composes its records (the same history figure), or (None, None, why not)."""
+    history, unknown = own_share_history(own)
+    if history is None:
+        return None, None, unknown
+    figure = history_figure(history, delta)
+    return figure.epsilon, figure.method, None
+
+
 class ReportsMixin(StoreCore):
     def ledger_entries(
         self,
@@ -206,8 +220,9 @@ class ReportsMixin(StoreCore):
             groups = tx.history_groups([agent_id])
             entries = tx.entries(agent_id=agent_id) if include_events else None
             flagged = tx.entry_keys(approximate=True)
+            own = tx.own_share_groups([agent_id])
         approximate = {k.job_id for k in flagged if k.agent_id == agent_id}
-        return self._client_budget(agent, sums, groups, entries, approximate, delta)
+        return self._client_budget(agent, sums, groups, own, entries, approximate, delta)
 
     def list_client_budgets(self, *, delta: float | None = None) -> list[ClientBudget]:
         """Every client's totals (without events), oldest client first."""
@@ -222,8 +237,13 @@ class ReportsMixin(StoreCore):
             approximate: dict[str, set[str]] = defaultdict(set)
             for k in tx.entry_keys(approximate=True):
                 approximate[k.agent_id].add(k.job_id)
+            own: dict[str, list[OwnShareGroup]] = defaultdict(list)
+            for o in tx.own_share_groups(None):
+                own[o.agent_id].append(o)
         return [
-            self._client_budget(a, by_agent[a.id], groups[a.id], None, approximate[a.id], delta)
+            self._client_budget(
+                a, by_agent[a.id], groups[a.id], own[a.id], None, approximate[a.id], delta
+            )
             for a in agents
         ]
 
@@ -232,11 +252,14 @@ class ReportsMixin(StoreCore):
         agent: Agent,
         sums: Sequence[CurveSum],
         groups: Sequence[HistoryGroup],
+        own: Sequence[OwnShareGroup],
         entries: Sequence[LedgerEntry] | None,
         approximate: set[str],
         delta: float | None,
     ) -> ClientBudget:
-        """``approximate``: the jobs in which the client has an approximate entry."""
+        """``approximate``: the jobs in which the client has an approximate entry; ``own``: the
+        client's entries grouped with their f₁, for the own-share figure (composed exactly as
+        the agent's ledger composes its records: the same history figure)."""
         if delta is None:
             delta = agent.budget.delta if agent.budget is not None else DEFAULT_REPORT_DELTA
         delta = check_delta(delta)
@@ -270,6 +293,7 @@ class ReportsMixin(StoreCore):
             at_budget = history_figure(history, agent.budget.delta).epsilon
             remaining = max(0.0, agent.budget.epsilon - at_budget)
             exceeded = at_budget > agent.budget.epsilon
+        own_epsilon, own_method, unknown = _own_share_figure(own, delta)
         return ClientBudget(
             agent_id=agent.id,
             delta=delta,
@@ -286,6 +310,9 @@ class ReportsMixin(StoreCore):
             replace_one_epsilon=max(replace_one, figure.epsilon),
             approximate=any(s.job_id in approximate for s in sums),
             rdp_epsilon=figure.rdp_epsilon,
+            own_share_epsilon=own_epsilon,
+            own_share_method=own_method,
+            own_share_unknown=unknown,
         )
 
     def job_epsilons(self, job_id: str, *, delta: float | None = None) -> dict[str, float]:

@@ -92,6 +92,7 @@ def _identity(entry: LedgerEntry) -> tuple[Any, ...]:
         entry.honest_fraction,
         canonical_json(entry.event),
         None if dd is None else canonical_json(dd),
+        entry.own_noise_fraction,
     )
 
 

@@ -29,7 +29,14 @@ from dpfl.server.store.engine import (
     is_memory_sqlite,
     upgrade_to_head,
 )
-from dpfl.server.store.ledger import Curve, CurveSum, HistoryGroup, PreparedCharge, encode_curve
+from dpfl.server.store.ledger import (
+    Curve,
+    CurveSum,
+    HistoryGroup,
+    OwnShareGroup,
+    PreparedCharge,
+    encode_curve,
+)
 from dpfl.server.store.models import (
     AgentRow,
     AuditRecordRow,
@@ -390,6 +397,7 @@ class _SqlTx(StoreTx):
                 "approximate": c.approximate,
                 "secure_aggregation": c.secure_aggregation,
                 "honest_fraction": c.honest_fraction,
+                "own_noise_fraction": c.own_noise_fraction,
                 "data_dependent_event": c.data_dependent_event,
                 "data_dependent_curve": None
                 if c.data_dependent_curve is None
@@ -537,6 +545,20 @@ class _SqlTx(StoreTx):
             query = query.where(c.job_id == job_id)
         return [
             HistoryGroup(r.agent_id, r.job_id, r.relation, r.event, r.entries)
+            for r in self._s.execute(query)
+        ]
+
+    def own_share_groups(self, agent_ids: Sequence[str] | None = None) -> list[OwnShareGroup]:
+        # grouped in the database: a round charges one event to many clients, so the groups
+        # are few; the event as its stored text (JSON on both backends, written by one encoder)
+        c = _ENTRIES.c
+        event = sa.cast(c.event, sa.Text).label("event")
+        keys = (c.agent_id, c.algorithm, c.unit, event, c.own_noise_fraction)
+        query = sa.select(*keys, sa.func.count().label("n")).group_by(*keys).order_by(*keys)
+        if agent_ids is not None:
+            query = query.where(c.agent_id.in_(list(agent_ids)))
+        return [
+            OwnShareGroup(r.agent_id, r.algorithm, r.unit, r.event, r.own_noise_fraction, r.n)
             for r in self._s.execute(query)
         ]
 

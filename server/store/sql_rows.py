@@ -192,6 +192,7 @@ def entry_record(row: LedgerEntryRow | sa.Row[Any]) -> LedgerEntry:
         else dict(row.data_dependent_event),
         data_dependent_curve=_curve_tuple(row.data_dependent_curve),
         created_at=row.created_at,
+        own_noise_fraction=row.own_noise_fraction,
     )
 
 
@@ -219,6 +220,7 @@ def entry_from_charge(
         else dict(charge.data_dependent_event),
         data_dependent_curve=None if dd_curve is None else tuple(dd_curve.tolist()),
         created_at=at,
+        own_noise_fraction=charge.own_noise_fraction,
     )
 
 

@@ -17,7 +17,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from dpfl.server.store.ledger import Curve, CurveSum, HistoryGroup, PreparedCharge
+from dpfl.server.store.ledger import (
+    Curve,
+    CurveSum,
+    HistoryGroup,
+    OwnShareGroup,
+    PreparedCharge,
+)
 from dpfl.server.store.records import (
     Agent,
     AgentStatus,
@@ -244,6 +250,11 @@ class StoreTx(abc.ABC):
     ) -> list[HistoryGroup]:
         """The grouped histories of the given agents (all when None), ordered by (agent, job,
         key)."""
+
+    @abc.abstractmethod
+    def own_share_groups(self, agent_ids: Sequence[str] | None = None) -> list[OwnShareGroup]:
+        """The given agents' entries (all when None) grouped by (agent, algorithm, unit, event,
+        f₁), ordered by agent: what their own-share figures are composed from."""
 
     @abc.abstractmethod
     def add_history(self, groups: Sequence[HistoryGroup]) -> None:

@@ -5,7 +5,8 @@ The browser is never downloaded: the test launches ``/usr/bin/chromium`` (``make
 installs it where apt is available) headless, with a fresh profile and background networking
 off, and skips, saying why, when it is absent. The sign-in page shows only sign-in. It signs in
 with the admin token once, checks one
-table row per client with the ε the store reports, the ε-over-rounds and accuracy charts, the
+table row per client with the ε the store reports (the announced cohort's, and beside it the
+own-share figure or "unknown"), the ε-over-rounds and accuracy charts, the
 round timeline (dropout, aborted attempt), that the token survives a reload (session storage),
 that no request leaves the coordinator's origin and that the console stays clean, and saves a
 screenshot under ``tests/artifacts/``. A one-time dashboard link signs in once (a second use
@@ -108,12 +109,31 @@ def test_dashboard_shows_the_finished_job(chromium: Path, store: Store, tmp_path
                 expected = store.client_budget(client_id)
                 assert shown == pytest.approx(expected.epsilon, rel=1e-12)
                 assert cell.inner_text() == f"{expected.epsilon:.3f}"
+                # beside it, the figure with only the client's own noise share, or "unknown"
+                # with the API's reason (the PATE-FL entries carry no f₁)
+                own = row.locator("td.own-share")
+                if expected.own_share_epsilon is None:
+                    assert expected.own_share_unknown
+                    assert own.inner_text() == "unknown"
+                    assert own.get_attribute("data-epsilon") == ""
+                    assert expected.own_share_unknown in (own.get_attribute("title") or "")
+                else:
+                    assert float(own.get_attribute("data-epsilon") or "nan") == pytest.approx(
+                        expected.own_share_epsilon, rel=1e-12
+                    )
+                    assert own.inner_text() == f"{expected.own_share_epsilon:.3f}"
+                    assert expected.own_share_epsilon > expected.epsilon
                 remaining = row.locator("td.remaining").inner_text()
                 if expected.remaining_epsilon is None:
                     assert remaining == "–"
                 else:
                     assert remaining == f"{expected.remaining_epsilon:.3f}"
             assert seen == set(finished.client_ids)
+            shown_unknown = page.locator("#clients-table td.own-share.unknown").count()
+            assert 0 < shown_unknown < len(finished.client_ids)  # both kinds are on the page
+            headers = page.locator("#clients-table thead th").all_inner_texts()
+            assert any("announced cohort" in h for h in headers), headers
+            assert any("own share only" in h for h in headers), headers
 
             # ε over rounds of the first client: one point per ledger entry, budget line
             first = finished.client_ids[0]

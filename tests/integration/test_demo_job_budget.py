@@ -39,7 +39,9 @@ def test_the_demo_job_at_target_4_charges_at_most_4_and_a_budget_of_4_finishes_i
                 .charges(ids[:1])
             )
             rnd = store.start_round(job.id, number, invited=ids[:1])
-            store.commit_round(rnd.id, [store_charge(a, charges[a]) for a in ids])
+            store.commit_round(
+                rnd.id, [store_charge(a, charges[a], own_noise_fraction=1.0) for a in ids]
+            )
             store.complete_round(rnd.id)
         for a in ids:
             report = store.client_budget(a)
@@ -54,6 +56,8 @@ def test_the_demo_job_at_target_4_charges_at_most_4_and_a_budget_of_4_finishes_i
         )
         rnd = store.start_round(extra.id, 1)
         with pytest.raises(BudgetExceeded):
-            store.commit_round(rnd.id, [store_charge(a, charges[a]) for a in ids])
+            store.commit_round(
+                rnd.id, [store_charge(a, charges[a], own_noise_fraction=1.0) for a in ids]
+            )
     finally:
         store.close()

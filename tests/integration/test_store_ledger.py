@@ -212,6 +212,64 @@ class LedgerContract:
             store.commit_round(rnd.id, stronger)
         assert store.verify_ledger().ok
 
+    # the own-share figure (docs/accounting.md#what-the-agent-can-verify) ----------------------
+    def test_the_own_share_figure_scales_each_entry_by_its_rounds_fraction(
+        self, store: Store, job_id: str, population: list[str]
+    ) -> None:
+        fractions = {1: 0.25, 2: 0.5, 3: 1.0}
+        for number, f in fractions.items():
+            rnd = store.start_round(job_id, number, invited=population)
+            charges = [Charge(a, ROUND_EVENT, AGENT, own_noise_fraction=f) for a in population]
+            result = store.commit_round(rnd.id, charges)
+            assert {e.own_noise_fraction for e in result.entries} == {f}
+            assert store.ledger_entries(round_id=rnd.id) == list(result.entries)
+            # a retried commit must carry the same fraction
+            other = [Charge(a, ROUND_EVENT, AGENT, own_noise_fraction=f / 2) for a in population]
+            with pytest.raises(Conflict, match="already committed with different charges"):
+                store.commit_round(rnd.id, other)
+        scaled = [ROUND_EVENT.with_noise_fraction(f) for f in fractions.values()]
+        for report in (store.client_budget(population[0]), store.list_client_budgets()[0]):
+            assert report.epsilon == pytest.approx(composed_epsilon([ROUND_EVENT] * 3, 1e-5))
+            assert report.own_share_epsilon == pytest.approx(
+                composed_epsilon(scaled, 1e-5), rel=1e-9
+            )
+            assert report.own_share_epsilon > report.epsilon
+            assert report.own_share_unknown is None
+        assert store.verify_ledger().ok
+
+    def test_the_own_share_figure_equals_the_figure_when_every_fraction_is_one(
+        self, store: Store, job_id: str, population: list[str]
+    ) -> None:
+        for number in (1, 2):
+            rnd = store.start_round(job_id, number, invited=population)
+            store.commit_round(
+                rnd.id, [Charge(a, ROUND_EVENT, AGENT, own_noise_fraction=1.0) for a in population]
+            )
+        report = store.client_budget(population[0])
+        assert report.own_share_epsilon == report.epsilon
+        assert report.own_share_method == report.method
+
+    def test_one_entry_of_unknown_fraction_makes_the_own_share_figure_unknown(
+        self, store: Store, job_id: str, population: list[str]
+    ) -> None:
+        empty = store.client_budget(population[0])
+        assert (empty.own_share_epsilon, empty.own_share_unknown) == (0.0, None)
+        rnd = store.start_round(job_id, 1, invited=population)
+        store.commit_round(
+            rnd.id, [Charge(a, ROUND_EVENT, AGENT, own_noise_fraction=0.5) for a in population]
+        )
+        rnd = store.start_round(job_id, 2, invited=population[:1])
+        store.commit_round(rnd.id, [Charge(population[0], ROUND_EVENT, AGENT)])  # f₁ unknown
+        unknown = store.client_budget(population[0])
+        assert unknown.own_share_epsilon is None
+        assert unknown.own_share_unknown is not None
+        assert "1 ledger entry was written before" in unknown.own_share_unknown
+        assert unknown.epsilon == pytest.approx(composed_epsilon([ROUND_EVENT] * 2, 1e-5))
+        known = store.client_budget(population[1])  # charged in round 1 only
+        assert known.own_share_epsilon == pytest.approx(
+            composed_epsilon([ROUND_EVENT.with_noise_fraction(0.5)], 1e-5), rel=1e-9
+        )
+
     def test_restart_after_commit_keeps_the_charge_and_charges_the_redo(
         self, store: Store, job_id: str, population: list[str]
     ) -> None:
@@ -284,6 +342,8 @@ class LedgerContract:
             (Charge("X", ROUND_EVENT, "household"), "unit"),  # type: ignore[arg-type]
             (Charge("X", ROUND_EVENT, AGENT, approximate=1), "approximate"),  # type: ignore[arg-type]
             (Charge("X", "gaussian", AGENT), "charge of agent"),  # type: ignore[arg-type]
+            (Charge("X", ROUND_EVENT, AGENT, own_noise_fraction=0.0), "own_noise_fraction"),
+            (Charge("X", ROUND_EVENT, AGENT, own_noise_fraction=1.5), "own_noise_fraction"),
         ],
     )
     def test_a_bad_last_charge_writes_nothing(
@@ -297,6 +357,7 @@ class LedgerContract:
             bad.approximate,
             bad.secure_aggregation,
             bad.honest_fraction,
+            bad.own_noise_fraction,
         )
         charges = [Charge(a, ROUND_EVENT, AGENT) for a in population[:-1]] + [last]
         with pytest.raises(InvalidInput, match=message):

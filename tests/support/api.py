@@ -6,7 +6,9 @@ would: agents enrol with one-time tokens (getting their REST tokens), a DP-FedAv
 rounds with every stage recorded (a dropout in round 2, an aborted first attempt of round 3 that
 is redone), each round commits real privacy events to the ledger before it completes with an
 accuracy and a model version; a second, PATE-FL job charges two of the clients again, so their
-budgets compose two jobs.
+budgets compose two jobs. The DP-FedAvg entries carry their round's own-noise fraction f₁
+(:data:`FEDAVG_OWN_FRACTION`); the PATE-FL entries carry none, as entries written before the
+coordinator recorded it, so those two clients' own-share figures are unknown.
 
 ``make_app(store)`` / ``app_for_url(url)`` build the app the way ``dpfl-coordinator serve`` does
 (a later end-to-end test over ``dpfl simulate`` can point ``app_for_url`` at the simulation's
@@ -76,6 +78,8 @@ FEDAVG_EVENT = PoissonSampledEvent(0.8, GaussianEvent(sigma=2.0))
 #: The PATE-FL round's charge to each voter: 50 noisy votes at agent level (add/remove its vote
 #: block: the same relation as the DP-FedAvg job's, so the clients' figures compose tightly).
 PATE_EVENT = VotingEvent(queries=50, sigma=40.0, level="agent")
+#: f₁ of the DP-FedAvg rounds: one agent's share carries a quarter of the charged noise variance
+FEDAVG_OWN_FRACTION = 0.25
 ACCURACY = {1: 0.52, 2: 0.71, 3: 0.78}
 BUDGETS: tuple[Budget | None, ...] = (
     Budget(epsilon=4.5, delta=1e-5),
@@ -159,7 +163,10 @@ def build_finished_job(store: Store, *, agents: int = 5) -> FinishedJob:
     store.set_job_status(job.id, JobStatus.RUNNING)
     store.add_model_version(job.id, b"initial model " + job.id.encode())
     rounds: list[Round] = []
-    charges = [Charge(a, FEDAVG_EVENT, ProtectedUnit.AGENT) for a in ids]
+    charges = [
+        Charge(a, FEDAVG_EVENT, ProtectedUnit.AGENT, own_noise_fraction=FEDAVG_OWN_FRACTION)
+        for a in ids
+    ]
     for number in (1, 2, 3):
         if number == 3:  # first attempt: two agents gone before advertising keys -> aborted
             rnd = store.start_round(job.id, number, invited=ids, setup=_setup(ids))

@@ -109,15 +109,18 @@ for (let i = 0; i < 200 && document.body.dataset.loaded !== "true"; i++) {
 }
 const $ = (id) => document.getElementById(id);
 const cells = (row) => row.elements().filter((c) => c.tagName === "TD");
+// a row's cell by its class (the columns' order may change)
+const cell = (row, name) => cells(row).find((c) => c.className.split(" ").includes(name));
 console.log(
   JSON.stringify({
     loaded: document.body.dataset.loaded === "true",
     status: $("status").textContent,
     clients: $("clients-table").tBodies[0].rows.map((row) => ({
       id: row.dataset.clientId ?? row.getAttribute("data-client-id"),
-      epsilon: cells(row)[1].textContent,
-      approximate: cells(row)[1].getAttribute("data-approximate"),
-      remaining: cells(row)[5].textContent,
+      epsilon: cell(row, "epsilon").textContent,
+      approximate: cell(row, "epsilon").getAttribute("data-approximate"),
+      own_share: cell(row, "own-share").textContent,
+      remaining: cell(row, "remaining").textContent,
       classes: row.className,
     })),
     note_hidden: $("clients-approximate").hidden,

@@ -109,6 +109,21 @@ function budgetBar(client) {
   return wrap;
 }
 
+const OWN_SHARE_WHY =
+  "ε with only the noise this client's own share adds to each round (its share of the announced noise): what an agent that trusts no peer records in its own ledger.";
+
+// the "own share only" figure beside the announced cohort's: "unknown" (the API's reason as its
+// title) where some ledger entry predates the coordinator keeping its own-noise fraction
+function ownShareCell(c) {
+  const known = c.own_share_epsilon !== null && c.own_share_epsilon !== undefined;
+  const attrs = {
+    "data-epsilon": known ? String(c.own_share_epsilon) : "",
+    title: known ? OWN_SHARE_WHY : `unknown: ${c.own_share_unknown ?? "not reported"}`,
+  };
+  if (!known) return node("td", { cls: "num own-share unknown", text: "unknown", attrs });
+  return node("td", { cls: "num own-share", attrs }, fmtEps(c.own_share_epsilon), ...(c.approximate ? [" ", approxMark(true)] : []));
+}
+
 function renderClients() {
   const body = $("clients-table").tBodies[0];
   body.replaceChildren();
@@ -127,6 +142,7 @@ function renderClients() {
         fmtEps(c.epsilon),
         ...(c.approximate ? [approxMark()] : []),
       ),
+      ownShareCell(c),
       node("td", { cls: "num", text: fmtNum(c.delta) }),
       node("td", { cls: "num", text: c.budget ? fmtEps(c.budget.epsilon) : "none" }),
       node("td", { cls: "bar-col" }, budgetBar(c)),

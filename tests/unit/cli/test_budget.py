@@ -72,7 +72,21 @@ def test_tables(coordinator: Coordinator, capsys: Capture, monkeypatch: pytest.M
     assert code == 0
     for client_id in finished.client_ids:
         assert client_id in out
-        assert f"{store.client_budget(client_id).epsilon:.4f}" in out
+        b = store.client_budget(client_id)
+        # both figures on the client's row: the announced cohort's and its own share's
+        (row,) = [line for line in out.splitlines() if client_id in line]
+        assert f"{b.epsilon:.4f}" in row
+        own = "unknown" if b.own_share_epsilon is None else f"{b.own_share_epsilon:.4f}"
+        assert own in row
+    assert "ε own share: only the client's own noise share" in out
+    # the PATE-FL voters' entries carry no f₁: one client of each kind
+    known = store.client_budget(finished.client_ids[-1])
+    assert known.own_share_epsilon is not None
+    code, out, _ = run(capsys, finished.client_ids[-1], "--coordinator", url, f"--token={token}")
+    assert code == 0
+    (line,) = [line for line in out.splitlines() if "ε own share only" in line]
+    assert f"{known.own_share_epsilon:.4f}" in line
+    assert "trusting no peer" in line
     client_id = finished.client_ids[0]
     code, out, _ = run(capsys, client_id, "--coordinator", url, f"--token={token}", "--events")
     assert code == 0
@@ -84,6 +98,8 @@ def test_tables(coordinator: Coordinator, capsys: Capture, monkeypatch: pytest.M
     assert '"kind":"poisson_sampled"' in out
     assert '"kind":"voting"' in out
     assert "3 (attempt 2)" in out  # round 3 was redone: its charge is attempt 2's, spelled out
+    (line,) = [line for line in out.splitlines() if "ε own share only" in line]
+    assert "unknown: 1 ledger entry was written before" in line
 
 
 @pytest.mark.parametrize("columns", ["80", "40"])

@@ -26,6 +26,7 @@ from dpfl.learning.algorithms.dp_fedavg import (
     FedAvgCoordinator,
 )
 from dpfl.learning.algorithms.parts.sample_release import Release
+from dpfl.learning.errors import AlgorithmError
 from dpfl.learning.rounds import (
     Acceptance,
     Commit,
@@ -304,3 +305,57 @@ def test_a_malicious_secure_job_releases_what_the_semi_honest_one_does() -> None
     assert malicious.state.model == honest.state.model
     assert malicious.ledger == honest.ledger
     assert [r.encoding for r in malicious.rounds] == [r.encoding for r in honest.rounds]
+
+
+def _agent_fraction(job: RoundJob, setup: SumSetup) -> float:
+    """f₁ as an agent computes it from the setup it receives (client/checks.py)."""
+    side = job.coordinator
+    task = side.round_task(side.initial_state(job.data), round_number=1)
+    agent = side.algorithm.agent(side.algorithm.parse_task(task.params.to_json()))
+    events = side.round_charge(round_number=1, population=AGENTS).events
+    clients = len(setup.accepted) if setup.params is None else setup.params.num_clients
+    return agent.check(
+        events,
+        setup.encoding,
+        num_clients=max(1, clients),
+        min_survivors=setup.min_survivors,
+        honest_fraction=task.params.honest_fraction,
+    )
+
+
+def test_each_commitment_carries_the_fraction_one_agents_share_carries() -> None:
+    job = _job()
+    t = job.coordinator.round_task(
+        job.coordinator.initial_state(job.data), round_number=1
+    ).params.honest_fraction
+    secure, ledger = Scripted(), Ledger()
+    _run(job, AGENTS[:4], secure, ledger)
+    (setup,) = secure.setups
+    assert setup.kind is Summation.SECURE
+    own = ledger.commitments[0].own_noise_fraction
+    assert own is not None
+    assert own == _agent_fraction(job, setup)
+    assert 0 < own < 1  # split over the cohort...
+    assert own * t * setup.min_survivors >= 1 - 1e-9  # ...and the cohort carries the claim
+    # where one agent's own noise carries the whole charge: 1
+    for job_, invited in ((_job(), AGENTS[:1]), (_job(), []), (_job(secagg=False), AGENTS[:4])):
+        ledger = Ledger()
+        _run(job_, invited, Scripted(), ledger)
+        assert ledger.commitments[0].own_noise_fraction == 1.0
+
+
+def test_a_setup_the_agents_check_would_refuse_aborts_before_anything_is_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    job = _job()
+    agent_type = job.coordinator.algorithm.agent_type
+
+    def refuse(*args: object, **kwargs: object) -> float:
+        raise AlgorithmError("per-agent noise below the claim")
+
+    monkeypatch.setattr(agent_type, "check", refuse)
+    cohort, ledger = Scripted(), Ledger()
+    with pytest.raises(RoundAborted, match=r"agents' own check.*below the claim"):
+        _run(job, AGENTS[:3], cohort, ledger)
+    assert cohort.setups == []  # the setup was never recorded nor sent
+    assert ledger.commitments == []

@@ -88,6 +88,8 @@ async def test_an_approximate_client_job_and_round_are_marked(
         flagged = client_id == approx.mixed
         assert (MARK in row["epsilon"], row["approximate"]) == (flagged, str(flagged).lower())
         assert ("≈" in row["remaining"]) == flagged  # its remaining budget is approximate too
+        # the own-share figure adds up the same entries ("unknown": some entry carries no f₁)
+        assert ("≈" in row["own_share"]) == (flagged and row["own_share"] != "unknown")
     assert not shown["note_hidden"]
     # the selected client is the approximate one; the selected job is the newest, approximate
     assert MARK in shown["chart"]
