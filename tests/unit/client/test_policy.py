@@ -356,3 +356,22 @@ def test_the_task_fields_the_policy_reads_are_typed_and_checked_once() -> None:
     ):
         with pytest.raises(AlgorithmError, match=f"params.{key}"):
             sgd.parse_task({**task, key: bad})
+
+
+def test_the_sybil_figures_of_docs_accounting() -> None:
+    """docs/accounting.md, "What the agent can verify": z = 1.44 split over N = 30 agents with
+    δ_d = 0.05, 6 participations, δ = 1e-3. The announced cohort's 6.14 is what a coordinator
+    with 29 agents of its own makes false; one share alone is 68.4, what the agent records."""
+    from dpfl.accounting import GaussianEvent, SelfComposedEvent, compute_epsilon
+
+    charge = SelfComposedEvent(GaussianEvent(sigma=1.44), 6)
+    own = 1.0 / (30 * 0.95)  # one share of t·N·(1 − δ_d), t = 1
+    fraction = Policy().recorded_fraction(
+        own, Policy().verified_shares(malicious_secure=False, threshold=0, degree=0)
+    )
+    assert fraction == own
+    announced = compute_epsilon(charge, delta=1e-3).epsilon
+    recorded = compute_epsilon(charge.with_noise_fraction(fraction), delta=1e-3).epsilon
+    assert round(announced, 2) == 6.14
+    assert round(recorded, 1) == 68.4
+    assert Policy(trust_announced_cohort=True).recorded_fraction(own, 1) == 1.0
