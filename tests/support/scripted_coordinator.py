@@ -297,6 +297,7 @@ class ScriptedCoordinator:
         sybils: int = 0,
         threat_model: ThreatModel = ThreatModel.SEMI_HONEST,
         sybil_identities: Sequence[ClientIdentity] = (),
+        tamper: Callable[[int, sm.ServerMessage], sm.ServerMessage] | None = None,
     ) -> RoundReport:
         """One round with ``agents`` invited; see the module docstring. ``rng`` draws the
         session nonce (a seeded source repeats it: a coordinator that reuses nonces).
@@ -304,7 +305,9 @@ class ScriptedCoordinator:
         accepted ones: in-process secagg clients that add zero vectors and no noise.
         ``threat_model`` is the setup's (MALICIOUS: the malicious-secure variant, with its
         consistency stage); ``sybil_identities`` give the sybils peer certificates (e.g. of a CA
-        the coordinator runs itself), one per sybil."""
+        the coordinator runs itself), one per sybil. ``tamper(index, message)`` rewrites every
+        protocol request before it goes to a real agent (a coordinator that deviates).
+        """
         report = RoundReport()
         claimed = (
             list(events)
@@ -400,7 +403,8 @@ class ScriptedCoordinator:
                     if reply is not None:
                         replies.append((item.recipient, reply))
                     continue
-                message = secagg_wire.to_coordinator_message(item.message)
+                outgoing = item.message if tamper is None else tamper(item.recipient, item.message)
+                message = secagg_wire.to_coordinator_message(outgoing)
                 if accepted[item.recipient] in self.sessions:
                     self.send(accepted[item.recipient], message)
             for index, reply in replies:
