@@ -23,13 +23,21 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from harness.federation import RawVectorSum, bench_job, worker
+from harness.federation import RawVectorSum, bench_job, peer_pems, worker
 from harness.postgres import DEFAULT_POSTGRES, fresh_postgres
 
 from dpfl.learning.algorithms.base import Algorithm
 from dpfl.learning.algorithms.registry import get_algorithm
 
-STAGES = ("invitation", "advertise_keys", "share_keys", "masked_input", "unmask", "decode")
+STAGES = (
+    "invitation",
+    "advertise_keys",
+    "share_keys",
+    "masked_input",
+    "consistency",
+    "unmask",
+    "decode",
+)
 TARGETS = {  # (agents, size) -> round seconds, on a quiet 2-core machine
     (1000, 10_000): 10.0,
     (300, 100_000): 10.0,
@@ -133,7 +141,12 @@ async def _points(
         grpc_port=0,
         admin_token=secrets.token_urlsafe(32),
         stage_deadlines=StageDeadlines(
-            invitation=120, advertise_keys=120, share_keys=120, masked_input=300, unmask=120
+            invitation=120,
+            advertise_keys=120,
+            share_keys=120,
+            masked_input=300,
+            consistency=120,
+            unmask=120,
         ),
     )
     coordinator = Coordinator(settings=settings, serve_api=False, algorithms=resolve)
@@ -146,9 +159,12 @@ async def _points(
     processes = min(args.processes, n)
     groups = [creds[p::processes] for p in range(processes)]
     readies = [ctx.Event() for _ in groups]
+    malicious = args.threat_model == "malicious"
+    ca, pairs = peer_pems(n) if malicious else (b"", [])
+    peers = [(ca, pairs[p::processes]) if malicious else None for p in range(processes)]
     procs = [
-        ctx.Process(target=worker, args=(coordinator.grpc_address, g, args.sizes, r, switch))
-        for g, r in zip(groups, readies, strict=True)
+        ctx.Process(target=worker, args=(coordinator.grpc_address, g, args.sizes, r, switch, peer))
+        for g, r, peer in zip(groups, readies, peers, strict=True)
     ]
     for p in procs:
         p.start()
@@ -163,7 +179,9 @@ async def _points(
             with open(switch, "w", encoding="utf-8") as f:
                 f.write(str(dim))
             await asyncio.sleep(0.5)  # let every worker pick up the size
-            spec = bench_job(dim, name=f"scale-{n}").model_dump(mode="json")
+            spec = bench_job(dim, name=f"scale-{n}", threat_model=args.threat_model).model_dump(
+                mode="json"
+            )
             job = submit(store, spec, members=[a.id for a in agents])
             await coordinator.orchestrator.start(job.id)
             total = args.rounds + args.warmup
@@ -204,6 +222,7 @@ async def _points(
                     "size": dim,
                     "processes": processes,
                     "database": "postgresql",
+                    "threat_model": args.threat_model,
                     "rounds": args.rounds,
                     "cpus": os.cpu_count(),
                     "round_s": round(round_s, 3),
@@ -266,6 +285,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--processes", type=int, default=4, help="worker processes for agents")
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds per point")
+    parser.add_argument(
+        "--threat-model",
+        choices=("semi-honest", "semi-malicious", "malicious"),
+        default="semi-honest",
+        help="the jobs' secagg.threat_model (malicious: every agent with a peer certificate)",
+    )
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds per point")
     parser.add_argument("--postgres", default=DEFAULT_POSTGRES, help="server to create a DB on")
     parser.add_argument("--plot", default=None, help="write a PNG of round time against N")

@@ -156,7 +156,9 @@ class RawVectorSum(Algorithm[JobSpec, BenchPlan, BenchTask]):
         return JobPlan(1.0, {}, population, details)
 
 
-def bench_job(dimension: int, name: str = "bench-round") -> JobSpec:
+def bench_job(
+    dimension: int, name: str = "bench-round", threat_model: str = "semi-honest"
+) -> JobSpec:
     """A DP-FedAvg-tagged job of ``dimension`` that every agent takes part in."""
     return parse_job(
         {
@@ -165,27 +167,70 @@ def bench_job(dimension: int, name: str = "bench-round") -> JobSpec:
             "data": {"dataset": "digits"},
             "rounds": 1000,
             "privacy": {"unit": "agent", "noise_multiplier": 1.0},
-            "secagg": {"enabled": True, "corrupt_fraction": 0.05, "dropout_fraction": 0.05},
+            "secagg": {
+                "enabled": True,
+                "corrupt_fraction": 0.05,
+                "dropout_fraction": 0.05,
+                "threat_model": threat_model,
+            },
         }
     )
+
+
+def peer_pems(count: int) -> tuple[bytes, list[tuple[bytes, bytes]]]:
+    """A federation CA (its certificate) and ``count`` (key, peer certificate) PEM pairs, for
+    agents of a malicious-secure benchmark in other processes."""
+    from dpfl.server import tls
+
+    ca = tls.create_ca(common_name="benchmark federation CA")
+    pairs = [tls.issue_peer_certificate(ca, name=f"bench-{i}") for i in range(count)]
+    return ca.certificate, [(p.private_key, p.certificate) for p in pairs]
 
 
 # -- worker processes: the agents ----------------------------------------------------------------
 
 
 def worker(
-    address: str, credentials: list[tuple[str, str]], dims: list[int], ready: Any, switch: str
+    address: str,
+    credentials: list[tuple[str, str]],
+    dims: list[int],
+    ready: Any,
+    switch: str,
+    peers: tuple[bytes, list[tuple[bytes, bytes]]] | None = None,
 ) -> None:
-    """A worker process's body: serve ``credentials``' agents until ``switch`` says stop."""
+    """A worker process's body: serve ``credentials``' agents until ``switch`` says stop;
+    ``peers``: the federation CA and each agent's (key, peer certificate) for malicious-secure
+    rounds."""
     from dpfl.learning.device import cpu_threads
 
     # many agents per process on few cores: one torch and one BLAS thread each (see cpu_threads)
     with cpu_threads(1):
-        asyncio.run(_agents(address, credentials, dims, ready, switch))
+        asyncio.run(_agents(address, credentials, dims, ready, switch, peers))
+
+
+def _credentials(peers: tuple[bytes, list[tuple[bytes, bytes]]] | None) -> list[Any]:
+    import datetime as dt
+
+    from dpfl.client.summation import PeerCredentials
+    from dpfl.secagg.identity import PeerAuthority, Signer
+
+    if peers is None:
+        return []
+    ca, pairs = peers
+    authority, now = PeerAuthority(ca), dt.datetime.now(dt.UTC)
+    return [
+        PeerCredentials(signer=Signer(k, c, authority=authority, now=now), authority=authority)
+        for k, c in pairs
+    ]
 
 
 async def _agents(
-    address: str, credentials: list[tuple[str, str]], dims: list[int], ready: Any, switch: str
+    address: str,
+    credentials: list[tuple[str, str]],
+    dims: list[int],
+    ready: Any,
+    switch: str,
+    peers: tuple[bytes, list[tuple[bytes, bytes]]] | None = None,
 ) -> None:
     from dpfl.client.agent import ConnectionRunner
     from dpfl.client.gate import LocalGate
@@ -204,6 +249,7 @@ async def _agents(
         x=np.zeros((1, 1), np.float32), y=np.zeros(1, np.int64), input_shape=(1,), num_classes=2
     )
     policy = Policy(max_epsilon_per_job=1e9, max_epsilon_total=1e9, min_noise_multiplier=0.0)
+    identities = _credentials(peers)
     transport = GrpcTransport(address, insecure=True)
     stop = asyncio.Event()
     tasks = []
@@ -215,6 +261,7 @@ async def _agents(
                 data=data,
                 gate=LocalGate(policy=policy, ledger=ledger),
                 algorithms=resolve,
+                peer=identities[i] if identities else None,
             )
             runner = ConnectionRunner(
                 connector=transport.connector(agent_id=agent_id, credential=credential),

@@ -62,3 +62,40 @@ def test_scale_benchmark_prints_one_line_per_point(tmp_path: Path) -> None:
         assert p["bytes_per_agent_per_round"] > 4 * 500  # at least the model download
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert left == set()
+
+
+def test_scale_benchmark_runs_the_malicious_secure_variant() -> None:
+    """``--threat-model malicious``: every agent of the worker processes holds a peer
+    certificate of one federation CA, and the rounds run the consistency stage."""
+    url = postgres_admin_url()
+    reason = postgres_unreachable_reason(url)
+    if reason:
+        pytest.skip(reason)
+    done, _ = run_counting_leftovers(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "scale.py"),
+            "--agents",
+            "4",
+            "--sizes",
+            "500",
+            "--rounds",
+            "1",
+            "--warmup",
+            "0",
+            "--processes",
+            "2",
+            "--postgres",
+            url,
+            "--threat-model",
+            "malicious",
+        ],
+        url,
+        "scale",
+        hang_guard(30),
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    (point,) = [json.loads(line) for line in done.stdout.strip().splitlines()]
+    assert point["threat_model"] == "malicious"
+    assert point["survivors"] == 4
+    assert point["stage_p50_s"]["consistency"] > 0
