@@ -15,8 +15,6 @@ from dpfl.client.peer_identity import PeerIdentityError, load_peer_credentials
 from dpfl.secagg.identity import IdentityError, PeerAuthority
 from dpfl.server import tls
 
-NOW = dt.datetime.now(dt.UTC)
-
 
 def _silo(tmp_path: Path, name: str = "silo-1") -> tuple[Path, Path]:
     """(key, csr) made on the silo, as ``dpfl-agent keygen`` makes them."""
@@ -32,7 +30,7 @@ def test_init_sign_and_verify(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     peer_cert = csr.parent / "silo-1.peer.pem"
     assert (csr.parent / "federation-ca.pem").read_bytes() == (fed / "ca.pem").read_bytes()
     authority = PeerAuthority((fed / "ca.pem").read_bytes())
-    assert authority.identity(peer_cert.read_bytes(), now=NOW).name == "silo-1"
+    assert authority.identity(peer_cert.read_bytes(), now=dt.datetime.now(dt.UTC)).name == "silo-1"
     # the agent's own key signs for that certificate
     creds = load_peer_credentials(peer_ca=fed / "ca.pem", peer_cert=peer_cert, key=key)
     assert creds is not None
@@ -55,7 +53,7 @@ def test_the_coordinators_certificates_are_never_peers(
     # the coordinator's CA as a "federation CA": its agent profile has no peer usage
     own = PeerAuthority((coordinator / "ca.pem").read_bytes())
     with pytest.raises(IdentityError, match="no secure-aggregation peer usage"):
-        own.identity(tls_cert.read_bytes(), now=NOW)
+        own.identity(tls_cert.read_bytes(), now=dt.datetime.now(dt.UTC))
     # against the real federation CA it is not even issued by it
     fed = tmp_path / "federation"
     tls.init_federation_ca(fed)
