@@ -131,10 +131,11 @@ class PeerAuthority:
         except (ValueError, TypeError, InvalidSignature):
             raise IdentityError(f"{what}: not issued by the federation CA") from None
         try:
-            if cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca:
-                raise IdentityError(f"{what}: a CA certificate cannot be a peer")
+            is_ca = cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
         except x509.ExtensionNotFound:
-            pass
+            is_ca = False  # without basic constraints a certificate is not a CA
+        if is_ca:
+            raise IdentityError(f"{what}: a CA certificate cannot be a peer")
         try:
             usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
         except x509.ExtensionNotFound:

@@ -118,8 +118,8 @@ class OwnFractionMigration:
 
 
 class TestSqliteOwnFractionMigration(SqliteBackend, OwnFractionMigration):
-    pass
+    """The migration on SQLite."""
 
 
 class TestPostgresOwnFractionMigration(PostgresBackend, OwnFractionMigration):
-    pass
+    """The migration on PostgreSQL (skipped, saying so, when it is unreachable)."""
