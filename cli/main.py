@@ -9,7 +9,7 @@ COMMAND = Command(
     description="Differentially private federated learning: privacy accounting, simulation "
     "and budget queries.",
     package="dpfl.cli",
-    modules=("privacy", "budget", "simulate", "demo", "audit", "federation"),
+    modules=("privacy", "budget", "simulate", "demo", "audit", "federation", "recipe"),
 )
 parser, main = COMMAND.parser, COMMAND.main
 

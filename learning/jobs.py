@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FIELD_RANGES",
+    "RECIPE_FIELDS",
     "DataSpec",
     "FieldRange",
     "JobSpec",
@@ -51,6 +52,9 @@ __all__ = [
     "NumericField",
     "PrivacySpec",
     "PublicSpec",
+    "RecipeChoice",
+    "RecipeSpec",
+    "RecipeTrial",
     "SecAggSpec",
     "Strict",
     "StudentSpec",
@@ -155,6 +159,9 @@ FIELD_RANGES: Mapping[str, FieldRange] = MappingProxyType(
         "stride": FieldRange(None, 64),
         "queries": FieldRange(None, 1_000_000),
         "k": FieldRange(None, 100_000),
+        # recipe: the search's simulated population, a trial's run time
+        "agents": FieldRange(None, 100_000),
+        "seconds": FieldRange(None, 1e7),
     }
 )
 
@@ -322,6 +329,9 @@ _KNOWN_SIZES = {"mnist": (60_000, 10_000), "fashion-mnist": (60_000, 10_000), "u
 def _check_dataset_name(value: str) -> str:
     if value in _BUILTIN_DATASETS:
         return value
+    name, query, options = value.partition("?")
+    if name in _BUILTIN_DATASETS and query and options:
+        return value  # a built-in set with options (digits?test_fraction=F, mnist?holdout=F)
     kind, sep, path = value.partition(":")
     if sep and kind in ("npz", "csv") and path:
         return value
@@ -333,6 +343,28 @@ def _check_dataset_name(value: str) -> str:
 
 def _bare_name(spec: str) -> str:
     return spec.split("?", 1)[0].split(":", 1)[0]
+
+
+def _named_files(named: Mapping[str, str]) -> dict[str, tuple[str, str]]:
+    """The ``npz:``/``csv:`` files among data set specs: field path → (spec, file path)."""
+    from dpfl.learning.specs import parse_spec
+
+    out = {}
+    for field, text in named.items():
+        kind, sep, rest = text.partition(":")
+        if not sep or kind not in ("npz", "csv"):
+            continue
+        try:
+            path = parse_spec(text, what="data set", error=LearningError).path or rest
+        except LearningError:  # the loader refuses it too; check the widest reading
+            path = rest
+        out[field] = (text, path)
+    return out
+
+
+def _bare_data_set(spec: str) -> str:
+    """A data set spec without its options: ``mnist``, ``npz:/silo/x.npz``."""
+    return spec.split("?", 1)[0]
 
 
 class PublicSpec(Strict):
@@ -484,22 +516,10 @@ class DataSpec(Strict):
         """The files the section names (``npz:PATH``, ``csv:PATH``): field path → (the data set
         spec, the file path as its loader opens it). The coordinator reads them only under its
         data roots (``dpfl.server.data_access``)."""
-        from dpfl.learning.specs import parse_spec
-
         named = {"data.dataset": self.dataset}
         if self.public is not None and self.public.source not in ("train", "test"):
             named["data.public.source"] = self.public.source
-        out = {}
-        for field, text in named.items():
-            kind, sep, rest = text.partition(":")
-            if not sep or kind not in ("npz", "csv"):
-                continue
-            try:
-                path = parse_spec(text, what="data set", error=LearningError).path or rest
-            except LearningError:  # the loader refuses it too; check the widest reading
-                path = rest
-            out[field] = (text, path)
-        return out
+        return _named_files(named)
 
     @property
     def has_public_pool(self) -> bool:
@@ -633,6 +653,85 @@ class VotingParams(Strict):
 
 
 # ---------------------------------------------------------------------------------------------
+# the recipe
+
+#: The job fields a recipe chooses besides ``params.*`` (docs/utility.md#recipes).
+RECIPE_FIELDS = ("model", "rounds")
+
+
+class RecipeTrial(Strict):
+    """One candidate of a recipe search: the fields it sets, and how it did on the proxy's
+    validation split (``error``: why it could not run there)."""
+
+    name: str = Field(min_length=1, max_length=64)
+    overrides: dict[str, JsonValue]
+    validation_accuracy: float | None = Field(default=None, ge=0, le=1)
+    seconds: float = Field(default=0.0, ge=0)
+    error: str | None = None
+
+
+class RecipeChoice(Strict):
+    """What a recipe search chose and the validation figures that chose it: stored with the
+    job, shown by REST, ``dpfl recipe`` and the simulation's JSON."""
+
+    proxy: str
+    agents: int = Field(ge=1)
+    chosen: str
+    overrides: dict[str, JsonValue]
+    trials: tuple[RecipeTrial, ...] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _chosen_is_a_trial(self) -> RecipeChoice:
+        if self.chosen not in {t.name for t in self.trials}:
+            raise ValueError(f"recipe.chosen.chosen: {self.chosen!r} names none of the trials")
+        return self
+
+
+class RecipeSpec(Strict):
+    """How the job's recipe is chosen (docs/utility.md#recipes).
+
+    ``search``: choose the fields the document left unset by simulating the job on ``proxy``, a
+    labelled public data set other than the agents' own, of which only the training split is
+    read: a stratified ``holdout`` of it is the validation split, the rest is partitioned over
+    ``agents`` simulated agents (default: the job's population) as the job partitions its own.
+    ``candidates``: the overrides to try (default: the algorithm's own list). ``defaults``: the
+    recipe fields (``model``, ``rounds``, ``params.*``) the document left unset, recorded when it
+    is first parsed. ``chosen``: the search's result, once it ran.
+    """
+
+    search: bool = False
+    proxy: str | None = None
+    holdout: float = Field(default=0.2, gt=0, le=0.5)
+    agents: int | None = Field(default=None, ge=2)
+    candidates: tuple[dict[str, JsonValue], ...] | None = Field(default=None, min_length=1)
+    defaults: tuple[str, ...] | None = None
+    chosen: RecipeChoice | None = None
+
+    @field_validator("proxy")
+    @classmethod
+    def _proxy_is_a_data_set(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        checked = _check_dataset_name(value)
+        if "holdout" in checked.partition("?")[2]:
+            raise ValueError("give the proxy's holdout as recipe.holdout, not as a spec option")
+        return checked
+
+    def files(self) -> dict[str, tuple[str, str]]:
+        """The proxy's file, as :meth:`DataSpec.files` names files."""
+        return _named_files({"recipe.proxy": self.proxy} if self.proxy else {})
+
+    @model_validator(mode="after")
+    def _search_needs_a_proxy(self) -> RecipeSpec:
+        if self.search and self.proxy is None:
+            raise ValueError(
+                "recipe.proxy: a search simulates the job on a labelled public data set; name "
+                "one (e.g. proxy: mnist)"
+            )
+        return self
+
+
+# ---------------------------------------------------------------------------------------------
 # jobs
 
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -651,6 +750,7 @@ class JobSpec(Strict):
     privacy: PrivacySpec = PrivacySpec()
     secagg: SecAggSpec = SecAggSpec()
     seed: int = 0
+    recipe: RecipeSpec = RecipeSpec()
 
     params: Strict
 
@@ -671,6 +771,33 @@ class JobSpec(Strict):
             if isinstance(privacy, Mapping) and "unit" not in privacy:
                 return {**data, "privacy": {**privacy, "unit": cls.UNITS[-1]}}
         return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _record_defaults(cls, data: Any) -> Any:
+        # which recipe fields the document leaves to defaults, as written (a stored job has
+        # every default filled in, so only the first parse can tell)
+        if not isinstance(data, Mapping):
+            return data
+        recipe, params = data.get("recipe", {}), data.get("params", {})
+        if not isinstance(recipe, Mapping) or "defaults" in recipe:
+            return data
+        params_type = cls.model_fields["params"].annotation
+        names = getattr(params_type, "model_fields", {})
+        given = set(params) if isinstance(params, Mapping) else set(names)
+        unset = [f for f in RECIPE_FIELDS if f not in data]
+        unset += [f"params.{name}" for name in names if name not in given]
+        return {**data, "recipe": {**recipe, "defaults": unset}}
+
+    @model_validator(mode="after")
+    def _proxy_is_not_private(self) -> JobSpec:
+        proxy = self.recipe.proxy
+        if proxy is not None and _bare_data_set(proxy) == _bare_data_set(self.data.dataset):
+            raise ValueError(
+                f"recipe.proxy: {proxy!r} is the agents' own data set; its training records "
+                "are their private data (name a public data set of the same task)"
+            )
+        return self
 
     @field_validator("name")
     @classmethod

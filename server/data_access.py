@@ -85,6 +85,6 @@ class DataAccess:
         how = "(dpfl-coordinator serve --data-root DIR, DPFL_DATA_ROOTS)"
         return [
             f"{field}: {text!r} {why} {how}"
-            for field, (text, path) in spec.data.files().items()
+            for field, (text, path) in {**spec.data.files(), **spec.recipe.files()}.items()
             if not any(_within(_resolved(path), root) for root in allowed)
         ]

@@ -73,6 +73,8 @@ def submit_job(
     Returns:
         The stored job, with every default of its specification filled in.
 
+    A job whose ``recipe`` asks for a search gets its recipe chosen first, on its population
+    (else :data:`NOMINAL_POPULATION`), and is stored with the choice (docs/utility.md#recipes).
     The job is planned at once as its start plans it (:func:`plan_problem`), on its members,
     else the agents active now (who become its members at start), else (without ``start``)
     :data:`NOMINAL_POPULATION`; it is planned again for its members when it starts.
@@ -96,6 +98,7 @@ def submit_job(
     for agent_id in members:
         store.get_agent(agent_id)
     population, why = _population(store, members)
+    spec = _chosen_recipe(spec, population=len(population) or NOMINAL_POPULATION, access=access)
     if start:
         _check_startable(spec, spec.name, population, why, access)
         return store.create_job(spec, job_id=job_id, members=population, running=True)
@@ -138,6 +141,24 @@ def start_job(
         store.refuse_job_start(job_id, str(exc))
         raise
     return store.start_job(job_id, members=members)
+
+
+def _chosen_recipe(spec: JobSpec, *, population: int, access: DataAccess) -> JobSpec:
+    """The job with its recipe chosen on its proxy when it asks for a search that has not run
+    (docs/utility.md#recipes; blocking, minutes: every candidate is a simulated run).
+
+    Raises:
+        JobSpecError: the search cannot run (no candidate ran on the proxy, each named).
+    """
+    if not spec.recipe.search or spec.recipe.chosen is not None:
+        return spec
+    from dpfl.learning.recipes import search_recipe
+
+    data_dir = str(access.data_dir) if access.data_dir else None
+    try:
+        return search_recipe(spec, agents=population, data_dir=data_dir)
+    except LearningError as exc:
+        raise JobSpecError([f"recipe: {exc}"]) from None
 
 
 def _population(store: Store, members: list[str]) -> tuple[list[str], str]:

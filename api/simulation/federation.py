@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict
 
 from pydantic import SecretStr
 
-from dpfl.learning.jobs import JobSpec, job_to_dict
+from dpfl.learning.jobs import JobSpec, job_to_dict, parse_job
 from dpfl.simulation.result import SimulationResult, collect_result
 
 if TYPE_CHECKING:
@@ -386,6 +386,7 @@ class Simulation:
             )
         )
         self.job_id = job.id
+        self.job = parse_job(job.spec)  # with the recipe its coordinator chose, if it searched
         await self._orchestrator().start(job.id)
         return job.id
 

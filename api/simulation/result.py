@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 from dpfl.learning.algorithms.registry import get_algorithm
 
 if TYPE_CHECKING:
-    from dpfl.learning.jobs import JobSpec
+    from dpfl.learning.jobs import JobSpec, RecipeSpec
     from dpfl.server.orchestrator import RoundReport
     from dpfl.server.store import Round, Store
 
@@ -196,6 +196,7 @@ class SimulationResult:
     invitations: Invitations = field(default_factory=Invitations)
     per_round: Sequence[RoundInvitations] = ()
     stop: StopReason | None = None
+    recipe: RecipeSpec | None = None
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -216,12 +217,25 @@ class SimulationResult:
             "invitations": asdict(self.invitations),
             "per_round": [asdict(r) for r in self.per_round],
             "stop_reason": None if self.stop is None else asdict(self.stop),
+            "recipe": _recipe_json(self.recipe),
         }
 
     def to_json(self) -> str:
         """The ``dpfl simulate --json`` line: :meth:`to_dict` as one line of JSON (an unbounded
         ε is written ``Infinity``, as Python's ``json`` module reads and writes it)."""
         return json.dumps(self.to_dict())
+
+
+def _recipe_json(recipe: RecipeSpec | None) -> dict[str, object] | None:
+    """The job's recipe as the JSON line shows it: the fields it left to defaults, and what a
+    search chose (null when none ran)."""
+    if recipe is None:
+        return None
+    chosen = recipe.chosen
+    return {
+        "defaults": list(recipe.defaults or ()),
+        "chosen": None if chosen is None else chosen.model_dump(mode="json"),
+    }
 
 
 def collect_result(
@@ -281,4 +295,5 @@ def collect_result(
             rounds_skipped=len(skipped),
             reports=reports,
         ),
+        recipe=spec.recipe,
     )

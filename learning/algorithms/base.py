@@ -17,6 +17,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, ClassVar, Generic, Literal, Self
 
 import numpy as np
@@ -581,6 +582,9 @@ class Algorithm(abc.ABC, Generic[SpecT, PlanT, TaskT]):
     #: The sign with which the released model moves along each decoded sum (black-box audits
     #: score canaries by it); None when the model is not a running sum of the aggregates.
     model_direction: ClassVar[float | None] = None
+    #: The recipes a search tries (docs/utility.md#recipes): name → the job fields each sets
+    #: (``model``, ``rounds``, ``params``); a search keeps only the fields a job leaves unset.
+    recipe_candidates: ClassVar[Mapping[str, Mapping[str, JsonValue]]] = MappingProxyType({})
     spec_type: type[SpecT]
     plan_type: type[PlanT]
     task_type: type[TaskT]

@@ -15,11 +15,12 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
+from types import MappingProxyType
 from typing import Any, ClassVar, Literal, Self
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import Field, model_validator
+from pydantic import Field, JsonValue, model_validator
 from typing_extensions import TypeVar
 
 from dpfl.accounting import (
@@ -606,10 +607,55 @@ def _round_clip(adaptive: AdaptiveClippingPlan, state: CoordinatorState) -> floa
     return float(stored)
 
 
+#: The public-kmeans map of the MNIST non-IID recipe (docs/features.md#measurements).
+_KMEANS: dict[str, JsonValue] = {
+    "features": "public-kmeans",
+    "public_kmeans": {"centroids": 128, "dim": 64, "norm": 3.0},
+}
+
+
 class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
     """DP-FedAvg and its variants; see the module docstring."""
 
     model_direction = 1.0  # the mean update is added
+    # a linear model on a map fitted on the public pool where there is one (the measured
+    # non-IID recipe and its neighbours), else on pixels; a cnn on pixels
+    recipe_candidates = MappingProxyType(
+        {
+            "kmeans-logreg": {
+                "model": "logreg",
+                "params": {**_KMEANS, "local_epochs": 1, "batch_size": 32, "learning_rate": 1.0},
+            },
+            "kmeans-logreg-rate-0.3": {
+                "model": "logreg",
+                "params": {**_KMEANS, "local_epochs": 1, "batch_size": 32, "learning_rate": 0.3},
+            },
+            "kmeans-logreg-clip-0.5": {
+                "model": "logreg",
+                "params": {
+                    **_KMEANS,
+                    "local_epochs": 1,
+                    "batch_size": 32,
+                    "learning_rate": 1.0,
+                    "clip": 0.5,
+                },
+            },
+            "pixels-logreg": {
+                "model": "logreg",
+                "params": {"features": "identity", "local_epochs": 1, "learning_rate": 1.0},
+            },
+            "pixels-cnn": {
+                "model": "cnn",
+                "params": {
+                    "features": "identity",
+                    "local_steps": 20,
+                    "batch_size": 32,
+                    "learning_rate": 0.3,
+                    "server_optimizer": {"kind": "adam", "learning_rate": 0.02},
+                },
+            },
+        }
+    )
     coordinator_type = FedAvgCoordinator
     agent_type = FedAvgAgent
 

@@ -3,6 +3,11 @@
 Registry (fixed at import, never mutated): ``digits`` (embedded), ``mnist``, ``fashion-mnist``,
 ``usps`` (from ``$DPFL_DATA_DIR``), ``npz:PATH`` and ``csv:PATH`` (a silo's own files).
 
+Every spec also takes ``holdout=F`` (and ``holdout_seed=S``, default 0): the data set's own test
+split is dropped, never read past the loader, and a stratified fraction F of its training split
+becomes the evaluation split. A recipe search simulates on such a view of a public proxy, so
+that it chooses by validation accuracy without touching any test record.
+
 Loaded data sets are cached per process, keyed by the canonical spec and data folder and
 invalidated when a source file's size or modification time changes: an in-process simulation of a
 hundred agents parses MNIST once, and because a :class:`Dataset`'s arrays are read-only, sharing the
@@ -26,6 +31,7 @@ from dpfl.learning.data.images import (
     load_mnist,
     load_usps,
 )
+from dpfl.learning.data.split import stratified_split
 from dpfl.learning.data.tabular import load_csv, load_npz
 from dpfl.learning.errors import DatasetError
 from dpfl.learning.specs import Spec, parse_spec
@@ -104,6 +110,8 @@ def load_dataset(
         DatasetError: bad spec, unknown name or option, missing or corrupt files.
     """
     parsed = parse_dataset_spec(spec)
+    if parsed.option("holdout") is not None or parsed.option("holdout_seed") is not None:
+        return _holdout_view(parsed, data_dir=data_dir, cache=cache)
     key = (str(parsed), str(data_dir) if data_dir is not None else os.environ.get(DATA_DIR_ENV, ""))
     if cache:
         with _lock:
@@ -121,6 +129,35 @@ def load_dataset(
                 while len(_cache) > _CACHE_SIZE:
                     _cache.popitem(last=False)
     return dataset
+
+
+def _holdout_view(parsed: Spec, *, data_dir: Path | str | None, cache: bool) -> Dataset:
+    """The ``holdout`` view of a spec: its training split only, a stratified fraction of it
+    held out as the evaluation split (see the module docstring)."""
+    fraction = parsed.float_option("holdout", 0.0, error=DatasetError, low=0.0, high=0.9)
+    if parsed.option("holdout") is None or not fraction > 0:
+        raise DatasetError(f"{parsed}: holdout must be a fraction in (0, 0.9]")
+    seed = parsed.int_option("holdout_seed", 0, error=DatasetError, minimum=0)
+    rest = tuple((k, v) for k, v in parsed.options if k not in ("holdout", "holdout_seed"))
+    base = load_dataset(Spec(parsed.name, parsed.path, rest), data_dir=data_dir, cache=cache)
+    train, held = stratified_split(base.y_train, test_fraction=fraction, seed=seed)
+    if train.size == 0 or held.size == 0:
+        raise DatasetError(
+            f"{parsed}: a holdout of {fraction:g} leaves an empty split of "
+            f"{base.y_train.size} training records"
+        )
+    return Dataset.from_arrays(
+        spec=str(parsed),
+        x_train=base.x_train[train],
+        y_train=base.y_train[train],
+        x_test=base.x_train[held],
+        y_test=base.y_train[held],
+        num_classes=base.num_classes,
+        input_shape=base.input_shape,
+        class_names=base.class_names,
+        sources=base.sources,
+        copy=False,
+    )
 
 
 def clear_dataset_cache() -> None:

@@ -46,10 +46,13 @@ def mean_local_size(job: JobSpec, population: int) -> float:
     return sum(sizes) / len(sizes)
 
 
-def simulated_federation(job: JobSpec, agents: int) -> tuple[CoordinatorData, dict[str, AgentData]]:
-    """The simulated federation of the job's data spec: the coordinator's test and public
-    splits, and each agent's private share (ids ``agent-0000``...)."""
-    splits = job.data.split(num_agents=agents)
+def simulated_federation(
+    job: JobSpec, agents: int, *, data_dir: str | None = None
+) -> tuple[CoordinatorData, dict[str, AgentData]]:
+    """The simulated federation of the job's data spec (read from ``data_dir``, default
+    ``$DPFL_DATA_DIR``): the coordinator's test and public splits, and each agent's private
+    share (ids ``agent-0000``...)."""
+    splits = job.data.split(num_agents=agents, data_dir=data_dir)
     fed = splits.federation
     dataset = fed.dataset
     public = splits.public_x is not None

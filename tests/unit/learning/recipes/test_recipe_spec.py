@@ -1,0 +1,98 @@
+"""The job's ``recipe`` section: what it refuses, the defaults it records, and the ``holdout``
+view of a data set that a search validates on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from dpfl.learning.data.registry import load_dataset
+from dpfl.learning.errors import DatasetError
+from dpfl.learning.jobs import JobSpecError, job_to_dict, parse_job
+
+BASE: dict[str, Any] = {
+    "name": "r",
+    "algorithm": "dp-fedavg",
+    "privacy": {"target_epsilon": 4.0},
+}
+
+
+def _job(**extra: Any) -> Any:
+    return parse_job({**BASE, **extra})
+
+
+def test_the_fields_left_to_defaults_are_recorded_once_and_survive_storage() -> None:
+    job = _job(model="logreg", params={"clip": 2.0, "learning_rate": 0.5})
+    defaults = job.recipe.defaults
+    assert defaults is not None
+    assert "rounds" in defaults
+    assert "params.sampling_rate" in defaults
+    assert "model" not in defaults
+    assert "params.clip" not in defaults
+    assert "params.learning_rate" not in defaults
+    stored = parse_job(job_to_dict(job))  # every default is filled in there
+    assert stored == job
+    assert stored.recipe.defaults == defaults
+
+
+def test_a_job_that_states_every_field_leaves_nothing_to_defaults() -> None:
+    full = job_to_dict(_job())
+    full.pop("recipe")
+    assert parse_job(full).recipe.defaults == ()
+
+
+@pytest.mark.parametrize(
+    ("recipe", "says"),
+    [
+        ({"search": True}, "recipe.proxy: a search simulates the job on a labelled public"),
+        ({"proxy": "digits"}, "recipe.proxy: 'digits' is the agents' own data set"),
+        ({"proxy": "mnist?holdout=0.1"}, "give the proxy's holdout as recipe.holdout"),
+        ({"proxy": "imagenet"}, "unknown dataset 'imagenet'"),
+        ({"holdout": 0.9, "proxy": "mnist"}, "recipe.holdout"),
+        ({"agents": 1, "proxy": "mnist"}, "recipe.agents"),
+        ({"colour": "red"}, "recipe.colour: unknown field"),
+    ],
+)
+def test_bad_recipes_are_refused_naming_the_field(recipe: dict[str, Any], says: str) -> None:
+    with pytest.raises(JobSpecError) as exc:
+        _job(recipe=recipe)
+    assert says in str(exc.value)
+
+
+def test_a_stored_choice_must_name_one_of_its_trials() -> None:
+    trial = {"name": "as-written", "overrides": {}, "validation_accuracy": 0.5}
+    chosen = {"proxy": "mnist", "agents": 10, "overrides": {}, "trials": [trial]}
+    assert _job(recipe={"chosen": {**chosen, "chosen": "as-written"}}).recipe.chosen is not None
+    with pytest.raises(JobSpecError, match="names none of the trials"):
+        _job(recipe={"chosen": {**chosen, "chosen": "other"}})
+
+
+def test_the_holdout_view_reads_the_training_split_only() -> None:
+    base = load_dataset("digits")
+    view = load_dataset("digits?holdout=0.25&holdout_seed=3")
+    assert view.y_train.size + view.y_test.size == base.y_train.size
+    train_rows = {row.tobytes() for row in base.x_train.reshape(base.y_train.size, -1)}
+    test_rows = {row.tobytes() for row in base.x_test.reshape(base.y_test.size, -1)}
+    held = [row.tobytes() for row in view.x_test.reshape(view.y_test.size, -1)]
+    assert all(row in train_rows for row in held)
+    assert not any(row in test_rows and row not in train_rows for row in held)
+    # stratified: every class keeps its share in the held-out part
+    shares = np.bincount(view.y_test, minlength=10) / np.bincount(base.y_train, minlength=10)
+    assert np.allclose(shares, 0.25, atol=0.02)
+    again = load_dataset("digits?holdout=0.25&holdout_seed=3", cache=False)
+    assert np.array_equal(again.y_test, view.y_test)
+
+
+@pytest.mark.parametrize(
+    "spec", ["digits?holdout=0", "digits?holdout=0.95", "digits?holdout_seed=1"]
+)
+def test_a_bad_holdout_is_refused(spec: str) -> None:
+    with pytest.raises(DatasetError, match="holdout"):
+        load_dataset(spec)
+
+
+def test_a_job_may_validate_on_a_holdout_view() -> None:
+    job = _job(data={"dataset": "digits?holdout=0.2"})
+    assert job.data.dataset == "digits?holdout=0.2"
