@@ -41,8 +41,9 @@ class Row(BaseModel):
     ``job`` is a job document or the name of a YAML file under benchmarks/utility/.
     ``quick`` is merged (recursively) into the job for ``--quick`` (with the digits data set,
     ``quick_agents`` agents and at most two rounds). ``beats``: names of rows whose mean
-    accuracy this row must reach too (the target is then also relative). ``extra``: a row outside
-    the papers' settings (another setting, a comparison), run when named or with ``--all``.
+    accuracy this row must reach too (the target is then also relative); ``margin``: how far
+    below a ``beats`` row's mean this row's may stay (within 2 points: 0.02). ``extra``: a row
+    outside the papers' settings (another setting, a comparison), run when named or with ``--all``.
     ``cost``: a rough run time of one seed on the development machine (s), only for scheduling:
     ``--workers`` starts the longest runs first so that none is left alone at the end.
     """
@@ -59,6 +60,7 @@ class Row(BaseModel):
     paper: float | None = Field(default=None, ge=0, le=1)
     paper_note: str = ""
     beats: tuple[str, ...] = ()
+    margin: float = Field(default=0.0, ge=0, le=1)
     budget_epsilon: float | None = Field(default=None, gt=0)
     agent_max_epsilon: float | None = Field(default=None, gt=0)
     agent_policy: dict[str, Any] | None = None
@@ -591,6 +593,7 @@ class RowResult(BaseModel):
     paper_note: str
     target: float | None
     beats: list[str]
+    margin: float = 0.0
     met: bool | None
     stop_reasons: list[str | None]
     declined: dict[str, int]
@@ -598,6 +601,10 @@ class RowResult(BaseModel):
     wall_s: float
     # each seed's last-round metrics (e.g. PATE-FL's pseudo_label_accuracy, student_labels)
     metrics: list[dict[str, float]] = Field(default_factory=list)
+    # a row whose job searches its recipe: the choice (trials and validation figures) and the
+    # search's time, spent once for all seeds (docs/utility.md#recipes)
+    recipe: dict[str, Any] | None = None
+    search_s: float | None = None
 
 
 class SeedOutcome(BaseModel):
@@ -614,13 +621,58 @@ class SeedOutcome(BaseModel):
     wall_s: float
 
 
-def run_seed(row: Row, seed: int, *, quick: bool, data_dir: str | None) -> SeedOutcome:
-    """Run ``row`` once through ``dpfl.simulate`` with ``seed``."""
+class Resolved(BaseModel):
+    """A row's job document with its recipe chosen (the document itself when it searches
+    none), and the search's time."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    document: dict[str, Any]
+    search_s: float | None = None
+
+
+def resolve(row: Row, *, quick: bool, data_dir: str | None, cache: Path | None) -> Resolved:
+    """``row``'s job with its recipe chosen once for all seeds (``dpfl.learning.recipes``, as
+    its coordinator would at submission; the seeds then run the stored choice). ``cache``: a
+    folder keeping each search by its job's hash, so a rerun does not search again."""
+    import hashlib
+
+    from dpfl.learning.jobs import job_to_dict, parse_job
+    from dpfl.learning.recipes import search_recipe
+
+    document = row.document(quick=quick)
+    job = parse_job(document)
+    if not job.recipe.search:
+        return Resolved(document=document)
+    digest = hashlib.sha256(json.dumps(job_to_dict(job), sort_keys=True).encode()).hexdigest()
+    stored = None if cache is None else cache / f"{row.name}-{digest[:16]}.json"
+    if stored is not None and stored.is_file():
+        return Resolved.model_validate_json(stored.read_text(encoding="utf-8"))
+    started = time.monotonic()
+    agents = row.quick_agents if quick else row.agents
+    chosen = search_recipe(job, agents=agents, data_dir=data_dir)
+    resolved = Resolved(document=job_to_dict(chosen), search_s=time.monotonic() - started)
+    if stored is not None:
+        stored.parent.mkdir(parents=True, exist_ok=True)
+        stored.write_text(resolved.model_dump_json(), encoding="utf-8")
+    return resolved
+
+
+def run_seed(
+    row: Row,
+    seed: int,
+    *,
+    quick: bool,
+    data_dir: str | None,
+    document: dict[str, Any] | None = None,
+) -> SeedOutcome:
+    """Run ``row`` (its ``document`` when given: the job with its recipe chosen) once through
+    ``dpfl.simulate`` with ``seed``."""
     import dpfl
 
     started = time.monotonic()
     result = dpfl.simulate(
-        row.document(quick=quick),
+        document if document is not None else row.document(quick=quick),
         row.quick_agents if quick else row.agents,
         seed=seed,
         budget_epsilon=row.budget_epsilon,
@@ -640,8 +692,18 @@ def run_seed(row: Row, seed: int, *, quick: bool, data_dir: str | None) -> SeedO
     )
 
 
+def _choice(resolved: Resolved | None) -> dict[str, Any] | None:
+    recipe = None if resolved is None else resolved.document.get("recipe")
+    return None if not isinstance(recipe, dict) else recipe.get("chosen")
+
+
 def combine(
-    row: Row, seeds: Sequence[int], outcomes: Sequence[SeedOutcome], *, quick: bool
+    row: Row,
+    seeds: Sequence[int],
+    outcomes: Sequence[SeedOutcome],
+    *,
+    quick: bool,
+    resolved: Resolved | None = None,
 ) -> RowResult:
     """The row's line from its seeds' outcomes (``wall_s``: their run times summed)."""
     accuracies = [o.accuracy for o in outcomes]
@@ -669,19 +731,31 @@ def combine(
         paper_note=row.paper_note,
         target=row.target,
         beats=list(row.beats),
+        margin=row.margin,
         met=None,
         stop_reasons=[o.stop_reason for o in outcomes],
         declined=declined,
         quick=quick,
         wall_s=round(sum(o.wall_s for o in outcomes), 3),
         metrics=[o.metrics for o in outcomes],
+        recipe=_choice(resolved),
+        search_s=None
+        if resolved is None or resolved.search_s is None
+        else round(resolved.search_s, 3),
     )
 
 
-def run_row(row: Row, seeds: Sequence[int], *, quick: bool, data_dir: str | None) -> RowResult:
-    """Run ``row`` once per seed through ``dpfl.simulate``, one seed after the other."""
-    outcomes = [run_seed(row, seed, quick=quick, data_dir=data_dir) for seed in seeds]
-    return combine(row, seeds, outcomes, quick=quick)
+def run_row(
+    row: Row, seeds: Sequence[int], *, quick: bool, data_dir: str | None, cache: Path | None = None
+) -> RowResult:
+    """Run ``row`` once per seed through ``dpfl.simulate``, one seed after the other, after its
+    recipe search if it has one."""
+    resolved = resolve(row, quick=quick, data_dir=data_dir, cache=cache)
+    outcomes = [
+        run_seed(row, seed, quick=quick, data_dir=data_dir, document=resolved.document)
+        for seed in seeds
+    ]
+    return combine(row, seeds, outcomes, quick=quick, resolved=resolved)
 
 
 def _worker_init(threads: int, cores: Any) -> None:
@@ -726,14 +800,16 @@ def run_rows(
     quick: bool,
     data_dir: str | None,
     workers: int,
+    cache: Path | None = None,
 ) -> Iterator[RowResult]:
     """Every row's line, in ``chosen``'s order. ``workers`` > 1 runs the (row, seed) runs in
     that many processes (one thread each, each on its own core when there are enough), longest
-    first (:func:`schedule`); each line is yielded once its row's seeds are done and the rows
-    before it were yielded."""
+    first (:func:`schedule`), after the rows' recipe searches (each a run of its own in the
+    pool); each line is yielded once its row's seeds are done and the rows before it were
+    yielded."""
     if workers == 1:
         for row in chosen:
-            yield run_row(row, seeds, quick=quick, data_dir=data_dir)
+            yield run_row(row, seeds, quick=quick, data_dir=data_dir, cache=cache)
         return
     context = multiprocessing.get_context("spawn")
     cores = context.Queue()
@@ -741,18 +817,30 @@ def run_rows(
         cores.put(core)
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init,
                              initargs=(1, cores)) as pool:  # fmt: skip
+        searches = [
+            pool.submit(resolve, row, quick=quick, data_dir=data_dir, cache=cache) for row in chosen
+        ]
+        resolved = [search.result() for search in searches]
         futures = {
-            (i, seed): pool.submit(run_seed, chosen[i], seed, quick=quick, data_dir=data_dir)
+            (i, seed): pool.submit(
+                run_seed,
+                chosen[i],
+                seed,
+                quick=quick,
+                data_dir=data_dir,
+                document=resolved[i].document,
+            )
             for i, seed in schedule(chosen, seeds)
         }
         for i, row in enumerate(chosen):
             outcomes = [futures[(i, seed)].result() for seed in seeds]
-            yield combine(row, seeds, outcomes, quick=quick)
+            yield combine(row, seeds, outcomes, quick=quick, resolved=resolved[i])
 
 
 def judged(result: RowResult, others: Mapping[str, RowResult]) -> RowResult:
     """``met``: ε within the row's ε, the mean at or above the target and at or above every row
-    of ``beats`` that ran; None when the row has nothing to meet (no target and no ``beats``)."""
+    of ``beats`` that ran, less the row's ``margin``; None when the row has nothing to meet (no
+    target and no ``beats``)."""
     if result.target is None and not result.beats:
         return result
     if result.mean is None or result.epsilon is None:
@@ -763,7 +851,7 @@ def judged(result: RowResult, others: Mapping[str, RowResult]) -> RowResult:
     for name in result.beats:
         other = others.get(name)
         if other is not None and other.mean is not None:
-            ok = ok and result.mean >= other.mean
+            ok = ok and result.mean >= other.mean - result.margin
     return result.model_copy(update={"met": ok})
 
 
@@ -784,7 +872,8 @@ def table(results: Sequence[RowResult]) -> str:
         if r.claimed_epsilon is not None:
             eps = f"{eps}; claim {r.claimed_epsilon:.3g}, not a bound"
         paper = _pct(r.paper) + (f" ({r.paper_note})" if r.paper_note else "")
-        target = _pct(r.target) + ("" if not r.beats else f", ≥ {', '.join(r.beats)}")
+        within = "" if not r.margin else f" − {100 * r.margin:g} points"
+        target = _pct(r.target) + ("" if not r.beats else f", ≥ {', '.join(r.beats)}{within}")
         met = {None: "—", True: "yes", False: "no"}[r.met]
         lines.append(
             f"| {r.row} | {r.agents} | {len(r.seeds)} | {eps} | {r.delta:.3g} | {acc} | {paper} "
@@ -869,8 +958,9 @@ def main(argv: list[str] | None = None) -> int:
     seeds = list(range(1, args.seeds + 1))
     results: dict[str, RowResult] = {}
     # each row's line as soon as it ran (a baseline comes before its rival)
+    cache = args.out / "recipes"
     for line in run_rows(
-        chosen, seeds, quick=args.quick, data_dir=args.data_dir, workers=args.workers
+        chosen, seeds, quick=args.quick, data_dir=args.data_dir, workers=args.workers, cache=cache
     ):
         results[line.row] = judged(line, results)
         print(json.dumps(results[line.row].model_dump(mode="json")), flush=True)
