@@ -144,6 +144,7 @@ def summary(console: Console, result: SimulationResult) -> None:
     extra = {k: v for k, v in result.metrics.items() if k not in ("accuracy", "survivors")}
     if extra:
         console.print("last round: " + ", ".join(f"{k} {v:.4g}" for k, v in sorted(extra.items())))
+    recipe(console, result)
     invitations(console, result)
     if result.stop is not None:
         hint = _STOP_HINTS.get(result.stop.kind, "")
@@ -165,6 +166,22 @@ _RULE_FLAGS = {
     "max_epsilon_per_job": "--agent-max-epsilon-per-job",
     "max_epsilon_total": "--agent-max-epsilon-total",
 }
+
+
+def recipe(console: Console, result: SimulationResult) -> None:
+    """What the job left to defaults, and what a recipe search chose (docs/utility.md#recipes)."""
+    if result.recipe is None:
+        return
+    chosen = result.recipe.chosen
+    if chosen is not None:
+        best = next(t for t in chosen.trials if t.name == chosen.chosen)
+        console.print(
+            f"recipe chosen on {chosen.proxy}: {chosen.chosen} (validation accuracy "
+            f"{best.validation_accuracy:.4f} of {len(chosen.trials)} candidates; dpfl recipe)"
+        )
+    defaults = result.recipe.defaults_used()
+    if defaults:
+        console.print("defaults used: " + ", ".join(defaults))
 
 
 def invitations(console: Console, result: SimulationResult) -> None:

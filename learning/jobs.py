@@ -717,6 +717,15 @@ class RecipeSpec(Strict):
             raise ValueError("give the proxy's holdout as recipe.holdout, not as a spec option")
         return checked
 
+    def defaults_used(self) -> tuple[str, ...]:
+        """The fields the document left unset that keep their default (those the chosen
+        recipe does not set)."""
+        overrides = {} if self.chosen is None else self.chosen.overrides
+        params = overrides.get("params")
+        chosen = {k for k in overrides if k != "params"}
+        chosen |= {f"params.{k}" for k in params} if isinstance(params, dict) else set()
+        return tuple(f for f in self.defaults or () if f not in chosen)
+
     def files(self) -> dict[str, tuple[str, str]]:
         """The proxy's file, as :meth:`DataSpec.files` names files."""
         return _named_files({"recipe.proxy": self.proxy} if self.proxy else {})

@@ -227,13 +227,14 @@ class SimulationResult:
 
 
 def _recipe_json(recipe: RecipeSpec | None) -> dict[str, object] | None:
-    """The job's recipe as the JSON line shows it: the fields it left to defaults, and what a
-    search chose (null when none ran)."""
+    """The job's recipe as the JSON line shows it: the fields its document left unset, those
+    of them that kept their default, and what a search chose (null when none ran)."""
     if recipe is None:
         return None
     chosen = recipe.chosen
     return {
         "defaults": list(recipe.defaults or ()),
+        "defaults_used": list(recipe.defaults_used()),
         "chosen": None if chosen is None else chosen.model_dump(mode="json"),
     }
 

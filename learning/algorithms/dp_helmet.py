@@ -16,11 +16,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
+from types import MappingProxyType
 from typing import ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, JsonValue, field_validator, model_validator
 
 from dpfl.accounting import (
     DpEvent,
@@ -371,10 +372,41 @@ class DpHelmetAgent(ModelUpdateAgent[DpHelmetTask]):
         return flat
 
 
+#: The public-kmeans map of the MNIST recipe (benchmarks/utility/mnist-dp-helmet.yaml).
+_KMEANS: dict[str, JsonValue] = {"centroids": 256, "patch": 5, "stride": 2, "dim": 128, "norm": 3.0}
+
+
+def _helmet(kmeans: dict[str, JsonValue] | None, *, regularization: float) -> dict[str, JsonValue]:
+    """A DP-Helmet recipe: one softmax model (radius 10, inputs clipped to 1, 10 epochs) on the
+    given public-kmeans map, or on the records themselves."""
+    params: dict[str, JsonValue] = {
+        "loss": "softmax",
+        "regularization": regularization,
+        "radius": 10.0,
+        "input_clip": 1.0,
+        "epochs": 10,
+        "features": "identity" if kmeans is None else "public-kmeans",
+    }
+    if kmeans is not None:
+        params["public_kmeans"] = kmeans
+    return {"params": params}
+
+
 class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
     """DP-Helmet; see the module docstring."""
 
     name: ClassVar[str] = "dp-helmet"
+    # the MNIST recipe (one softmax model on a public-kmeans map of the pool) and its
+    # neighbours in regularization and width; the softmax model on pixels
+    recipe_candidates = MappingProxyType(
+        {
+            "kmeans-softmax": _helmet(_KMEANS, regularization=0.0007),
+            "kmeans-softmax-reg-0.0002": _helmet(_KMEANS, regularization=0.0002),
+            "kmeans-softmax-reg-0.002": _helmet(_KMEANS, regularization=0.002),
+            "kmeans-softmax-wide": _helmet({**_KMEANS, "dim": 256}, regularization=0.0007),
+            "pixels-softmax": _helmet(None, regularization=0.0007),
+        }
+    )
     spec_type = DpHelmetJob
     plan_type = DpHelmetPlan
     task_type = DpHelmetTask

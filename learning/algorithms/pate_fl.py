@@ -16,11 +16,12 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Sequence
+from types import MappingProxyType
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import Field, model_validator
+from pydantic import Field, JsonValue, model_validator
 
 from dpfl.accounting import (
     DpEvent,
@@ -313,10 +314,38 @@ class PateFlAgent(VotingAgent[PateFlTask]):
         return flat
 
 
+#: The MNIST recipe's teachers, queries and student (benchmarks/utility.py, chosen on a
+#: validation split: docs/algorithms.md#semi-supervised-student).
+_TEACHERS: dict[str, JsonValue] = {
+    "queries": 100,
+    "query_selection": "kmeans",
+    "batch_size": 32,
+    "teacher_epochs": 20,
+    "teacher_learning_rate": 0.1,
+    "teacher_augment_shift": 1.5,
+    "teacher_schedule": "cosine",
+    "teacher_validation_fraction": 0.1,
+    "student_learning_rate": 0.1,
+    "student": {"method": "consistency", "steps": 8000, "min_margin": 0.1},
+}
+
+
 class PateFl(VotingAlgorithm[PateFlJob, PateFlPlan, PateFlTask]):
     """PATE-FL; see the module docstring."""
 
     name: ClassVar[str] = "pate-fl"
+    # the MNIST recipe (docs/algorithms.md#pate-fl), with twice the queries, and with a
+    # supervised student on the labelled queries only
+    recipe_candidates = MappingProxyType(
+        {
+            "cnn-teachers-consistency": {"model": "cnn", "params": _TEACHERS},
+            "cnn-teachers-200-queries": {"model": "cnn", "params": {**_TEACHERS, "queries": 200}},
+            "cnn-teachers-supervised": {
+                "model": "cnn",
+                "params": {**_TEACHERS, "student": {"method": "supervised", "steps": 2000}},
+            },
+        }
+    )
     spec_type = PateFlJob
     plan_type = PateFlPlan
     task_type = PateFlTask

@@ -45,6 +45,8 @@ def test_the_simulation_reports_the_recipe_its_coordinator_chose(files: RecipeFi
     best = max(chosen["trials"], key=lambda t: t["validation_accuracy"])
     assert chosen["chosen"] == best["name"]
     assert "params.learning_rate" in recipe["defaults"]
+    set_by_search = {f"params.{k}" for k in chosen["overrides"].get("params", {})}
+    assert set(recipe["defaults_used"]) == set(recipe["defaults"]) - set_by_search
     assert line["status"] == "completed"
 
 
@@ -56,6 +58,29 @@ def test_a_job_without_a_search_reports_its_defaults_only(files: RecipeFiles) ->
     )
     assert line["recipe"]["chosen"] is None
     assert "params.clip" in line["recipe"]["defaults"]
+    assert line["recipe"]["defaults_used"] == line["recipe"]["defaults"]
+
+
+def test_dpfl_simulate_says_which_defaults_were_used(files: RecipeFiles, tmp_path: Path) -> None:
+    document = _calibrated(files)
+    document.pop("recipe")
+    job = tmp_path / "job.yaml"
+    job.write_text(yaml.safe_dump(document))
+    done = _dpfl(
+        "simulate",
+        str(job),
+        "--agents",
+        "4",
+        "--transport",
+        "inproc",
+        "--budget-epsilon",
+        "100",
+        "--agent-max-epsilon-per-job",
+        "100",
+    )
+    assert done.returncode == 0, done.stderr
+    text = " ".join((done.stdout + done.stderr).split())
+    assert "defaults used: model, params.features" in text
 
 
 def _dpfl(*args: str) -> subprocess.CompletedProcess[str]:

@@ -1,7 +1,8 @@
 """The house's size figures never grow back (issue 35's targets, held as a ratchet).
 
 Each ceiling is the figure measured when it last changed: a change that lowers a figure lowers
-its ceiling here too, and only a new feature raises one, by what it adds (its commit says so). The targets are 26 500 lines, 15 long functions, 20 untyped maps.
+its ceiling here too, and only a new feature raises one, by what it adds (its commit says so).
+The targets are 26 500 lines, 15 long functions, 20 untyped maps.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-CEILINGS = {"lines": 38_486, "long_functions": 11, "any_maps": 9}
+CEILINGS = {"lines": 38_574, "long_functions": 11, "any_maps": 9}
 
 
 def _metrics_module():  # type: ignore[no-untyped-def]

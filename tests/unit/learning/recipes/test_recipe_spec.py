@@ -96,3 +96,39 @@ def test_a_bad_holdout_is_refused(spec: str) -> None:
 def test_a_job_may_validate_on_a_holdout_view() -> None:
     job = _job(data={"dataset": "digits?holdout=0.2"})
     assert job.data.dataset == "digits?holdout=0.2"
+
+
+def test_every_algorithm_s_candidates_make_valid_jobs() -> None:
+    """Each candidate of each algorithm's list parses on a job of that algorithm with a public
+    pool (a broken table would only show as a failed trial)."""
+    from dpfl.learning.algorithms.registry import algorithm_names, get_algorithm
+    from dpfl.learning.recipes import with_recipe
+
+    tried = 0
+    for name in algorithm_names():
+        document = {
+            "name": "c",
+            "algorithm": name,
+            "data": {"dataset": "mnist", "public": {"source": "test", "fraction": 0.3}},
+            "privacy": {"target_epsilon": 4.0},
+        }
+        base = parse_job(document)
+        for candidate, overrides in get_algorithm(name).recipe_candidates.items():
+            job = with_recipe(base, overrides)
+            assert job.algorithm == name, candidate
+            tried += 1
+    assert tried >= 13
+
+
+def test_the_defaults_used_are_those_the_chosen_recipe_left() -> None:
+    trial = {
+        "name": "x",
+        "overrides": {"params": {"learning_rate": 1.0}},
+        "validation_accuracy": 0.9,
+    }
+    chosen = {"proxy": "mnist", "agents": 10, "chosen": "x", "trials": [trial]}
+    job = _job(recipe={"chosen": {**chosen, "overrides": trial["overrides"]}})
+    assert job.recipe.defaults is not None
+    assert "params.learning_rate" in job.recipe.defaults
+    assert "params.learning_rate" not in job.recipe.defaults_used()
+    assert set(job.recipe.defaults_used()) == set(job.recipe.defaults) - {"params.learning_rate"}
