@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from dpfl.learning.data.public import JobSplits, PublicPool
 
 __all__ = [
+    "ALTERNATIVE_FIELDS",
     "FIELD_RANGES",
     "RECIPE_FIELDS",
     "DataSpec",
@@ -360,6 +361,12 @@ def _named_files(named: Mapping[str, str]) -> dict[str, tuple[str, str]]:
             path = rest
         out[field] = (text, path)
     return out
+
+
+#: The benchmark's image data sets, whose jobs get their algorithm's ``IMAGE_RECIPE``.
+_IMAGE_SETS = ("mnist", "fashion-mnist", "usps")
+#: Fields that answer one question: a default recipe never sets one beside the other.
+ALTERNATIVE_FIELDS = {"local_epochs": ("local_steps",), "local_steps": ("local_epochs",)}
 
 
 def _bare_data_set(spec: str) -> str:
@@ -763,6 +770,11 @@ class JobSpec(Strict):
 
     params: Strict
 
+    #: The recipe a job of this algorithm on one of the benchmark's image data sets (MNIST,
+    #: Fashion-MNIST, USPS) gets for the fields its document leaves unset, when it leaves the
+    #: model unset or names the recipe's own (docs/utility.md#defaults-that-work); other data
+    #: keep the fields' own defaults.
+    IMAGE_RECIPE: ClassVar[Mapping[str, JsonValue]] = MappingProxyType({})
     #: The protected units this algorithm supports (checked against ``privacy.unit``).
     UNITS: ClassVar[tuple[str, ...]] = ("record", "agent")
     #: The ``privacy.accounting`` values this algorithm offers.
@@ -796,7 +808,34 @@ class JobSpec(Strict):
         given = set(params) if isinstance(params, Mapping) else set(names)
         unset = [f for f in RECIPE_FIELDS if f not in data]
         unset += [f"params.{name}" for name in names if name not in given]
-        return {**data, "recipe": {**recipe, "defaults": unset}}
+        return {**cls._image_recipe(data, unset), "recipe": {**recipe, "defaults": unset}}
+
+    @classmethod
+    def _image_recipe(cls, data: Mapping[object, object], unset: list[str]) -> dict[object, object]:
+        """``data`` with :attr:`IMAGE_RECIPE` filling the fields in ``unset``, on an image
+        data set of the benchmark; a field one of whose alternatives is given stays unset."""
+        recipe, out = cls.IMAGE_RECIPE, dict(data)
+        section = data.get("data")
+        dataset = section.get("dataset") if isinstance(section, Mapping) else None
+        model = data.get("model", recipe.get("model"))
+        if not recipe or not isinstance(dataset, str) or _bare_name(dataset) not in _IMAGE_SETS:
+            return out
+        if model != recipe.get("model"):
+            return out
+        for field in RECIPE_FIELDS:
+            if field in recipe and field in unset:
+                out[field] = recipe[field]
+        given = data.get("params", {})
+        if not isinstance(given, Mapping):
+            return out  # refused by validation, naming params
+        params, defaults = dict(given), recipe.get("params")
+        for name, value in defaults.items() if isinstance(defaults, Mapping) else ():
+            if f"params.{name}" in unset and not any(
+                a in params for a in ALTERNATIVE_FIELDS.get(name, ())
+            ):
+                params[name] = value
+        out["params"] = params
+        return out
 
     @model_validator(mode="after")
     def _proxy_is_not_private(self) -> JobSpec:

@@ -21,6 +21,7 @@ from dpfl.learning.algorithms.base import AlgorithmError
 from dpfl.learning.algorithms.registry import get_algorithm
 from dpfl.learning.errors import LearningError
 from dpfl.learning.jobs import (
+    ALTERNATIVE_FIELDS,
     RECIPE_FIELDS,
     JobSpec,
     RecipeChoice,
@@ -90,12 +91,22 @@ def _merge(base: Mapping[str, JsonValue], extra: Mapping[str, JsonValue]) -> dic
 
 
 def with_recipe(job: JobSpec, overrides: Mapping[str, JsonValue]) -> JobSpec:
-    """``job`` with a candidate's fields set (its recipe record unchanged).
+    """``job`` with a candidate's fields set (its recipe record unchanged); a field that
+    answers the same question as one the candidate sets (``local_epochs`` beside
+    ``local_steps``) is cleared when the document left it to defaults.
 
     Raises:
         JobSpecError: the candidate makes the job invalid.
     """
-    return parse_job(_merge(job_to_dict(job), overrides))
+    document = _merge(job_to_dict(job), overrides)
+    params, unset = overrides.get("params"), job.recipe.defaults or ()
+    merged = document.get("params")
+    if isinstance(params, Mapping) and isinstance(merged, dict):
+        for name in params:
+            for other in ALTERNATIVE_FIELDS.get(name, ()):
+                if f"params.{other}" in unset and other not in params:
+                    merged[other] = None
+    return parse_job(document)
 
 
 def proxy_job(job: JobSpec, *, holdout: float | None = None) -> JobSpec:

@@ -248,3 +248,77 @@ def test_each_dp_fed_ls_row_and_its_baseline_differ_only_in_the_smoothing() -> N
         assert recipe(mine) == recipe(theirs)
         server = mine["server_optimizer"]["learning_rate"]
         assert server == utility.FEDLS_SERVER_RATE[mine["client_sampling"]]
+
+
+def test_a_row_within_a_margin_of_another_is_met() -> None:
+    utility = _utility()
+    base = {
+        "series": "s",
+        "algorithm": "a",
+        "agents": 2,
+        "seeds": [1],
+        "accuracies": [0.9],
+        "std": None,
+        "epsilon": 3.0,
+        "epsilon_target": 4.0,
+        "delta": 1e-5,
+        "paper": None,
+        "paper_note": "",
+        "met": None,
+        "stop_reasons": [None],
+        "declined": {},
+        "quick": False,
+        "wall_s": 1.0,
+        "target": None,
+    }
+    documented = utility.RowResult(row="doc", mean=0.925, beats=[], **base)
+    near = utility.RowResult(row="plain", mean=0.91, beats=["doc"], margin=0.02, **base)
+    far = near.model_copy(update={"mean": 0.90})
+    assert utility.judged(near, {"doc": documented}).met is True
+    assert utility.judged(far, {"doc": documented}).met is False
+    assert "≥ doc − 2 points" in utility.table([near])
+
+
+@pytest.mark.slow
+def test_a_row_s_recipe_is_searched_once_and_kept(tmp_path: Path) -> None:
+    """``resolve`` runs the row's search and keeps it by the job's hash: a second resolve reads
+    it back without searching (the proxy is gone by then); each seed then runs the choice."""
+    from support.recipe_data import recipe_files
+
+    utility = _utility()
+    files = recipe_files(tmp_path)
+    candidates = [{"params": {"learning_rate": 1e-4}}, {"params": {"learning_rate": 1.0}}]
+    row = utility.Row(
+        name="searched",
+        series="s",
+        job=files.job(candidates=candidates),
+        agents=4,
+        epsilon=8.0,
+        delta=1e-5,
+    )
+    cache = tmp_path / "recipes"
+    first = utility.resolve(row, quick=False, data_dir=None, cache=cache)
+    chosen = first.document["recipe"]["chosen"]
+    assert chosen["chosen"] == "candidate-2"
+    assert first.search_s is not None
+    assert first.search_s > 0
+    assert len(list(cache.iterdir())) == 1
+    files.proxy.unlink()
+    again = utility.resolve(row, quick=False, data_dir=None, cache=cache)
+    assert again == first
+    line = utility.combine(row, [1], [], quick=False, resolved=again)
+    assert line.recipe == chosen
+
+
+def test_the_recipe_rows_search_on_another_data_set() -> None:
+    utility = _utility()
+    rows = [r for r in utility.rows() if r.series == "recipes"]
+    assert len(rows) == 5
+    for row in rows:
+        job = parse_job(row.document())
+        if job.recipe.search:
+            assert job.recipe.proxy is not None
+            assert job.recipe.proxy.split("?")[0] != job.data.dataset.split("?")[0]
+        assert not parse_job(row.document(quick=True)).recipe.search
+    plain = parse_job(next(r for r in rows if r.name == "mnist-plain-dp-fedavg").document())
+    assert plain.params.features == "gabor"  # type: ignore[attr-defined]  # the image defaults

@@ -3,8 +3,8 @@
 Both algorithms need every agent and the coordinator to apply the SAME map φ that depends on no
 private data. Two kinds:
 
-- fixed maps (:mod:`dpfl.learning.features`: ``identity``, ``random-projection``): the task's
-  spec string is enough, each agent rebuilds φ from it alone;
+- fixed maps (:mod:`dpfl.learning.features`: ``identity``, ``random-projection``, ``gabor``):
+  the task's spec string is enough, each agent rebuilds φ from it alone;
 - maps learned from the public pool (:mod:`dpfl.learning.public_features`: ``public-kmeans``,
   ``public-pca``):
   the coordinator fits φ at ``initial_state`` on ``CoordinatorData.public_x`` only, ships the
@@ -27,6 +27,7 @@ __all__ = [
     "FEATURE_KINDS",
     "SHA256_PATTERN",
     "FeatureParams",
+    "GaborParams",
     "LearnedFeature",
     "PublicKMeansParams",
     "PublicPcaParams",
@@ -38,7 +39,7 @@ __all__ = [
 ]
 
 #: What ``params.features`` may name.
-FEATURE_KINDS = Literal["identity", "random-projection", "public-kmeans", "public-pca"]
+FEATURE_KINDS = Literal["identity", "random-projection", "gabor", "public-kmeans", "public-pca"]
 #: A lowercase hex SHA-256, as tasks name a feature-map artifact.
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 
@@ -58,6 +59,16 @@ class PublicKMeansParams(Strict):
     norm: float = Field(default=1.0, gt=0)
 
 
+class GaborParams(Strict):
+    """Options of the ``gabor`` map (docs/features.md#gabor): orientations of the bank, the
+    pooling grid's side and the records' norm; chosen on validation splits of MNIST,
+    Fashion-MNIST and USPS (docs/utility.md#defaults-that-work)."""
+
+    orientations: int = Field(default=8, ge=1, le=32)
+    pool: int = Field(default=3, ge=1, le=8)
+    norm: float = Field(default=8.0, gt=0)
+
+
 class PublicPcaParams(Strict):
     """Options of the ``public-pca`` map (docs/features.md#public-pca)."""
 
@@ -74,6 +85,7 @@ class FeatureParams(Strict):
     # the learned map's options (features: public-kmeans or public-pca; docs/features.md)
     public_kmeans: PublicKMeansParams = PublicKMeansParams()
     public_pca: PublicPcaParams = PublicPcaParams()
+    gabor: GaborParams = GaborParams()
 
     def feature_spec(self) -> str:
         """The full spec string of φ (:func:`feature_spec`).
@@ -81,6 +93,9 @@ class FeatureParams(Strict):
         Raises:
             AlgorithmError: options the learned map refuses.
         """
+        if self.features == "gabor":
+            g = self.gabor
+            return f"gabor?norm={g.norm:g}&orientations={g.orientations}&pool={g.pool}"
         return feature_spec(
             self.features,
             dim=self.projection_dim,
