@@ -49,6 +49,7 @@ from dpfl.mechanisms.encoding import EncodingConfig
 
 __all__ = [
     "ALGORITHM",
+    "MNIST_TEACHERS",
     "DomainAdaptation",
     "PateFl",
     "PateFlJob",
@@ -316,7 +317,7 @@ class PateFlAgent(VotingAgent[PateFlTask]):
 
 #: The MNIST recipe's teachers, queries and student (benchmarks/utility.py, chosen on a
 #: validation split: docs/algorithms.md#semi-supervised-student).
-_TEACHERS: dict[str, JsonValue] = {
+MNIST_TEACHERS: dict[str, JsonValue] = {
     "queries": 100,
     "query_selection": "kmeans",
     "batch_size": 32,
@@ -338,11 +339,14 @@ class PateFl(VotingAlgorithm[PateFlJob, PateFlPlan, PateFlTask]):
     # supervised student on the labelled queries only
     recipe_candidates = MappingProxyType(
         {
-            "cnn-teachers-consistency": {"model": "cnn", "params": _TEACHERS},
-            "cnn-teachers-200-queries": {"model": "cnn", "params": {**_TEACHERS, "queries": 200}},
+            "cnn-teachers-consistency": {"model": "cnn", "params": MNIST_TEACHERS},
+            "cnn-teachers-200-queries": {
+                "model": "cnn",
+                "params": {**MNIST_TEACHERS, "queries": 200},
+            },
             "cnn-teachers-supervised": {
                 "model": "cnn",
-                "params": {**_TEACHERS, "student": {"method": "supervised", "steps": 2000}},
+                "params": {**MNIST_TEACHERS, "student": {"method": "supervised", "steps": 2000}},
             },
         }
     )
