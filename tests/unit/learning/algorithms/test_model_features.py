@@ -45,6 +45,7 @@ def _job(features: str = "public-kmeans", **params: object) -> dict[str, object]
             "public_kmeans": KMEANS,
             "public_pca": {"dim": 12},
             "projection_dim": 24,
+            "gabor": {"orientations": 4, "pool": 2},
             **params,
         },
     }
@@ -55,7 +56,13 @@ Split = tuple[CoordinatorData, AgentData]
 
 @pytest.mark.parametrize(
     ("features", "width"),
-    [("public-kmeans", 16), ("public-pca", 12), ("random-projection", 24), ("identity", None)],
+    [
+        ("public-kmeans", 16),
+        ("public-pca", 12),
+        ("random-projection", 24),
+        ("gabor", (2 * 4 + 1) * 4),
+        ("identity", None),
+    ],
 )
 def test_the_plan_sizes_the_model_for_the_maps_output(
     features: str, width: int | None, digits_public_split: Split
@@ -216,3 +223,16 @@ def test_dp_fedsgd_trains_behind_a_learned_map_end_to_end(digits_public_split: S
     assert max(result.epsilon.values()) <= 8.0 + 1e-9
     with pytest.raises(AlgorithmError, match="use logreg or mlp"):
         FEDSGD.plan(parse_job({**doc, "model": "cnn"}), population=4, data=coordinator)
+
+
+def test_dp_fedavg_behind_the_gabor_map_end_to_end() -> None:
+    """The fixed Gabor map needs no pool and ships nothing: the job completes through the whole
+    system, within its ε, and learns on digits' 8 × 8 images."""
+    doc = _job("gabor")
+    doc["rounds"] = 5
+    doc["data"] = {"dataset": "digits", "partition": {"scheme": "iid"}}
+    result = simulate_job(parse_job(doc), agents=10)
+    assert result.status == "completed", result.error
+    assert max(result.epsilon.values()) <= 8.0 + 1e-9
+    assert result.accuracy is not None
+    assert result.accuracy >= 0.6
