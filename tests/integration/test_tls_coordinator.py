@@ -9,8 +9,9 @@ runs. Checked:
   certificate's CN) and complete a secure-aggregation round;
 - a stolen credential used with another agent's (valid) certificate is refused, and the thief
   takes no part in the round;
-- the wrong CA, a plaintext agent, a certificate of a foreign CA and a missing client
-  certificate are refused by the handshake with an error naming the problem, and leave no trace:
+- the wrong CA, a plaintext agent, a certificate of a foreign CA, a missing client certificate
+  and a peer certificate (the malicious-secure rounds' usage only, even from the coordinator's
+  own CA) are refused by the handshake with an error naming the problem, and leave no trace:
   no agent, no credential, the token unused, no round, no ledger entry, no local enrolment.
 """
 
@@ -136,6 +137,8 @@ REFUSALS = [
     ("plaintext agent", None, None, "a TLS coordinator closes plaintext connections"),
     ("certificate of a foreign CA", "ca", "intruder", "under mutual TLS"),
     ("no client certificate", "ca", None, "under mutual TLS"),
+    # issued by the coordinator's own CA, but for peer signatures only: not a TLS client
+    ("a peer certificate as the TLS certificate", "ca", "peer-only", "under mutual TLS"),
 ]
 
 

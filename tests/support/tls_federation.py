@@ -54,6 +54,13 @@ def make_pki(root: Path) -> Pki:
     tls.init_pki(ca_dir, hostnames=("127.0.0.1", "localhost"))
     for name in AGENTS:
         tls.issue_agent_files(ca_dir, name=name, out=root / "agents")
+    # a peer certificate (malicious-secure rounds' usage only) from the coordinator's own CA:
+    # a misconfigured federation whose one CA signs both kinds
+    peer = tls.issue_peer_certificate(
+        tls.load_pair(ca_dir / tls.CA_CERT, ca_dir / tls.CA_KEY), name="peer-only"
+    )
+    (root / "agents" / "peer-only.pem").write_bytes(peer.certificate)
+    (root / "agents" / "peer-only.key").write_bytes(peer.private_key)
     foreign = root / "foreign"
     tls.init_pki(foreign, hostnames=("127.0.0.1",))
     tls.issue_agent_files(foreign, name="intruder")
