@@ -628,7 +628,8 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
 
     model_direction = 1.0  # the mean update is added
     # a linear model on a map fitted on the public pool where there is one (the measured
-    # non-IID recipe and its neighbours), else on pixels; a cnn on pixels
+    # non-IID recipe and its neighbours), on pixels, and on the fixed Gabor map (the image
+    # default, and gentler local steps for splits of few classes)
     recipe_candidates = MappingProxyType(
         {
             "kmeans-logreg": {
@@ -653,15 +654,13 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
                 "model": "logreg",
                 "params": {"features": "identity", "local_epochs": 1, "learning_rate": 1.0},
             },
-            "pixels-cnn": {
-                "model": "cnn",
-                "params": {
-                    "features": "identity",
-                    "local_steps": 20,
-                    "batch_size": 32,
-                    "learning_rate": 0.3,
-                    "server_optimizer": {"kind": "adam", "learning_rate": 0.02},
-                },
+            "gabor-logreg": {
+                "model": "logreg",
+                "params": {"features": "gabor", "local_epochs": 2, "learning_rate": 1.0},
+            },
+            "gabor-logreg-gentle": {
+                "model": "logreg",
+                "params": {"features": "gabor", "local_epochs": 1, "learning_rate": 0.3},
             },
         }
     )

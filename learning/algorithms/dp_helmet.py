@@ -376,16 +376,18 @@ class DpHelmetAgent(ModelUpdateAgent[DpHelmetTask]):
 _KMEANS: dict[str, JsonValue] = {"centroids": 256, "patch": 5, "stride": 2, "dim": 128, "norm": 3.0}
 
 
-def _helmet(kmeans: dict[str, JsonValue] | None, *, regularization: float) -> dict[str, JsonValue]:
+def _helmet(
+    kmeans: dict[str, JsonValue] | None, *, regularization: float, features: str = "identity"
+) -> dict[str, JsonValue]:
     """A DP-Helmet recipe: one softmax model (radius 10, inputs clipped to 1, 10 epochs) on the
-    given public-kmeans map, or on the records themselves."""
+    given public-kmeans map, else on the fixed map ``features``."""
     params: dict[str, JsonValue] = {
         "loss": "softmax",
         "regularization": regularization,
         "radius": 10.0,
         "input_clip": 1.0,
         "epochs": 10,
-        "features": "identity" if kmeans is None else "public-kmeans",
+        "features": features if kmeans is None else "public-kmeans",
     }
     if kmeans is not None:
         params["public_kmeans"] = kmeans
@@ -397,7 +399,7 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
 
     name: ClassVar[str] = "dp-helmet"
     # the MNIST recipe (one softmax model on a public-kmeans map of the pool) and its
-    # neighbours in regularization and width; the softmax model on pixels
+    # neighbours in regularization and width; the softmax model on pixels and on the Gabor map
     recipe_candidates = MappingProxyType(
         {
             "kmeans-softmax": _helmet(_KMEANS, regularization=0.0007),
@@ -405,6 +407,7 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
             "kmeans-softmax-reg-0.002": _helmet(_KMEANS, regularization=0.002),
             "kmeans-softmax-wide": _helmet({**_KMEANS, "dim": 256}, regularization=0.0007),
             "pixels-softmax": _helmet(None, regularization=0.0007),
+            "gabor-softmax": _helmet(None, regularization=0.0007, features="gabor"),
         }
     )
     spec_type = DpHelmetJob

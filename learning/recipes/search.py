@@ -151,13 +151,21 @@ def search_recipe(
         progress: called with each trial as it ends.
 
     Raises:
-        RecipeError: no proxy, or no candidate ran on it (each trial's error is named).
+        RecipeError: no candidate sets a field the job leaves unset, or none ran on the proxy
+            (each trial's error is named).
     """
     if job.recipe.chosen is not None:
         return job
     population = job.recipe.agents or agents
+    found = candidates(job)
+    if len(found) == 1:
+        listed = "recipe.candidates" if job.recipe.candidates else f"{job.algorithm}'s candidates"
+        raise RecipeError(
+            f"nothing to search: none of {listed} sets a field the job leaves unset (a search "
+            "never changes what the document states; give recipe.candidates)"
+        )
     trials: list[RecipeTrial] = []
-    for name, overrides in candidates(job):
+    for name, overrides in found:
         trial = _trial(job, name, overrides, population, data_dir, device)
         trials.append(trial)
         if progress is not None:

@@ -76,13 +76,26 @@ def test_the_best_candidate_on_the_proxy_is_chosen_and_every_trial_kept(
 
 
 def test_a_field_the_user_set_is_never_searched(files: RecipeFiles) -> None:
+    """Both candidates set only the learning rate, which the user gave: nothing is left to
+    search, and the search says so instead of running the job as written alone."""
     document = files.job(candidates=CANDIDATES)
     document["params"] = {**document["params"], "learning_rate": 1e-4}
-    chosen = search_recipe(parse_job(document), agents=4)
-    assert chosen.params.learning_rate == 1e-4  # type: ignore[attr-defined]
-    record = chosen.recipe.chosen
-    assert record is not None
-    assert [t.name for t in record.trials] == [AS_WRITTEN]
+    with pytest.raises(RecipeError, match=r"nothing to search: none of recipe\.candidates"):
+        search_recipe(parse_job(document), agents=4)
+
+
+def test_an_algorithm_without_candidates_needs_the_job_s_own() -> None:
+    job = parse_job(
+        {
+            "name": "s",
+            "algorithm": "dp-fedsgd",
+            "data": {"dataset": "digits"},
+            "privacy": {"unit": "record", "target_epsilon": 4.0},
+            "recipe": {"search": True, "proxy": "mnist"},
+        }
+    )
+    with pytest.raises(RecipeError, match="dp-fedsgd's candidates"):
+        search_recipe(job, agents=4)
 
 
 def test_a_candidate_that_cannot_run_is_a_trial_with_its_reason(files: RecipeFiles) -> None:
