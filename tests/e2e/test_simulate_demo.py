@@ -62,6 +62,7 @@ def test_simulate_100_agents_inproc_reaches_60_percent_at_epsilon_4(tmp_path: Pa
         "invitations",
         "per_round",
         "stop_reason",
+        "recipe",
     }
     assert result["status"] == "completed"
     assert result["stop_reason"] is None
