@@ -137,3 +137,31 @@ def test_dp_fedavg_releases_samples_of_zero_and_one_agents_as_the_coordinator_do
     lone = result.rounds[0].participants[0]
     assert len(result.agent_ledgers[lone]) >= 1
     assert all(not math.isnan(r.metrics["accuracy"]) for r in result.rounds)
+
+
+@pytest.mark.slow
+def test_an_honest_malicious_secure_run_gives_the_semi_honest_model_and_ledger() -> None:
+    """The same job, data and randomness under both protocols, with a dropout in stage 3: the
+    malicious-secure variant (signed keys, the roster's graph, the consistency round) releases
+    exactly the semi-honest sum, so the final model is the same to the byte, and the
+    coordinator charges the same events to the same clients."""
+    runs = {}
+    for threat in ("semi-honest", "malicious"):
+        job = make_job(
+            rounds=2,
+            secagg={"threat_model": threat, "dropout_fraction": 0.2, "corrupt_fraction": 0.05},
+            params={"sampling_rate": 1.0},
+        )
+        runs[threat] = run_job(
+            job,
+            num_agents=8,
+            seed=b"same-model-under-both-protocols",
+            dropouts={2: {Stage.MASKED_INPUT: [3]}},
+        )
+    honest, malicious = runs["semi-honest"], runs["malicious"]
+    assert [r.participants for r in malicious.rounds] == [r.participants for r in honest.rounds]
+    assert len(honest.rounds[1].participants) == 7  # the dropout left the second sum
+    assert malicious.state.model == honest.state.model
+    assert {c: [x.event for x in charges] for c, charges in malicious.ledger.items()} == {
+        c: [x.event for x in charges] for c, charges in honest.ledger.items()
+    }
