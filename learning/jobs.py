@@ -662,6 +662,8 @@ class VotingParams(Strict):
 # ---------------------------------------------------------------------------------------------
 # the recipe
 
+#: At most this many candidates a search runs (each is a whole simulated run at submission).
+MAX_CANDIDATES = 16
 #: The job fields a recipe chooses besides ``params.*`` (docs/utility.md#recipes).
 RECIPE_FIELDS = ("model", "rounds")
 
@@ -685,7 +687,7 @@ class RecipeChoice(Strict):
     agents: int = Field(ge=1)
     chosen: str
     overrides: dict[str, JsonValue]
-    trials: tuple[RecipeTrial, ...] = Field(min_length=1)
+    trials: tuple[RecipeTrial, ...] = Field(min_length=1, max_length=MAX_CANDIDATES + 1)
 
     @model_validator(mode="after")
     def _chosen_is_a_trial(self) -> RecipeChoice:
@@ -710,7 +712,9 @@ class RecipeSpec(Strict):
     proxy: str | None = None
     holdout: float = Field(default=0.2, gt=0, le=0.5)
     agents: int | None = Field(default=None, ge=2)
-    candidates: tuple[dict[str, JsonValue], ...] | None = Field(default=None, min_length=1)
+    candidates: tuple[dict[str, JsonValue], ...] | None = Field(
+        default=None, min_length=1, max_length=MAX_CANDIDATES
+    )
     defaults: tuple[str, ...] | None = None
     chosen: RecipeChoice | None = None
 

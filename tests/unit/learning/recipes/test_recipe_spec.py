@@ -132,3 +132,10 @@ def test_the_defaults_used_are_those_the_chosen_recipe_left() -> None:
     assert "params.learning_rate" in job.recipe.defaults
     assert "params.learning_rate" not in job.recipe.defaults_used()
     assert set(job.recipe.defaults_used()) == set(job.recipe.defaults) - {"params.learning_rate"}
+
+
+def test_a_search_runs_at_most_sixteen_candidates() -> None:
+    many = [{"params": {"learning_rate": 0.1 * (i + 1)}} for i in range(17)]
+    with pytest.raises(JobSpecError, match=r"recipe\.candidates"):
+        _job(recipe={"candidates": many})
+    assert _job(recipe={"candidates": many[:16]}).recipe.candidates is not None
