@@ -2,8 +2,9 @@
 
 Prints ONE JSON line per row (accuracy mean, std and per seed; ε, the largest over clients of the
 coordinator's ledger; δ; the paper's figure; the target and whether it was met) and writes
-``table.md`` and ``curves.png`` (accuracy against ε) to ``--out``. ``--quick`` runs a tiny digits
-version of each row (a smoke test, not a result).
+``table.md``, ``curves.png`` (accuracy against ε) and ``targets.png`` (each row's seeds against its
+target) to ``--out``; ``--replot LINES`` writes them again from a file of such lines, running
+nothing. ``--quick`` runs a tiny digits version of each row (a smoke test, not a result).
 
 Usage: ``python benchmarks/utility.py [--rows NAME,...] [--seeds K] [--out DIR] [--quick]
 [--workers W]``.
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 ROWS_DIR = Path(__file__).resolve().parent / "utility"
 
@@ -1040,6 +1041,71 @@ def curves(results: Sequence[RowResult], path: Path) -> None:
     plt.close(fig)
 
 
+def _bar(r: RowResult, means: Mapping[str, float]) -> float | None:
+    """The accuracy ``r`` had to reach: its target, or its rivals' best mean less its margin."""
+    if r.target is not None:
+        return r.target
+    rivals = [means[b] for b in r.beats if b in means]
+    return max(rivals) - r.margin if rivals else None
+
+
+def targets(results: Sequence[RowResult], path: Path) -> None:
+    """Each row with a target or rivals: its seeds' accuracies and mean against what it had to
+    reach."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    means = {r.row: r.mean for r in results if r.mean is not None}
+    aimed = [(r, bar) for r in results if (bar := _bar(r, means)) is not None]
+    fig, ax = plt.subplots(figsize=(7.5, 0.6 * len(aimed) + 1.8))
+    for i, (r, bar) in enumerate(aimed):
+        seeds = [100 * a for a in r.accuracies if a is not None]
+        ax.scatter(seeds, [i] * len(seeds), s=14, color="tab:blue", alpha=0.6,
+                   label="seed" if i == 0 else None)  # fmt: skip
+        if r.mean is not None:
+            ax.scatter([100 * r.mean], [i], s=60, marker="D", zorder=3,
+                       color="tab:green" if r.met else "tab:red")  # fmt: skip
+        ax.plot([100 * bar] * 2, [i - 0.35, i + 0.35], color="black", linewidth=2,
+                label="target" if i == 0 else None)  # fmt: skip
+    ax.set_yticks(range(len(aimed)), [f"{r.row} (ε {r.epsilon_target:g})" for r, _ in aimed])
+    ax.set_xlabel("test accuracy (%); mean: green diamond met, red missed")
+    ax.grid(axis="x", alpha=0.3)
+    if aimed:
+        ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def write_reports(final: Sequence[RowResult], out: Path) -> None:
+    """``table.md``, ``curves.png`` and ``targets.png`` of the rows' lines under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "table.md").write_text(table(final), encoding="utf-8")
+    curves(final, out / "curves.png")
+    targets(final, out / "targets.png")
+
+
+def replot(lines: Path, out: Path) -> None:
+    """The reports of a results file of JSON lines (one :class:`RowResult` each), run again;
+    a row measured twice keeps its last line.
+
+    Raises:
+        ValueError: a line that is not a row's result, naming its number.
+    """
+    results: dict[str, RowResult] = {}
+    for number, text in enumerate(lines.read_text(encoding="utf-8").splitlines(), start=1):
+        if not text.strip():
+            continue
+        try:
+            line = RowResult.model_validate_json(text)
+        except ValidationError as exc:
+            raise ValueError(f"{lines}:{number}: not a row's result line: {exc}") from exc
+        results[line.row] = line
+    write_reports(list(results.values()), out)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument(
@@ -1060,7 +1126,20 @@ def main(argv: list[str] | None = None) -> int:
         help="processes running the rows' seeds side by side, one thread each (default 1: "
         "one run after the other in this process)",
     )
+    parser.add_argument(
+        "--replot",
+        type=Path,
+        default=None,
+        help="write table.md, curves.png and targets.png of this file of result lines to --out, "
+        "running nothing",
+    )
     args = parser.parse_args(argv)
+    if args.replot is not None:
+        try:
+            replot(args.replot, args.out)
+        except (OSError, ValueError) as exc:
+            parser.error(str(exc))
+        return 0
     every = rows()
     if args.list:
         for row in every:
@@ -1088,9 +1167,7 @@ def main(argv: list[str] | None = None) -> int:
         results[line.row] = judged(line, results)
         print(json.dumps(results[line.row].model_dump(mode="json")), flush=True)
     final = [results[r.name] for r in chosen]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "table.md").write_text(table(final), encoding="utf-8")
-    curves(final, args.out / "curves.png")
+    write_reports(final, args.out)
     failed = [r.row for r in final if r.mean is None or not math.isfinite(r.mean)]
     if failed:
         print(f"rows without an accuracy on every seed: {', '.join(failed)}", file=sys.stderr)

@@ -134,6 +134,38 @@ def test_quick_run_writes_lines_table_and_curves(tmp_path: Path) -> None:
     assert table.count("\n") == 4
     assert "mnist-iid-dp-fed-ls-poisson-eps7" in table
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (tmp_path / "targets.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_replot_writes_the_reports_of_stored_lines(tmp_path: Path) -> None:
+    """The recipe rows' published lines: the table again, and the targets plot, whose bar for a
+    row judged against a rival is the rival's mean less the margin."""
+    utility = _utility()
+    stored = ROOT / "docs" / "results" / "utility-recipes.jsonl"
+    utility.replot(stored, tmp_path)
+    table = (tmp_path / "table.md").read_text(encoding="utf-8")
+    assert "| fmnist-dp-helmet | 100 | 3 |" in table
+    for name in ("curves.png", "targets.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    lines = [utility.RowResult.model_validate_json(x) for x in stored.read_text().splitlines()]
+    means = {r.row: r.mean for r in lines if r.mean is not None}
+    (plain,) = [r for r in lines if r.row == "mnist-plain-dp-fedavg"]
+    assert plain.target is None
+    assert utility._bar(plain, means) == pytest.approx(means["mnist-noniid-dp-fedavg"] - 0.02)
+
+
+def test_replot_names_a_line_that_is_not_a_result(tmp_path: Path) -> None:
+    bad = tmp_path / "lines.jsonl"
+    stored = (ROOT / "docs" / "results" / "utility-recipes.jsonl").read_text().splitlines()
+    bad.write_text(stored[0] + "\n" + '{"row": "x"}\n', encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "utility.py"), "--replot", str(bad),
+         "--out", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert f"{bad}:2: not a row's result line" in done.stderr
+    assert not (tmp_path / "out").exists()
 
 
 def test_seed_outcomes_combine_into_the_row_line() -> None:
