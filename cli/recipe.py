@@ -87,9 +87,16 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
+def _figure(trial: RecipeTrial) -> str:
+    """The trial's validation accuracy, with each run's when there were several."""
+    if trial.validation_accuracy is None:
+        return trial.error or "—"
+    runs = f" (runs {' / '.join(f'{r:.4f}' for r in trial.runs)})" if len(trial.runs) > 1 else ""
+    return f"{trial.validation_accuracy:.4f}{runs}"
+
+
 def _progress(trial: RecipeTrial) -> None:
-    figure = "—" if trial.validation_accuracy is None else f"{trial.validation_accuracy:.4f}"
-    print(f"  {trial.name}: {figure} ({trial.seconds:.0f} s)", file=sys.stderr)
+    print(f"  {trial.name}: {_figure(trial)} ({trial.seconds:.0f} s)", file=sys.stderr)
 
 
 def _defaults(job: JobSpec) -> dict[str, object]:
@@ -125,9 +132,8 @@ def _print(job: JobSpec) -> None:
         for column in ("candidate", "validation accuracy", "s", "sets"):
             table.add_column(column)
         for t in chosen.trials:
-            figure = t.error or f"{t.validation_accuracy:.4f}"
             mark = " (chosen)" if t.name == chosen.chosen else ""
-            table.add_row(t.name + mark, figure, f"{t.seconds:.0f}", json.dumps(t.overrides))
+            table.add_row(t.name + mark, _figure(t), f"{t.seconds:.0f}", json.dumps(t.overrides))
         console.print(table)
     table = Table(title=f"{job.name}: fields left to defaults ({job.algorithm})")
     table.add_column("field")

@@ -177,7 +177,9 @@ def recipe(console: Console, result: SimulationResult) -> None:
         best = next(t for t in chosen.trials if t.name == chosen.chosen)
         console.print(
             f"recipe chosen on {chosen.proxy}: {chosen.chosen} (validation accuracy "
-            f"{best.validation_accuracy:.4f} of {len(chosen.trials)} candidates; dpfl recipe)"
+            f"{best.validation_accuracy:.4f}"
+            + (f", the mean of {len(best.runs)} runs" if len(best.runs) > 1 else "")
+            + f"; {len(chosen.trials)} candidates; dpfl recipe)"
         )
     defaults = result.recipe.defaults_used()
     if defaults:

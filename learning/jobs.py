@@ -664,19 +664,35 @@ class VotingParams(Strict):
 
 #: At most this many candidates a search runs (each is a whole simulated run at submission).
 MAX_CANDIDATES = 16
+#: At most this many runs of each candidate a search makes (``recipe.repeats``).
+MAX_REPEATS = 3
 #: The job fields a recipe chooses besides ``params.*`` (docs/utility.md#recipes).
 RECIPE_FIELDS = ("model", "rounds")
 
 
 class RecipeTrial(Strict):
-    """One candidate of a recipe search: the fields it sets, and how it did on the proxy's
-    validation split (``error``: why it could not run there)."""
+    """One candidate of a recipe search: the fields it sets, each run's accuracy on the proxy's
+    validation split and their mean (``error``: why it could not run there)."""
 
     name: str = Field(min_length=1, max_length=64)
     overrides: dict[str, JsonValue]
     validation_accuracy: float | None = Field(default=None, ge=0, le=1)
+    runs: tuple[float, ...] = Field(default=(), max_length=MAX_REPEATS)
     seconds: float = Field(default=0.0, ge=0)
     error: str | None = None
+
+    @model_validator(mode="after")
+    def _mean_of_the_runs(self) -> RecipeTrial:
+        if not self.runs:
+            return self
+        if any(not 0 <= r <= 1 for r in self.runs):
+            raise ValueError(f"recipe trial {self.name!r}: a run's accuracy outside [0, 1]")
+        mean = sum(self.runs) / len(self.runs)
+        if self.validation_accuracy is None or abs(mean - self.validation_accuracy) > 1e-9:
+            raise ValueError(
+                f"recipe trial {self.name!r}: validation_accuracy is not the mean of its runs"
+            )
+        return self
 
 
 class RecipeChoice(Strict):
@@ -703,15 +719,18 @@ class RecipeSpec(Strict):
     labelled public data set other than the agents' own, of which only the training split is
     read: a stratified ``holdout`` of it is the validation split, the rest is partitioned over
     ``agents`` simulated agents (default: the job's population) as the job partitions its own.
-    ``candidates``: the overrides to try (default: the algorithm's own list). ``defaults``: the
-    recipe fields (``model``, ``rounds``, ``params.*``) the document left unset, recorded when it
-    is first parsed. ``chosen``: the search's result, once it ran.
+    ``repeats``: runs of each candidate, each with its own noise and sampling; the mean of their
+    validation accuracies decides. ``candidates``: the overrides to try (default: the
+    algorithm's own list). ``defaults``: the recipe fields (``model``, ``rounds``, ``params.*``)
+    the document left unset, recorded when it is first parsed. ``chosen``: the search's result,
+    once it ran.
     """
 
     search: bool = False
     proxy: str | None = None
     holdout: float = Field(default=0.2, gt=0, le=0.5)
     agents: int | None = Field(default=None, ge=2)
+    repeats: int = Field(default=1, ge=1, le=MAX_REPEATS)
     candidates: tuple[dict[str, JsonValue], ...] | None = Field(
         default=None, min_length=1, max_length=MAX_CANDIDATES
     )

@@ -166,7 +166,7 @@ def search_recipe(
         )
     trials: list[RecipeTrial] = []
     for name, overrides in found:
-        trial = _trial(job, name, overrides, population, data_dir, device)
+        trial = _trial(job, name, overrides, population, data_dir, device, job.recipe.repeats)
         trials.append(trial)
         if progress is not None:
             progress(trial)
@@ -198,24 +198,34 @@ def _trial(
     agents: int,
     data_dir: str | None,
     device: str,
+    repeats: int,
 ) -> RecipeTrial:
-    """One candidate on the proxy; a candidate that cannot run there is a trial with an error."""
+    """One candidate on the proxy, ``repeats`` runs each with its own seed (the first run's is
+    the same for any ``repeats``); a candidate that cannot run there, or any of whose runs
+    reports no accuracy, is a trial with an error."""
+    runs: list[float] = []
+    seconds = 0.0
     try:
         spec = proxy_job(with_recipe(job, overrides))
-        seed = hashlib.sha256(f"dpfl-recipe/{name}".encode()).digest()
-        result = run_trial(spec, agents=agents, seed=seed, data_dir=data_dir, device=device)
+        for repeat in range(repeats):
+            label = f"dpfl-recipe/{name}" + (f"/{repeat}" if repeat else "")
+            seed = hashlib.sha256(label.encode()).digest()
+            result = run_trial(spec, agents=agents, seed=seed, data_dir=data_dir, device=device)
+            seconds += result.seconds
+            if result.accuracy is None:
+                return RecipeTrial(
+                    name=name,
+                    overrides=overrides,
+                    seconds=round(seconds, 3),
+                    error=f"run {repeat + 1} reported no accuracy on the validation split",
+                )
+            runs.append(result.accuracy)
     except (LearningError, AlgorithmError, ValueError) as exc:
         return RecipeTrial(name=name, overrides=overrides, error=str(exc)[:500])
-    if result.accuracy is None:
-        return RecipeTrial(
-            name=name,
-            overrides=overrides,
-            seconds=round(result.seconds, 3),
-            error="the run reported no accuracy on the validation split",
-        )
     return RecipeTrial(
         name=name,
         overrides=overrides,
-        validation_accuracy=result.accuracy,
-        seconds=round(result.seconds, 3),
+        validation_accuracy=sum(runs) / len(runs),
+        runs=tuple(runs),
+        seconds=round(seconds, 3),
     )

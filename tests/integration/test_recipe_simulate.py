@@ -5,6 +5,7 @@ prints the candidates' validation figures and saves the job with its choice."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -97,7 +98,8 @@ def test_dpfl_recipe_prints_the_choice_and_writes_the_job(
     files: RecipeFiles, tmp_path: Path
 ) -> None:
     document = files.job(candidates=CANDIDATES)
-    document["recipe"] = {"candidates": CANDIDATES}  # no search in the job: --proxy asks
+    # no search in the job: --proxy asks; two runs of each candidate
+    document["recipe"] = {"candidates": CANDIDATES, "repeats": 2}
     job = tmp_path / "job.yaml"
     job.write_text(yaml.safe_dump(document))
     out = tmp_path / "chosen.yaml"
@@ -116,7 +118,9 @@ def test_dpfl_recipe_prints_the_choice_and_writes_the_job(
     summary = json.loads(done.stdout.strip().splitlines()[-1])
     assert summary["chosen"]["chosen"] == "candidate-2"
     assert summary["defaults"]["params.learning_rate"] == 1.0
-    assert "candidate-1: " in done.stderr  # each trial as it ends
+    assert "candidate-1: " in done.stderr  # each trial as it ends, with its runs
+    assert re.search(r"candidate-2: 0\.\d{4} \(runs 0\.\d{4} / 0\.\d{4}\)", done.stderr)
+    assert all(len(t["runs"]) == 2 for t in summary["chosen"]["trials"])
     written = load_job(out)
     assert written.recipe.chosen is not None
     assert written.recipe.chosen.chosen == "candidate-2"

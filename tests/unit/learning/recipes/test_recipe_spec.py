@@ -52,6 +52,8 @@ def test_a_job_that_states_every_field_leaves_nothing_to_defaults() -> None:
         ({"proxy": "imagenet"}, "unknown dataset 'imagenet'"),
         ({"holdout": 0.9, "proxy": "mnist"}, "recipe.holdout"),
         ({"agents": 1, "proxy": "mnist"}, "recipe.agents"),
+        ({"repeats": 0, "proxy": "mnist"}, "recipe.repeats"),
+        ({"repeats": 4, "proxy": "mnist"}, "recipe.repeats"),
         ({"colour": "red"}, "recipe.colour: unknown field"),
     ],
 )
@@ -67,6 +69,27 @@ def test_a_stored_choice_must_name_one_of_its_trials() -> None:
     assert _job(recipe={"chosen": {**chosen, "chosen": "as-written"}}).recipe.chosen is not None
     with pytest.raises(JobSpecError, match="names none of the trials"):
         _job(recipe={"chosen": {**chosen, "chosen": "other"}})
+
+
+@pytest.mark.parametrize(
+    ("trial", "says"),
+    [
+        ({"validation_accuracy": 0.5, "runs": [0.4, 0.5]}, "not the mean of its runs"),
+        ({"runs": [0.4, 0.6]}, "not the mean of its runs"),
+        ({"validation_accuracy": 0.75, "runs": [0.5, 1.0001]}, "outside [0, 1]"),
+        ({"validation_accuracy": 0.5, "runs": [0.5] * 4}, "runs"),
+    ],
+)
+def test_a_stored_trial_s_runs_must_give_its_figure(trial: dict[str, Any], says: str) -> None:
+    """A stored choice is shown by REST and the dashboard as it is: its figure must be the mean
+    of the runs it lists, and it lists at most ``MAX_REPEATS``."""
+    good = {"name": "as-written", "overrides": {}, "validation_accuracy": 0.5, "runs": [0.4, 0.6]}
+    chosen = {"proxy": "mnist", "agents": 10, "overrides": {}, "chosen": "as-written"}
+    assert _job(recipe={"chosen": {**chosen, "trials": [good]}}).recipe.chosen is not None
+    bad = {"name": "as-written", "overrides": {}, **trial}
+    with pytest.raises(JobSpecError) as exc:
+        _job(recipe={"chosen": {**chosen, "trials": [bad]}})
+    assert says in str(exc.value)
 
 
 def test_the_holdout_view_reads_the_training_split_only() -> None:

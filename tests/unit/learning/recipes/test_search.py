@@ -75,6 +75,27 @@ def test_the_best_candidate_on_the_proxy_is_chosen_and_every_trial_kept(
     assert parse_job(chosen.model_dump(mode="json")) == chosen
 
 
+def test_repeats_run_each_candidate_with_its_own_seeds_and_the_mean_decides(
+    files: RecipeFiles,
+) -> None:
+    """``recipe.repeats: 2``: every trial lists two runs and is judged on their mean; its first
+    run is the single-run search's figure (the first seed does not depend on ``repeats``)."""
+    once = search_recipe(parse_job(files.job(candidates=CANDIDATES)), agents=4).recipe.chosen
+    twice = search_recipe(
+        parse_job(files.job(candidates=CANDIDATES, repeats=2)), agents=4
+    ).recipe.chosen
+    assert once is not None
+    assert twice is not None
+    assert [len(t.runs) for t in once.trials] == [1, 1, 1]
+    assert [len(t.runs) for t in twice.trials] == [2, 2, 2]
+    for single, double in zip(once.trials, twice.trials, strict=True):
+        assert double.runs[0] == single.validation_accuracy
+        assert double.validation_accuracy == pytest.approx(sum(double.runs) / 2, abs=1e-12)
+    # the as-written job learns at a rate between the two: its two runs draw different noise
+    assert twice.trials[0].runs[0] != twice.trials[0].runs[1]
+    assert twice.chosen == "candidate-2"
+
+
 def test_a_field_the_user_set_is_never_searched(files: RecipeFiles) -> None:
     """Both candidates set only the learning rate, which the user gave: nothing is left to
     search, and the search says so instead of running the job as written alone."""
