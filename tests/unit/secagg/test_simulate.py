@@ -153,8 +153,12 @@ def test_exact_sum_under_random_dropouts(
     for i in a3:
         expected += vectors[i]
     assert np.array_equal(result.aggregate, expected & mask)
-    # counted after masking: clients that dropped during unmask are in the sum
-    assert {i for i, s in drop_at.items() if s is Stage.UNMASK} <= a3
+    # counted after masking: a client that drops during unmask is in the sum exactly when it
+    # would be had it stayed (one whose neighbours all left earlier never was)
+    for i in [i for i, s in drop_at.items() if s is Stage.UNMASK]:
+        stayed = _predict(result.graph, params, {j: s for j, s in drop_at.items() if j != i})
+        assert stayed is not None
+        assert (i in a3) == (i in stayed)
 
 
 @functools.cache
