@@ -29,15 +29,20 @@ from numpy.lib.stride_tricks import sliding_window_view
 from pydantic import BaseModel, ValidationError
 
 from dpfl.learning.errors import LearningError
+from dpfl.learning.features import GaborFeatures
 from dpfl.learning.specs import parse_spec
 
 __all__ = [
+    "GaborPcaMap",
+    "GaborPcaOptions",
     "KMeansFeatureMap",
     "KMeansOptions",
     "PcaFeatureMap",
     "PcaOptions",
+    "fit_gabor_pca_features",
     "fit_kmeans_features",
     "fit_pca_features",
+    "gabor_pca_options",
     "kmeans_options",
     "load_feature_map",
     "pca_options",
@@ -156,7 +161,7 @@ class _FittedMap:
     SHA-256 pins the fitted values) and its output dimension D."""
 
     __slots__ = ()
-    options: KMeansOptions | PcaOptions
+    options: KMeansOptions | PcaOptions | GaborPcaOptions
 
     @property
     def name(self) -> str:
@@ -339,17 +344,26 @@ def fit_pca_features(
         )
     if not np.isfinite(rows).all():
         raise LearningError("the public data holds non-finite values")
-    mean = rows.mean(axis=0)
-    _, _, vt = np.linalg.svd(rows - mean, full_matrices=False)
-    components = vt[: options.dim].T
-    signs = np.sign(components[np.abs(components).argmax(axis=0), np.arange(options.dim)])
-    components *= np.where(signs == 0, 1.0, signs)
+    mean, components, _ = _principal(rows, options.dim)
     return PcaFeatureMap(
         options=options,
         input_shape=shape,
         mean=mean.astype(np.float32),
         components=components.astype(np.float32),
     )
+
+
+def _principal(
+    rows: npt.NDArray[np.float64], dim: int
+) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """The rows' mean, their first ``dim`` principal directions ``(d, dim)`` (a fixed sign
+    each: the largest entry positive) and the standard deviation along each."""
+    mean = rows.mean(axis=0)
+    _, values, vt = np.linalg.svd(rows - mean, full_matrices=False)
+    components = vt[:dim].T
+    signs = np.sign(components[np.abs(components).argmax(axis=0), np.arange(dim)])
+    components *= np.where(signs == 0, 1.0, signs)
+    return mean, components, values[:dim] / math.sqrt(rows.shape[0])
 
 
 def _kmeans(
@@ -431,9 +445,132 @@ def fit_kmeans_features(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class GaborPcaOptions:
+    """``public-gabor``: the fixed Gabor map (``orientations``, ``pool``), then the first ``dim``
+    principal components of the public images' Gabor features, each divided by its public
+    standard deviation (whitened), then every row scaled to L2 norm ``norm``."""
+
+    dim: int = 64
+    orientations: int = 8
+    pool: int = 3
+    norm: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.dim < 1:
+            raise LearningError(f"public-gabor dim must be >= 1, got {self.dim}")
+        if not (math.isfinite(self.norm) and self.norm > 0):
+            raise LearningError(f"public-gabor norm must be a positive number, got {self.norm}")
+
+    @property
+    def spec(self) -> str:
+        """The spec string naming these options (every option written, sorted by key)."""
+        return (
+            f"public-gabor?dim={self.dim}&norm={self.norm:.17g}"
+            f"&orientations={self.orientations}&pool={self.pool}"
+        )
+
+    def gabor(self, input_shape: tuple[int, ...]) -> GaborFeatures:
+        """The fixed first stage (its own row norm is undone by the whitening)."""
+        return GaborFeatures(
+            input_shape=input_shape, orientations=self.orientations, pool=self.pool
+        )
+
+
+def gabor_pca_options(spec: str) -> GaborPcaOptions:
+    """The options of a ``public-gabor?...`` spec (defaults for the options it omits).
+
+    Raises:
+        LearningError: another extractor, an unknown option or a bad value.
+    """
+    parsed = parse_spec(spec, what="feature extractor", error=LearningError)
+    if parsed.name != "public-gabor" or parsed.path is not None:
+        raise LearningError(f"{spec!r} is not a public-gabor spec")
+    keys = ("dim", "orientations", "pool")
+    parsed.check_options((*keys, "norm"), error=LearningError)
+    default = GaborPcaOptions()
+    ints = {k: parsed.int_option(k, getattr(default, k), error=LearningError) for k in keys}
+    norm = parsed.float_option("norm", default.norm, error=LearningError)
+    return GaborPcaOptions(**ints, norm=norm)
+
+
+@dataclass(frozen=True, slots=True)
+class GaborPcaMap(_FittedMap):
+    """A fitted ``public-gabor`` map: images to ``(n, D)`` float32 rows of norm ``norm``.
+
+    The Gabor map's features are strongly correlated, so a norm-bounded linear model (DP-Helmet's
+    clipped inputs and regularised weights) separates the classes with small margins; whitened on
+    the public pool, the same information spreads over D directions of equal public variance."""
+
+    options: GaborPcaOptions
+    input_shape: tuple[int, ...]
+    mean: npt.NDArray[np.float32]  # (g,): the public Gabor features' mean
+    components: npt.NDArray[np.float32]  # (g, D): principal directions / their public std
+
+    def __post_init__(self) -> None:
+        g = self.options.gabor(self.input_shape).dim
+        _freeze_checked(self, {"mean": (g,), "components": (g, self.options.dim)})
+
+    def __call__(self, x: npt.ArrayLike) -> npt.NDArray[np.float32]:
+        """Map ``(n, *input_shape)`` images to their whitened, rescaled components."""
+        features = self.options.gabor(self.input_shape)(np.asarray(x, dtype=np.float32))
+        projected = (features - self.mean) @ self.components
+        lengths = np.linalg.norm(projected, axis=1, keepdims=True)
+        scale = self.options.norm / np.maximum(lengths, 1e-12)
+        out: npt.NDArray[np.float32] = np.where(lengths > 0, projected * scale, 0.0).astype(
+            np.float32
+        )
+        return out
+
+    def to_bytes(self) -> bytes:
+        """The deterministic artifact (module docstring)."""
+        arrays = [("mean", self.mean), ("components", self.components)]
+        return _artifact(self.options.spec, self.input_shape, arrays)
+
+    @property
+    def sha256(self) -> str:
+        """Hex SHA-256 of :meth:`to_bytes`, which the task names."""
+        return hashlib.sha256(self.to_bytes()).hexdigest()
+
+
+def fit_gabor_pca_features(
+    public_x: npt.ArrayLike, options: GaborPcaOptions, *, input_shape: tuple[int, ...]
+) -> GaborPcaMap:
+    """Fit on the PUBLIC images only (the fixed Gabor map, then an SVD: no randomness).
+
+    Raises:
+        LearningError: not images, fewer public images than ``dim``, or more components than
+            the Gabor map has values, or directions of no public variance among the first D.
+    """
+    shape = tuple(int(s) for s in input_shape)
+    images = np.asarray(public_x, dtype=np.float32)
+    if images.ndim < 1 or images.shape[1:] != shape:
+        raise LearningError(f"public data of shape {images.shape} does not hold {shape} images")
+    gabor = options.gabor(shape)
+    if images.shape[0] <= options.dim or gabor.dim < options.dim:
+        raise LearningError(
+            f"{images.shape[0]} public images of {gabor.dim} Gabor values cannot fit a "
+            f"{options.dim}-dimensional whitened PCA"
+        )
+    if not np.isfinite(images).all():
+        raise LearningError("the public data holds non-finite values")
+    mean, components, spread = _principal(gabor(images).astype(np.float64), options.dim)
+    if spread.min() <= _SCALE_FLOOR * spread.max():
+        raise LearningError(
+            f"the public pool has almost no variance along some of the first {options.dim} "
+            "Gabor components: ask for fewer (params.public_gabor.dim)"
+        )
+    return GaborPcaMap(
+        options=options,
+        input_shape=shape,
+        mean=mean.astype(np.float32),
+        components=(components / spread).astype(np.float32),
+    )
+
+
 def load_feature_map(
     data: bytes | None, *, spec: str, sha256: str, input_shape: tuple[int, ...]
-) -> KMeansFeatureMap | PcaFeatureMap:
+) -> KMeansFeatureMap | PcaFeatureMap | GaborPcaMap:
     """The map of an artifact, checked against what the task names.
 
     Raises:
@@ -454,6 +591,11 @@ def load_feature_map(
         shape: tuple[int, ...] = tuple(int(s) for s in input_shape)
         arrays = _read(data, pca.spec, shape, ("mean", "components"))
         return PcaFeatureMap(options=pca, input_shape=shape, **arrays)
+    if name == "public-gabor":
+        whitened = gabor_pca_options(spec)
+        shape = tuple(int(s) for s in input_shape)
+        arrays = _read(data, whitened.spec, shape, ("mean", "components"))
+        return GaborPcaMap(options=whitened, input_shape=shape, **arrays)
     options = kmeans_options(spec)
     shape = _image_shape(tuple(int(s) for s in input_shape), options.patch)
     arrays = _read(data, options.spec, shape, _ARRAYS)

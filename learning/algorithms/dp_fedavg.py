@@ -628,8 +628,9 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
 
     model_direction = 1.0  # the mean update is added
     # a linear model on a map fitted on the public pool where there is one (the measured
-    # non-IID recipe and its neighbours), on pixels, and on the fixed Gabor map (the image
-    # default, and gentler local steps for splits of few classes)
+    # non-IID recipe and its neighbours), on pixels, on the fixed Gabor map (the image
+    # default, and gentler local steps for splits of few classes), and on the Gabor map
+    # whitened on the pool at the default's scale (docs/features.md#public-gabor)
     recipe_candidates = MappingProxyType(
         {
             "kmeans-logreg": {
@@ -661,6 +662,15 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
             "gabor-logreg-gentle": {
                 "model": "logreg",
                 "params": {"features": "gabor", "local_epochs": 1, "learning_rate": 0.3},
+            },
+            "whitened-gabor-logreg": {
+                "model": "logreg",
+                "params": {
+                    "features": "public-gabor",
+                    "public_gabor": {"norm": 8.0},
+                    "local_epochs": 2,
+                    "learning_rate": 1.0,
+                },
             },
         }
     )

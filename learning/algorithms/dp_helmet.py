@@ -380,7 +380,7 @@ def _helmet(
     kmeans: dict[str, JsonValue] | None, *, regularization: float, features: str = "identity"
 ) -> dict[str, JsonValue]:
     """A DP-Helmet recipe: one softmax model (radius 10, inputs clipped to 1, 10 epochs) on the
-    given public-kmeans map, else on the fixed map ``features``."""
+    given public-kmeans map, else on the map ``features`` (its options at their defaults)."""
     params: dict[str, JsonValue] = {
         "loss": "softmax",
         "regularization": regularization,
@@ -399,7 +399,8 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
 
     name: ClassVar[str] = "dp-helmet"
     # the MNIST recipe (one softmax model on a public-kmeans map of the pool) and its
-    # neighbours in regularization and width; the softmax model on pixels and on the Gabor map
+    # neighbours in regularization and width; the softmax model on pixels, on the Gabor map, and
+    # on the Gabor map whitened on the pool (docs/features.md#public-gabor)
     recipe_candidates = MappingProxyType(
         {
             "kmeans-softmax": _helmet(_KMEANS, regularization=0.0007),
@@ -408,6 +409,10 @@ class DpHelmet(ModelUpdateAlgorithm[DpHelmetJob, DpHelmetPlan, DpHelmetTask]):
             "kmeans-softmax-wide": _helmet({**_KMEANS, "dim": 256}, regularization=0.0007),
             "pixels-softmax": _helmet(None, regularization=0.0007),
             "gabor-softmax": _helmet(None, regularization=0.0007, features="gabor"),
+            "whitened-gabor-softmax": _helmet(None, regularization=0.001, features="public-gabor"),
+            "whitened-gabor-softmax-reg-0.002": _helmet(
+                None, regularization=0.002, features="public-gabor"
+            ),
         }
     )
     spec_type = DpHelmetJob

@@ -6,7 +6,7 @@ private data. Two kinds:
 - fixed maps (:mod:`dpfl.learning.features`: ``identity``, ``random-projection``, ``gabor``):
   the task's spec string is enough, each agent rebuilds φ from it alone;
 - maps learned from the public pool (:mod:`dpfl.learning.public_features`: ``public-kmeans``,
-  ``public-pca``):
+  ``public-pca``, ``public-gabor``):
   the coordinator fits φ at ``initial_state`` on ``CoordinatorData.public_x`` only, ships the
   artifact as the job's model version 0 and names its SHA-256 in every task; an agent refuses
   an artifact with another hash (docs/features.md).
@@ -29,6 +29,7 @@ __all__ = [
     "FeatureParams",
     "GaborParams",
     "LearnedFeature",
+    "PublicGaborParams",
     "PublicKMeansParams",
     "PublicPcaParams",
     "build_extractor",
@@ -39,7 +40,9 @@ __all__ = [
 ]
 
 #: What ``params.features`` may name.
-FEATURE_KINDS = Literal["identity", "random-projection", "gabor", "public-kmeans", "public-pca"]
+FEATURE_KINDS = Literal[
+    "identity", "random-projection", "gabor", "public-kmeans", "public-pca", "public-gabor"
+]
 #: A lowercase hex SHA-256, as tasks name a feature-map artifact.
 SHA256_PATTERN = r"^[0-9a-f]{64}$"
 
@@ -75,6 +78,15 @@ class PublicPcaParams(Strict):
     dim: int = Field(default=30, ge=1)
 
 
+class PublicGaborParams(Strict):
+    """Options of the ``public-gabor`` map (docs/features.md#public-gabor): the whitened
+    components kept and the rows' norm; the Gabor stage takes ``params.gabor``'s orientations
+    and pooling grid."""
+
+    dim: int = Field(default=64, ge=1)
+    norm: float = Field(default=1.0, gt=0)
+
+
 class FeatureParams(Strict):
     """The ``params`` keys that choose a job's feature map φ (docs/features.md): its kind, the
     random projection's width and seed, and the learned maps' options."""
@@ -85,6 +97,7 @@ class FeatureParams(Strict):
     # the learned map's options (features: public-kmeans or public-pca; docs/features.md)
     public_kmeans: PublicKMeansParams = PublicKMeansParams()
     public_pca: PublicPcaParams = PublicPcaParams()
+    public_gabor: PublicGaborParams = PublicGaborParams()
     gabor: GaborParams = GaborParams()
 
     def feature_spec(self) -> str:
@@ -93,9 +106,17 @@ class FeatureParams(Strict):
         Raises:
             AlgorithmError: options the learned map refuses.
         """
+        g = self.gabor
         if self.features == "gabor":
-            g = self.gabor
             return f"gabor?norm={g.norm:g}&orientations={g.orientations}&pool={g.pool}"
+        if self.features == "public-gabor":
+            from dpfl.learning.public_features import GaborPcaOptions
+
+            w = self.public_gabor
+            options = GaborPcaOptions(
+                dim=w.dim, norm=w.norm, orientations=g.orientations, pool=g.pool
+            )
+            return options.spec
         return feature_spec(
             self.features,
             dim=self.projection_dim,
@@ -153,9 +174,11 @@ def feature_dim(spec: str, input_shape: tuple[int, ...]) -> int:
     """
     if not is_learned(spec):
         return int(build_extractor(spec, input_shape).dim)
-    from dpfl.learning.public_features import kmeans_options, pca_options
+    from dpfl.learning.public_features import gabor_pca_options, kmeans_options, pca_options
 
     try:
+        if spec.startswith("public-gabor"):
+            return gabor_pca_options(spec).dim
         return pca_options(spec).dim if spec.startswith("public-pca") else kmeans_options(spec).dim
     except LearningError as exc:
         raise AlgorithmError(f"features {spec!r}: {exc}") from exc
@@ -168,8 +191,10 @@ def fit_artifact(spec: str, data: CoordinatorData) -> tuple[bytes, LearnedFeatur
         AlgorithmError: no public pool, or a fit the pool cannot support.
     """
     from dpfl.learning.public_features import (
+        fit_gabor_pca_features,
         fit_kmeans_features,
         fit_pca_features,
+        gabor_pca_options,
         kmeans_options,
         pca_options,
     )
@@ -180,11 +205,14 @@ def fit_artifact(spec: str, data: CoordinatorData) -> tuple[bytes, LearnedFeatur
         )
     shape = tuple(data.input_shape)
     try:
-        fitted: Any = (
-            fit_pca_features(data.public_x, pca_options(spec), input_shape=shape)
-            if spec.startswith("public-pca")
-            else fit_kmeans_features(data.public_x, kmeans_options(spec), input_shape=shape)
-        )
+        fitted: Any
+        if spec.startswith("public-gabor"):
+            options = gabor_pca_options(spec)
+            fitted = fit_gabor_pca_features(data.public_x, options, input_shape=shape)
+        elif spec.startswith("public-pca"):
+            fitted = fit_pca_features(data.public_x, pca_options(spec), input_shape=shape)
+        else:
+            fitted = fit_kmeans_features(data.public_x, kmeans_options(spec), input_shape=shape)
     except LearningError as exc:
         raise AlgorithmError(f"features {spec!r}: {exc}") from exc
     artifact = fitted.to_bytes()

@@ -20,11 +20,15 @@ from dpfl.learning.algorithms.parts.extractors import (
 from dpfl.learning.algorithms.parts.helmet_training import augment_and_clip, predict, train
 from dpfl.learning.data import load_dataset
 from dpfl.learning.errors import LearningError
+from dpfl.learning.features import GaborFeatures
 from dpfl.learning.public_features import (
+    GaborPcaOptions,
     KMeansOptions,
     PcaOptions,
+    fit_gabor_pca_features,
     fit_kmeans_features,
     fit_pca_features,
+    gabor_pca_options,
     kmeans_options,
     load_feature_map,
     pca_options,
@@ -206,3 +210,85 @@ def test_public_pca_round_trips_and_refuses_other_artifacts(
         )
     with pytest.raises(LearningError, match="cannot fit a 65-dimensional PCA"):
         fit_pca_features(x[:300], PcaOptions(dim=65), input_shape=(1, 8, 8))
+
+
+def test_public_gabor_is_whitened_on_the_pool_and_round_trips(
+    digits: tuple[np.ndarray, ...],
+) -> None:
+    """On digits (8 × 8) the Gabor map has 17 × 9 = 153 values (pool 3). The fitted map's
+    components, applied to the pool itself, have unit variance and no correlation before the
+    rows are scaled; its artifact round-trips and another pool gives another hash."""
+    x, _ = digits
+    options = GaborPcaOptions(dim=12, norm=2.0)
+    fitted = fit_gabor_pca_features(x[:300], options, input_shape=(1, 8, 8))
+    assert fitted.to_bytes() == fit_gabor_pca_features(
+        x[:300].copy(), options, input_shape=(1, 8, 8)
+    ).to_bytes()
+    assert fit_gabor_pca_features(x[300:600], options, input_shape=(1, 8, 8)).sha256 != (
+        fitted.sha256
+    )
+    gabor = GaborFeatures(input_shape=(1, 8, 8))
+    whitened = (gabor(x[:300]) - fitted.mean) @ fitted.components
+    np.testing.assert_allclose(np.cov(whitened.T, bias=True), np.eye(12), atol=1e-3)
+    rows = fitted(x[300:350])
+    assert rows.shape == (50, 12)
+    assert rows.dtype == np.float32
+    np.testing.assert_allclose(np.linalg.norm(rows, axis=1), 2.0, rtol=1e-5)
+    loaded = load_feature_map(
+        fitted.to_bytes(), spec=options.spec, sha256=fitted.sha256, input_shape=(1, 8, 8)
+    )
+    np.testing.assert_array_equal(loaded(x[300:350]), rows)
+    assert gabor_pca_options(options.spec) == options
+    assert gabor_pca_options("public-gabor?dim=12&norm=2") == options
+    assert feature_dim(options.spec, (1, 8, 8)) == 12
+    pca = fit_pca_features(x[:300], PcaOptions(dim=12), input_shape=(1, 8, 8))
+    with pytest.raises(LearningError, match="fitted as"):  # a PCA artifact named as public-gabor
+        load_feature_map(
+            pca.to_bytes(), spec=options.spec, sha256=pca.sha256, input_shape=(1, 8, 8)
+        )
+
+
+def test_public_gabor_refuses_what_it_cannot_fit(digits: tuple[np.ndarray, ...]) -> None:
+    x, _ = digits
+    with pytest.raises(LearningError, match="cannot fit a 154-dimensional whitened PCA"):
+        fit_gabor_pca_features(x[:300], GaborPcaOptions(dim=154), input_shape=(1, 8, 8))
+    with pytest.raises(LearningError, match="cannot fit a 12-dimensional whitened PCA"):
+        fit_gabor_pca_features(x[:12], GaborPcaOptions(dim=12), input_shape=(1, 8, 8))
+    with pytest.raises(LearningError, match="does not hold"):
+        fit_gabor_pca_features(x[:300], GaborPcaOptions(dim=12), input_shape=(1, 8, 9))
+    with pytest.raises(LearningError, match="almost no variance"):  # one image, repeated
+        fit_gabor_pca_features(
+            np.repeat(x[:1], 100, axis=0) + 0.0, GaborPcaOptions(dim=2), input_shape=(1, 8, 8)
+        )
+    with pytest.raises(LearningError, match="norm must be a positive"):
+        GaborPcaOptions(norm=0.0)
+    with pytest.raises(LearningError, match="unknown option"):
+        gabor_pca_options("public-gabor?dims=3")
+    with pytest.raises(LearningError, match="not a public-gabor spec"):
+        gabor_pca_options("public-pca?dim=3")
+
+
+def test_a_job_names_public_gabor_and_the_coordinator_fits_it_on_the_pool(
+    digits: tuple[np.ndarray, ...],
+) -> None:
+    """``features: public-gabor`` with ``params.public_gabor`` and ``params.gabor``'s grid: the
+    spec names every option, the plan knows the width, and the coordinator's artifact is the
+    map fitted on the public pool alone."""
+    from dpfl.learning.algorithms.parts.extractors import FeatureParams
+
+    params = FeatureParams.model_validate(
+        {"features": "public-gabor", "public_gabor": {"dim": 10}, "gabor": {"pool": 2}}
+    )
+    spec = params.feature_spec()
+    assert spec == "public-gabor?dim=10&norm=1&orientations=8&pool=2"
+    assert feature_dim(spec, (1, 8, 8)) == 10
+    x, _ = digits
+    data = CoordinatorData(input_shape=(1, 8, 8), num_classes=10, public_x=x[:300])
+    artifact, learned = fit_artifact(spec, data)
+    direct = fit_gabor_pca_features(x[:300], gabor_pca_options(spec), input_shape=(1, 8, 8))
+    assert artifact == direct.to_bytes()
+    assert learned.sha256 == direct.sha256
+    rebuilt = build_extractor(spec, (1, 8, 8), artifact=artifact, sha256=learned.sha256)
+    np.testing.assert_array_equal(rebuilt(x[900:910]), direct(x[900:910]))
+    with pytest.raises(AlgorithmError, match="learned from the public pool"):
+        fit_artifact(spec, CoordinatorData(input_shape=(1, 8, 8), num_classes=10))
