@@ -221,9 +221,10 @@ def test_public_gabor_is_whitened_on_the_pool_and_round_trips(
     x, _ = digits
     options = GaborPcaOptions(dim=12, norm=2.0)
     fitted = fit_gabor_pca_features(x[:300], options, input_shape=(1, 8, 8))
-    assert fitted.to_bytes() == fit_gabor_pca_features(
-        x[:300].copy(), options, input_shape=(1, 8, 8)
-    ).to_bytes()
+    assert (
+        fitted.to_bytes()
+        == fit_gabor_pca_features(x[:300].copy(), options, input_shape=(1, 8, 8)).to_bytes()
+    )
     assert fit_gabor_pca_features(x[300:600], options, input_shape=(1, 8, 8)).sha256 != (
         fitted.sha256
     )

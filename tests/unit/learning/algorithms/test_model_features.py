@@ -44,6 +44,7 @@ def _job(features: str = "public-kmeans", **params: object) -> dict[str, object]
             "features": features,
             "public_kmeans": KMEANS,
             "public_pca": {"dim": 12},
+            "public_gabor": {"dim": 10, "norm": 8.0},
             "projection_dim": 24,
             "gabor": {"orientations": 4, "pool": 2},
             **params,
@@ -59,6 +60,7 @@ Split = tuple[CoordinatorData, AgentData]
     [
         ("public-kmeans", 16),
         ("public-pca", 12),
+        ("public-gabor", 10),
         ("random-projection", 24),
         ("gabor", (2 * 4 + 1) * 4),
         ("identity", None),
@@ -75,8 +77,11 @@ def test_the_plan_sizes_the_model_for_the_maps_output(
     assert plan.details.features.split("?")[0] == features
 
 
-def test_a_learned_map_is_bundled_and_agents_check_its_hash(digits_public_split: Split) -> None:
-    job = parse_job(_job())
+@pytest.mark.parametrize(("features", "width"), [("public-kmeans", 16), ("public-gabor", 10)])
+def test_a_learned_map_is_bundled_and_agents_check_its_hash(
+    features: str, width: int, digits_public_split: Split
+) -> None:
+    job = parse_job(_job(features))
     coordinator, agent = digits_public_split
     plan = FEDAVG.plan(job, population=5, data=coordinator)
     state = FEDAVG.bind(job, plan).initial_state(coordinator)
@@ -84,7 +89,8 @@ def test_a_learned_map_is_bundled_and_agents_check_its_hash(digits_public_split:
     assert state.model.startswith(MAGIC)
     front = load_front(state)
     assert front is not None
-    assert front.dim == 16
+    assert front.dim == width
+    assert front.spec.startswith(features)
     assert front.artifact is not None
     task = FEDAVG.bind(job, plan).round_task(state, round_number=1)
     params = FEDAVG.parse_task(task.params.to_json())  # what the agent parses
