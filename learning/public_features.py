@@ -289,8 +289,27 @@ def pca_options(spec: str) -> PcaOptions:
     return PcaOptions(dim=parsed.int_option("dim", PcaOptions().dim, error=LearningError))
 
 
+class _ProjectionMap(_FittedMap):
+    """A fitted map whose artifact is a ``mean`` and a ``components`` matrix."""
+
+    __slots__ = ()
+    input_shape: tuple[int, ...]
+    mean: npt.NDArray[np.float32]
+    components: npt.NDArray[np.float32]
+
+    def to_bytes(self) -> bytes:
+        """The deterministic artifact (module docstring)."""
+        arrays = [("mean", self.mean), ("components", self.components)]
+        return _artifact(self.options.spec, self.input_shape, arrays)
+
+    @property
+    def sha256(self) -> str:
+        """Hex SHA-256 of :meth:`to_bytes`, which the task names."""
+        return hashlib.sha256(self.to_bytes()).hexdigest()
+
+
 @dataclass(frozen=True, slots=True)
-class PcaFeatureMap(_FittedMap):
+class PcaFeatureMap(_ProjectionMap):
     """A fitted ``public-pca`` map: ``x ↦ (flatten(x) − mean)·components``, float32 ``(n, D)``
     (Euclidean neighbours in few dimensions, for Private-kNN-FL)."""
 
@@ -312,16 +331,6 @@ class PcaFeatureMap(_FittedMap):
         centred = array.reshape(array.shape[0], d) - self.mean
         out: npt.NDArray[np.float32] = (centred @ self.components).astype(np.float32)
         return out
-
-    def to_bytes(self) -> bytes:
-        """The deterministic artifact (module docstring)."""
-        arrays = [("mean", self.mean), ("components", self.components)]
-        return _artifact(self.options.spec, self.input_shape, arrays)
-
-    @property
-    def sha256(self) -> str:
-        """Hex SHA-256 of :meth:`to_bytes`, which the task names."""
-        return hashlib.sha256(self.to_bytes()).hexdigest()
 
 
 def fit_pca_features(
@@ -495,7 +504,7 @@ def gabor_pca_options(spec: str) -> GaborPcaOptions:
 
 
 @dataclass(frozen=True, slots=True)
-class GaborPcaMap(_FittedMap):
+class GaborPcaMap(_ProjectionMap):
     """A fitted ``public-gabor`` map: images to ``(n, D)`` float32 rows of norm ``norm``.
 
     The Gabor map's features are strongly correlated, so a norm-bounded linear model (DP-Helmet's
@@ -521,16 +530,6 @@ class GaborPcaMap(_FittedMap):
             np.float32
         )
         return out
-
-    def to_bytes(self) -> bytes:
-        """The deterministic artifact (module docstring)."""
-        arrays = [("mean", self.mean), ("components", self.components)]
-        return _artifact(self.options.spec, self.input_shape, arrays)
-
-    @property
-    def sha256(self) -> str:
-        """Hex SHA-256 of :meth:`to_bytes`, which the task names."""
-        return hashlib.sha256(self.to_bytes()).hexdigest()
 
 
 def fit_gabor_pca_features(
