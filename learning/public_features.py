@@ -22,7 +22,6 @@ import json
 import math
 import struct
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -100,24 +99,15 @@ def kmeans_options(spec: str) -> KMeansOptions:
     Raises:
         LearningError: another extractor, an unknown option or a bad value.
     """
-    keys = ("centroids", "patch", "stride", "dim", "seed", "iterations", "samples")
-    return KMeansOptions(**_options_with_norm(spec, "public-kmeans", keys, KMeansOptions()))
-
-
-def _options_with_norm(
-    spec: str, name: str, keys: tuple[str, ...], defaults: KMeansOptions | GaborPcaOptions
-) -> dict[str, Any]:
-    """The integer options ``keys`` and the float ``norm`` of a ``name?...`` spec, each
-    defaulting to ``defaults``'; any other option is refused."""
     parsed = parse_spec(spec, what="feature extractor", error=LearningError)
-    if parsed.name != name or parsed.path is not None:
-        raise LearningError(f"{spec!r} is not a {name} spec")
+    if parsed.name != "public-kmeans" or parsed.path is not None:
+        raise LearningError(f"{spec!r} is not a public-kmeans spec")
+    keys = ("centroids", "patch", "stride", "dim", "seed", "iterations", "samples")
     parsed.check_options((*keys, "norm"), error=LearningError)
-    values: dict[str, Any] = {
-        k: parsed.int_option(k, getattr(defaults, k), error=LearningError) for k in keys
-    }
-    values["norm"] = parsed.float_option("norm", defaults.norm, error=LearningError)
-    return values
+    defaults = KMeansOptions()
+    values = {k: parsed.int_option(k, getattr(defaults, k), error=LearningError) for k in keys}
+    norm = parsed.float_option("norm", defaults.norm, error=LearningError)
+    return KMeansOptions(**values, norm=norm)
 
 
 def _image_shape(input_shape: tuple[int, ...], patch: int) -> tuple[int, int, int]:
@@ -502,8 +492,15 @@ def gabor_pca_options(spec: str) -> GaborPcaOptions:
     Raises:
         LearningError: another extractor, an unknown option or a bad value.
     """
+    parsed = parse_spec(spec, what="feature extractor", error=LearningError)
+    if parsed.name != "public-gabor" or parsed.path is not None:
+        raise LearningError(f"{spec!r} is not a public-gabor spec")
     keys = ("dim", "orientations", "pool")
-    return GaborPcaOptions(**_options_with_norm(spec, "public-gabor", keys, GaborPcaOptions()))
+    parsed.check_options((*keys, "norm"), error=LearningError)
+    default = GaborPcaOptions()
+    ints = {k: parsed.int_option(k, getattr(default, k), error=LearningError) for k in keys}
+    norm = parsed.float_option("norm", default.norm, error=LearningError)
+    return GaborPcaOptions(**ints, norm=norm)
 
 
 @dataclass(frozen=True, slots=True)
