@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import importlib
 import signal
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import metadata
@@ -23,6 +24,26 @@ from typing import TypeAlias
 #: What a subcommand module's ``register`` receives (``add_subparsers()`` of the command's parser);
 #: a string because argparse's class is not subscriptable at run time.
 Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+#: Options whose value is an opaque secret, which may start with "-" (URL-safe base64 does one
+#: time in 64): argparse would take ``--token -x...`` for two options, so the next argument is
+#: glued to them as ``--token=-x...`` before parsing.
+SECRET_OPTIONS = frozenset({"--token"})
+
+
+def glued(argv: Sequence[str]) -> list[str]:
+    """``argv`` with each :data:`SECRET_OPTIONS` option joined to the argument after it (up to a
+    ``--``, after which nothing is an option)."""
+    out: list[str] = []
+    rest = iter(argv)
+    for arg in rest:
+        if arg == "--":
+            out.append(arg)
+            out.extend(rest)
+            break
+        value = next(rest, None) if arg in SECRET_OPTIONS else None
+        out.append(arg if value is None else f"{arg}={value}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -46,7 +67,7 @@ class Command:
     def main(self, argv: Sequence[str] | None = None) -> int:
         """Parse ``argv`` and call the chosen subcommand; without one, print help and return 2."""
         parser = self.parser()
-        args = parser.parse_args(argv)
+        args = parser.parse_args(glued(sys.argv[1:] if argv is None else argv))
         func: Callable[[argparse.Namespace], int] | None = getattr(args, "func", None)
         if func is None:
             parser.print_help()

@@ -92,9 +92,14 @@ class SqlContract:
         text = "\n".join(dump)
         import hashlib
 
-        for secret in secrets:
+        from dpfl.server.store.tokens import API_PREFIX, CREDENTIAL_PREFIX, ENROLLMENT_PREFIX
+
+        prefixes = (ENROLLMENT_PREFIX, CREDENTIAL_PREFIX, API_PREFIX)
+        for secret, prefix in zip(secrets, prefixes, strict=True):
+            assert secret.startswith(prefix)
             assert secret not in text
-            assert secret.split("_")[-1] not in text
+            # the random part alone (URL-safe base64 may itself hold "_")
+            assert secret.removeprefix(prefix) not in text
             assert hashlib.sha256(secret.encode()).hexdigest() in text
 
     def test_a_constraint_violation_on_the_last_row_writes_nothing(self, store: SqlStore) -> None:

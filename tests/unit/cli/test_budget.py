@@ -142,6 +142,10 @@ def test_errors_name_the_problem(coordinator: Coordinator, capsys: Capture) -> N
     assert code == 3
     assert "unknown, revoked or invalid token" in err
     assert "wrong-token" not in err
+    # a token may start with "-" (URL-safe base64): it is still the token, sent and refused
+    code, _, err = run(capsys, "--coordinator", url, "--token", "-wrong-token")
+    assert code == 3
+    assert "unknown, revoked or invalid token" in err
     code, _, err = run(capsys, "agent-nobody", "--coordinator", url, f"--token={token}")
     assert code == 4
     assert "agent 'agent-nobody' not found" in err
