@@ -21,14 +21,18 @@ import os
 import queue
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+if TYPE_CHECKING:
+    from dpfl.learning.jobs import JobSpec, RecipeTrial
 
 ROWS_DIR = Path(__file__).resolve().parent / "utility"
 
@@ -755,31 +759,49 @@ class Resolved(BaseModel):
     search_s: float | None = None
 
 
-def resolve(row: Row, *, quick: bool, data_dir: str | None, cache: Path | None) -> Resolved:
-    """``row``'s job with its recipe chosen once for all seeds (``dpfl.learning.recipes``, as
-    its coordinator would at submission; the seeds then run the stored choice). ``cache``: a
-    folder keeping each search by its job's hash, so a rerun does not search again."""
+def _known(
+    row: Row, *, quick: bool, cache: Path | None
+) -> tuple[JobSpec, Path | None, Resolved | None]:
+    """``row``'s parsed job, the file keeping its search in ``cache`` (by the job's hash), and
+    its resolution when no search is needed: the job searches nothing, or its search is kept."""
     import hashlib
 
     from dpfl.learning.jobs import job_to_dict, parse_job
-    from dpfl.learning.recipes import search_recipe
 
     document = row.document(quick=quick)
     job = parse_job(document)
     if not job.recipe.search:
-        return Resolved(document=document)
+        return job, None, Resolved(document=document)
     digest = hashlib.sha256(json.dumps(job_to_dict(job), sort_keys=True).encode()).hexdigest()
     stored = None if cache is None else cache / f"{row.name}-{digest[:16]}.json"
     if stored is not None and stored.is_file():
-        return Resolved.model_validate_json(stored.read_text(encoding="utf-8"))
-    started = time.monotonic()
-    agents = row.quick_agents if quick else row.agents
-    chosen = search_recipe(job, agents=agents, data_dir=data_dir)
-    resolved = Resolved(document=job_to_dict(chosen), search_s=time.monotonic() - started)
+        return job, stored, Resolved.model_validate_json(stored.read_text(encoding="utf-8"))
+    return job, stored, None
+
+
+def _kept(resolved: Resolved, stored: Path | None) -> Resolved:
     if stored is not None:
         stored.parent.mkdir(parents=True, exist_ok=True)
         stored.write_text(resolved.model_dump_json(), encoding="utf-8")
     return resolved
+
+
+def resolve(row: Row, *, quick: bool, data_dir: str | None, cache: Path | None) -> Resolved:
+    """``row``'s job with its recipe chosen once for all seeds (``dpfl.learning.recipes``, as
+    its coordinator would at submission; the seeds then run the stored choice). ``cache``: a
+    folder keeping each search by its job's hash, so a rerun does not search again."""
+    from dpfl.learning.jobs import job_to_dict
+    from dpfl.learning.recipes import search_recipe
+
+    job, stored, known = _known(row, quick=quick, cache=cache)
+    if known is not None:
+        return known
+    started = time.monotonic()
+    agents = row.quick_agents if quick else row.agents
+    chosen = search_recipe(job, agents=agents, data_dir=data_dir)
+    return _kept(
+        Resolved(document=job_to_dict(chosen), search_s=time.monotonic() - started), stored
+    )
 
 
 def run_seed(
@@ -882,12 +904,14 @@ def run_row(
     return combine(row, seeds, outcomes, quick=quick, resolved=resolved)
 
 
-def _worker_init(threads: int, cores: Any) -> None:
+def _worker_init(threads: int, cores: Any, parent: int) -> None:
     """Cap each worker's BLAS and torch threads before torch loads, and pin it to a core of its
     own taken from ``cores`` (a queue) when there is one: the workers then never share a core,
-    and each run's agent host sizes its training pool to that one core."""
+    and each run's agent host sizes its training pool to that one core. The worker ends itself
+    when ``parent`` (the benchmark) is gone: a killed benchmark leaves no run behind it."""
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         os.environ[name] = str(threads)
+    threading.Thread(target=_end_with, args=(parent,), daemon=True).start()
     try:
         core = cores.get(timeout=10)
     except queue.Empty:  # a replacement worker: the cores were handed out
@@ -897,6 +921,14 @@ def _worker_init(threads: int, cores: Any) -> None:
     import torch
 
     torch.set_num_threads(threads)
+
+
+def _end_with(parent: int, every_s: float = 1.0) -> None:
+    """Exit this process once its parent is no longer ``parent`` (it died: the process was
+    handed to another); a run in progress stops with it."""
+    while os.getppid() == parent:
+        time.sleep(every_s)
+    os._exit(1)
 
 
 def core_plan(workers: int) -> list[int | None]:
@@ -926,11 +958,12 @@ def run_rows(
     workers: int,
     cache: Path | None = None,
 ) -> Iterator[RowResult]:
-    """Every row's line, in ``chosen``'s order. ``workers`` > 1 runs the (row, seed) runs in
-    that many processes (one thread each, each on its own core when there are enough), longest
-    first (:func:`schedule`), after the rows' recipe searches (each a run of its own in the
-    pool); each line is yielded once its row's seeds are done and the rows before it were
-    yielded."""
+    """Every row's line, in ``chosen``'s order. ``workers`` > 1 runs the rows' recipe-search
+    trials (each candidate a run of its own) and then the (row, seed) runs in that many
+    processes (one thread each, each on its own core when there are enough): the trials first,
+    the rows without a search longest first (:func:`schedule`), and a searching row's seeds as
+    soon as its trials are done. Each line is yielded once its row's seeds are done and the
+    rows before it were yielded."""
     if workers == 1:
         for row in chosen:
             yield run_row(row, seeds, quick=quick, data_dir=data_dir, cache=cache)
@@ -940,25 +973,72 @@ def run_rows(
     for core in core_plan(workers):
         cores.put(core)
     with ProcessPoolExecutor(workers, mp_context=context, initializer=_worker_init,
-                             initargs=(1, cores)) as pool:  # fmt: skip
-        searches = [
-            pool.submit(resolve, row, quick=quick, data_dir=data_dir, cache=cache) for row in chosen
+                             initargs=(1, cores, os.getpid())) as pool:  # fmt: skip
+        yield from _pooled(pool, chosen, seeds, quick=quick, data_dir=data_dir, cache=cache)
+
+
+def _pooled(
+    pool: ProcessPoolExecutor,
+    chosen: Sequence[Row],
+    seeds: Sequence[int],
+    *,
+    quick: bool,
+    data_dir: str | None,
+    cache: Path | None,
+) -> Iterator[RowResult]:
+    """:func:`run_rows` on ``pool``: each search's trials are chosen from in this process, in
+    their search order (the choice :func:`resolve` would make), and its ``search_s`` is the
+    trials' run times summed."""
+    from dpfl.learning.jobs import job_to_dict
+    from dpfl.learning.recipes import choose_recipe, run_candidate, search_trials
+
+    resolved: dict[int, Resolved] = {}
+    searches: dict[int, tuple[JobSpec, Path | None, list[Future[RecipeTrial]]]] = {}
+    for i, row in enumerate(chosen):
+        job, stored, known = _known(row, quick=quick, cache=cache)
+        if known is not None:
+            resolved[i] = known
+            continue
+        agents = row.quick_agents if quick else row.agents
+        trials = [
+            pool.submit(run_candidate, job, name, overrides, agents=agents, data_dir=data_dir)
+            for name, overrides in search_trials(job)
         ]
-        resolved = [search.result() for search in searches]
-        futures = {
-            (i, seed): pool.submit(
-                run_seed,
-                chosen[i],
-                seed,
-                quick=quick,
-                data_dir=data_dir,
+        searches[i] = (job, stored, trials)
+    futures: dict[tuple[int, int], Future[SeedOutcome]] = {}
+
+    def submit(i: int) -> None:
+        for seed in seeds:
+            futures[(i, seed)] = pool.submit(
+                run_seed, chosen[i], seed, quick=quick, data_dir=data_dir,
                 document=resolved[i].document,
-            )
-            for i, seed in schedule(chosen, seeds)
-        }
-        for i, row in enumerate(chosen):
-            outcomes = [futures[(i, seed)].result() for seed in seeds]
-            yield combine(row, seeds, outcomes, quick=quick, resolved=resolved[i])
+            )  # fmt: skip
+
+    for i, seed in schedule(chosen, seeds):
+        if i in resolved and seed == seeds[0]:
+            submit(i)
+
+    def settle() -> None:
+        for i, (job, stored, trials) in list(searches.items()):
+            if all(t.done() for t in trials):
+                ran = [t.result() for t in trials]
+                agents = chosen[i].quick_agents if quick else chosen[i].agents
+                document = job_to_dict(choose_recipe(job, ran, agents=agents))
+                spent = sum(t.seconds for t in ran)
+                resolved[i] = _kept(Resolved(document=document, search_s=spent), stored)
+                del searches[i]
+                submit(i)
+
+    for i, row in enumerate(chosen):
+        while True:
+            settle()
+            needed = [futures[(i, seed)] for seed in seeds] if i in resolved else []
+            if needed and all(f.done() for f in needed):
+                break
+            running = [t for _, _, trials in searches.values() for t in trials]
+            wait([f for f in needed + running if not f.done()], return_when=FIRST_COMPLETED)
+        outcomes = [futures[(i, seed)].result() for seed in seeds]
+        yield combine(row, seeds, outcomes, quick=quick, resolved=resolved[i])
 
 
 def judged(result: RowResult, others: Mapping[str, RowResult]) -> RowResult:

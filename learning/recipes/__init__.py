@@ -5,8 +5,11 @@ from dpfl.learning.recipes.search import (
     AS_WRITTEN,
     RecipeError,
     candidates,
+    choose_recipe,
     proxy_job,
+    run_candidate,
     search_recipe,
+    search_trials,
     with_recipe,
 )
 from dpfl.learning.recipes.trial import TrialResult, run_trial
@@ -16,8 +19,11 @@ __all__ = [
     "RecipeError",
     "TrialResult",
     "candidates",
+    "choose_recipe",
     "proxy_job",
+    "run_candidate",
     "run_trial",
     "search_recipe",
+    "search_trials",
     "with_recipe",
 ]

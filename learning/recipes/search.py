@@ -31,7 +31,17 @@ from dpfl.learning.jobs import (
 )
 from dpfl.learning.recipes.trial import run_trial
 
-__all__ = ["AS_WRITTEN", "RecipeError", "candidates", "proxy_job", "search_recipe", "with_recipe"]
+__all__ = [
+    "AS_WRITTEN",
+    "RecipeError",
+    "candidates",
+    "choose_recipe",
+    "proxy_job",
+    "run_candidate",
+    "search_recipe",
+    "search_trials",
+    "with_recipe",
+]
 
 #: The name of the candidate that changes nothing: the job as written, its defaults included.
 AS_WRITTEN = "as-written"
@@ -143,6 +153,10 @@ def search_recipe(
     """``job`` with the recipe chosen on its proxy, and the choice recorded as
     ``recipe.chosen``; a job whose recipe was already chosen is returned as it is.
 
+    The trials run one after the other here; a caller with workers of its own runs each
+    :func:`search_trials` entry through :func:`run_candidate` wherever it likes, then hands the
+    trials, in that order, to :func:`choose_recipe`: the choice is the same.
+
     Args:
         job: a job whose ``recipe`` names a proxy.
         agents: the job's population (``recipe.agents`` takes precedence).
@@ -156,7 +170,22 @@ def search_recipe(
     """
     if job.recipe.chosen is not None:
         return job
-    population = job.recipe.agents or agents
+    trials: list[RecipeTrial] = []
+    for name, overrides in search_trials(job):
+        trial = run_candidate(job, name, overrides, agents=agents, data_dir=data_dir, device=device)
+        trials.append(trial)
+        if progress is not None:
+            progress(trial)
+    return choose_recipe(job, trials, agents=agents)
+
+
+def search_trials(job: JobSpec) -> list[tuple[str, dict[str, JsonValue]]]:
+    """The candidates a search of ``job`` runs (:func:`candidates`), refused when only the job
+    as written is left.
+
+    Raises:
+        RecipeError: no candidate sets a field the job leaves unset.
+    """
     found = candidates(job)
     if len(found) == 1:
         listed = "recipe.candidates" if job.recipe.candidates else f"{job.algorithm}'s candidates"
@@ -164,12 +193,16 @@ def search_recipe(
             f"nothing to search: none of {listed} sets a field the job leaves unset (a search "
             "never changes what the document states; give recipe.candidates)"
         )
-    trials: list[RecipeTrial] = []
-    for name, overrides in found:
-        trial = _trial(job, name, overrides, population, data_dir, device, job.recipe.repeats)
-        trials.append(trial)
-        if progress is not None:
-            progress(trial)
+    return found
+
+
+def choose_recipe(job: JobSpec, trials: Sequence[RecipeTrial], *, agents: int) -> JobSpec:
+    """``job`` with the best of ``trials`` (:func:`search_trials`' order; ties: the earlier)
+    set and the choice recorded as ``recipe.chosen``.
+
+    Raises:
+        RecipeError: none of the trials ran on the proxy (each one's error is named).
+    """
     ran = [t for t in trials if t.validation_accuracy is not None]
     if not ran:
         problems = "; ".join(f"{t.name}: {t.error}" for t in trials)
@@ -178,7 +211,7 @@ def search_recipe(
     assert job.recipe.proxy is not None
     choice = RecipeChoice(
         proxy=job.recipe.proxy,
-        agents=population,
+        agents=job.recipe.agents or agents,
         chosen=best.name,
         overrides=best.overrides,
         trials=tuple(trials),
@@ -189,6 +222,21 @@ def search_recipe(
     assert isinstance(recipe, dict)
     document["recipe"] = {**recipe, "chosen": choice.model_dump(mode="json")}
     return parse_job(document)
+
+
+def run_candidate(
+    job: JobSpec,
+    name: str,
+    overrides: dict[str, JsonValue],
+    *,
+    agents: int,
+    data_dir: str | None = None,
+    device: str = "cpu",
+) -> RecipeTrial:
+    """One candidate of :func:`search_trials` on ``job``'s proxy, with the job's population
+    (``recipe.agents`` taking precedence over ``agents``) and ``recipe.repeats``."""
+    population = job.recipe.agents or agents
+    return _trial(job, name, overrides, population, data_dir, device, job.recipe.repeats)
 
 
 def _trial(

@@ -354,3 +354,93 @@ def test_the_recipe_rows_search_on_another_data_set() -> None:
         assert not parse_job(row.document(quick=True)).recipe.search
     plain = parse_job(next(r for r in rows if r.name == "mnist-plain-dp-fedavg").document())
     assert plain.params.features == "gabor"  # type: ignore[attr-defined]  # the image defaults
+
+
+@pytest.mark.slow
+def test_pooled_searches_choose_as_one_search_does(tmp_path: Path) -> None:
+    """With workers, each candidate is a run of its own in the pool; the rows' choices are the
+    ones a search in one process makes, each kept by its job's hash, and ``search_s`` is the
+    trials' run times summed."""
+    from support.recipe_data import recipe_files
+
+    utility = _utility()
+    files = recipe_files(tmp_path)
+    candidates = [{"params": {"learning_rate": 1e-4}}, {"params": {"learning_rate": 1.0}}]
+    rows = [
+        utility.Row(
+            name=name,
+            series="s",
+            job=files.job(candidates=candidates),
+            agents=4,
+            epsilon=8.0,
+            delta=1e-5,
+        )
+        for name in ("first", "second")
+    ]
+    alone = utility.resolve(rows[0], quick=False, data_dir=None, cache=None)
+    expected = alone.document["recipe"]["chosen"]
+    cache = tmp_path / "recipes"
+    with hang_guard(600):
+        lines = list(
+            utility.run_rows(rows, [1], quick=False, data_dir=None, workers=2, cache=cache)
+        )
+    assert [line.row for line in lines] == ["first", "second"]
+    for line in lines:
+        assert line.recipe["chosen"] == expected["chosen"] == "candidate-2"
+        assert [t["name"] for t in line.recipe["trials"]] == [t["name"] for t in expected["trials"]]
+        assert line.search_s == pytest.approx(
+            sum(t["seconds"] for t in line.recipe["trials"]), abs=0.01
+        )
+        assert line.accuracies[0] is not None
+    assert len(list(cache.iterdir())) == 2
+
+
+def _running(pid: int) -> bool:
+    """``pid`` exists and is not a zombie waiting for a parent to reap it."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def test_a_worker_ends_when_the_benchmark_is_killed(tmp_path: Path) -> None:
+    """A benchmark killed mid-run (SIGKILL: nothing of it runs again) takes its pool's workers
+    with it, even one in the middle of a long run."""
+    import signal
+    import time
+
+    script = tmp_path / "pool.py"
+    script.write_text(
+        "import multiprocessing, os, time\n"
+        "from concurrent.futures import ProcessPoolExecutor\n"
+        "import utility\n"
+        "context = multiprocessing.get_context('spawn')\n"
+        "cores = context.Queue()\n"
+        "cores.put(None)\n"
+        "pool = ProcessPoolExecutor(1, mp_context=context, initializer=utility._worker_init,\n"
+        "                           initargs=(1, cores, os.getpid()))\n"
+        "print(pool.submit(os.getpid).result(), flush=True)\n"
+        "pool.submit(time.sleep, 300)\n"
+        "time.sleep(300)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "benchmarks")}
+    parent = subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env
+    )
+    worker = None
+    try:
+        assert parent.stdout is not None
+        worker = int(parent.stdout.readline())
+        time.sleep(1.0)  # the long run has started in the worker
+        assert _running(worker)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while _running(worker) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _running(worker), "the worker outlived the killed benchmark"
+    finally:
+        parent.kill()
+        if worker is not None and _running(worker):
+            os.kill(worker, signal.SIGKILL)
