@@ -672,6 +672,15 @@ class FedAvgFamily(ModelUpdateAlgorithm[FS, FP, FT]):
                     "learning_rate": 1.0,
                 },
             },
+            "whitened-gabor-logreg-32": {
+                "model": "logreg",
+                "params": {
+                    "features": "public-gabor",
+                    "public_gabor": {"dim": 32, "norm": 8.0},
+                    "local_epochs": 2,
+                    "learning_rate": 1.0,
+                },
+            },
         }
     )
     coordinator_type = FedAvgCoordinator

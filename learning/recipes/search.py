@@ -234,28 +234,15 @@ def run_candidate(
     device: str = "cpu",
 ) -> RecipeTrial:
     """One candidate of :func:`search_trials` on ``job``'s proxy, with the job's population
-    (``recipe.agents`` taking precedence over ``agents``) and ``recipe.repeats``."""
-    population = job.recipe.agents or agents
-    return _trial(job, name, overrides, population, data_dir, device, job.recipe.repeats)
-
-
-def _trial(
-    job: JobSpec,
-    name: str,
-    overrides: dict[str, JsonValue],
-    agents: int,
-    data_dir: str | None,
-    device: str,
-    repeats: int,
-) -> RecipeTrial:
-    """One candidate on the proxy, ``repeats`` runs each with its own seed (the first run's is
-    the same for any ``repeats``); a candidate that cannot run there, or any of whose runs
-    reports no accuracy, is a trial with an error."""
+    (``recipe.agents`` taking precedence over ``agents``): ``recipe.repeats`` runs, each with its
+    own seed (the first run's is the same for any ``repeats``); a candidate that cannot run
+    there, or any of whose runs reports no accuracy, is a trial with an error."""
+    agents = job.recipe.agents or agents
     runs: list[float] = []
     seconds = 0.0
     try:
         spec = proxy_job(with_recipe(job, overrides))
-        for repeat in range(repeats):
+        for repeat in range(job.recipe.repeats):
             label = f"dpfl-recipe/{name}" + (f"/{repeat}" if repeat else "")
             seed = hashlib.sha256(label.encode()).digest()
             result = run_trial(spec, agents=agents, seed=seed, data_dir=data_dir, device=device)
