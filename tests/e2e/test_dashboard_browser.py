@@ -20,7 +20,8 @@ import base64
 import hashlib
 import re
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,14 @@ def store(tmp_path: Path) -> Iterator[Store]:
         yield store
 
 
+def _wait_for(condition: Callable[[], bool], page: Any, seconds: float = 10.0) -> None:
+    """Let Playwright deliver the page's events until ``condition`` holds."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "the browser did not report the expected events"
+        page.wait_for_timeout(50)
+
+
 def test_dashboard_shows_the_finished_job(chromium: Path, store: Store, tmp_path: Path) -> None:
     from playwright.sync_api import expect, sync_playwright
 
@@ -54,6 +63,7 @@ def test_dashboard_shows_the_finished_job(chromium: Path, store: Store, tmp_path
     settings = admin_settings()
     token = settings.admin_token.get_secret_value()
     requests: list[str] = []
+    refused: list[str] = []
     problems: list[str] = []
 
     def on_console(message: Any) -> None:
@@ -76,6 +86,7 @@ def test_dashboard_shows_the_finished_job(chromium: Path, store: Store, tmp_path
             page = context.new_page()
             page.on("console", on_console)
             page.on("pageerror", lambda exc: problems.append(f"page error: {exc}"))
+            page.on("response", lambda r: refused.append(r.url) if r.status == 401 else None)
 
             # the sign-in page shows only sign-in: no "Refresh", no "Forget token"
             page.goto(f"{base}/")
@@ -88,8 +99,12 @@ def test_dashboard_shows_the_finished_job(chromium: Path, store: Store, tmp_path
             page.click("#login-form button[type=submit]")
             expect(page.locator("#login-error")).to_contain_text("refused the token")
             expect(page.locator("#dashboard")).to_be_hidden()
+            # the page asks for clients and jobs at once and shows the first refusal; the
+            # browser logs each refused request, the second one possibly later: wait for both
+            # logs before clearing, so that nothing else may fail afterwards
+            _wait_for(lambda: len(refused) == 2 and len(problems) == 2, page)
             assert all("status of 401" in p for p in problems), problems
-            problems.clear()  # the browser logs the refused requests; nothing else may fail
+            problems.clear()
 
             page.fill("#token", token)
             page.click("#login-form button[type=submit]")
