@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import math
+import re
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +26,11 @@ from .tight import tight_epsilon, tight_method
 __all__ = ["RDP_FALLBACK_METHOD", "TIGHT_MAX_RDP_EPSILON", "EpsilonReport", "compute_epsilon"]
 
 _log = logging.getLogger(__name__)
+
+#: The kinds of tight-path failure already warned about in this process (figures blanked out).
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+_FIGURE = re.compile(r"\d[\d.]*(?:e[-+]?\d+)?")
 
 #: The PLD is skipped when the RDP bound already exceeds this: its support, hence its cost, grows
 #: with ε even on a grid relative to ε, and a tighter figure in that regime changes no decision.
@@ -138,7 +145,7 @@ def compute_epsilon(
             if rdp_eps is None:
                 raise
             tight_error = str(exc)
-            _log.warning("tight path failed, the RDP bound is reported: %s", exc)
+            _log_fallback(tight_error)
         else:
             tight_eps, tight_name = result.epsilon, result.method
     if rdp_eps is None and tight_eps is None:
@@ -159,3 +166,15 @@ def compute_epsilon(
         data_dependent=is_data_dependent(event),
         tight_error=tight_error,
     )
+
+
+def _log_fallback(reason: str) -> None:
+    """Warn once per process for each kind of failure (its figures blanked out), then log at
+    debug: a calibration asks for hundreds of ε of nearby events, and one warning per call
+    buried the logs. Each report still carries its own reason in ``tight_error``."""
+    kind = _FIGURE.sub("#", reason)
+    with _warned_lock:
+        first = kind not in _warned
+        _warned.add(kind)
+    level = logging.WARNING if first else logging.DEBUG
+    _log.log(level, "tight path failed, the RDP bound is reported: %s", reason)

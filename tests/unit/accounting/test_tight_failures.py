@@ -11,6 +11,7 @@ the PLD computation falls back to the RDP bound with method ``"rdp_fallback"``.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator
 from typing import Any
@@ -199,3 +200,35 @@ def test_the_reported_calibration_meets_its_target() -> None:
     assert report.rdp_epsilon is not None
     assert report.epsilon < report.rdp_epsilon
     assert 16.0 < z < 64.0
+
+
+def test_each_kind_of_failure_is_warned_about_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A calibration asks for many ε of nearby events: the same failure at other figures is
+    logged at debug after its first warning, a failure of another kind is warned about again,
+    and every report keeps its own reason."""
+    from dpfl.accounting import report as report_module
+
+    monkeypatch.setattr(report_module, "_warned", set())
+    caplog.set_level(logging.DEBUG, logger=report_module.__name__)
+    reports = [
+        compute_epsilon(_votes((sigma * UNIT) ** 2 / 2.0, QUERIES), delta=DELTA)
+        for sigma in (1000.0, 1100.0, 1200.0)
+    ]
+    reasons = [r.tight_error for r in reports]
+    assert all(reason is not None and "support points" in reason for reason in reasons)
+    assert len(set(reasons)) == 3  # each names its own figures
+    logged = [(r.levelno, r.getMessage()) for r in caplog.records if "tight path" in r.message]
+    assert [level for level, _ in logged] == [logging.WARNING, logging.DEBUG, logging.DEBUG]
+    for (_, message), reason in zip(logged, reasons, strict=True):
+        assert reason is not None
+        assert reason in message
+    # another kind of failure: warned about
+    monkeypatch.setattr(
+        report_module,
+        "tight_epsilon",
+        lambda *a, **k: (_ for _ in ()).throw(TightPathError("the library gave up")),
+    )
+    assert compute_epsilon(_votes(2.0**24, 50), delta=DELTA).tight_error == "the library gave up"
+    assert [r.levelno for r in caplog.records if "gave up" in r.message] == [logging.WARNING]
