@@ -11,6 +11,11 @@ read), the pseudo-label accuracy of:
 - ``abstain-q``: the same, but a teacher votes only when the query's distance to its nearest
   record is within the q-quantile of its own records' leave-one-out nearest distances, else it
   sends the zero vector (still L2 ≤ 1: the vote's sensitivity and charge are unchanged);
+- ``public-t``: the same, but a teacher votes only when at least a fraction t of the query's
+  ``NEIGHBOURS`` nearest records, among its own records and the public records that are not
+  queries, are its own: a nearest-neighbour estimate of how much likelier the query is under its
+  own data than under the public pool's mix of every class, which a distance alone cannot tell
+  (the public records are public, so this too costs nothing);
 - ``oracle``: each holder of the query's class votes for it, every other teacher abstains:
   no voting rule does better with these holders.
 
@@ -34,6 +39,8 @@ from dpfl.learning.data import ShardsPartition, federate, load_dataset
 from dpfl.learning.jobs import parse_job
 
 QUANTILES = (0.8, 0.9, 0.95)
+SHARES = (0.05, 0.1, 0.2)
+NEIGHBOURS = 20
 
 Floats = npt.NDArray[np.float64]
 
@@ -78,6 +85,16 @@ def _squared_distances(a: Floats, b: Floats) -> Floats:
     return np.maximum(d, 0.0)
 
 
+def _own_share(to_own: Floats, to_public: Floats) -> Floats:
+    """Per query, the fraction of its ``NEIGHBOURS`` nearest records (own and public) that are
+    the teacher's own."""
+    k = min(NEIGHBOURS, to_own.shape[1] + to_public.shape[1])
+    both = np.concatenate([to_own, to_public], axis=1)
+    nearest = np.argpartition(both, k - 1, axis=1)[:, :k]
+    share: Floats = (nearest < to_own.shape[1]).mean(axis=1)
+    return share
+
+
 def votes(s: Setting, seed: int = 0) -> tuple[dict[str, Floats], npt.NDArray[np.int64]]:
     """Each rule's vote histogram over the queries, and the queries' true labels."""
     view = load_dataset(f"{s.dataset}?holdout=0.1&holdout_seed=0")
@@ -96,6 +113,7 @@ def votes(s: Setting, seed: int = 0) -> tuple[dict[str, Floats], npt.NDArray[np.
         return projected
 
     queries, truth = project(public_x[asked]), view.y_test[asked].astype(np.int64)
+    to_public = _squared_distances(queries, project(public_x[basis_rows]))
     federation = federate(
         view, scheme=ShardsPartition(s.classes_per_agent), num_agents=s.agents, seed=seed
     )
@@ -104,6 +122,7 @@ def votes(s: Setting, seed: int = 0) -> tuple[dict[str, Floats], npt.NDArray[np.
     rows = np.arange(s.queries)
     hist = {r: np.zeros((s.queries, classes)) for r in ("nearest", "oracle")}
     hist |= {f"abstain-{q:g}": np.zeros((s.queries, classes)) for q in QUANTILES}
+    hist |= {f"public-{t:g}": np.zeros((s.queries, classes)) for t in SHARES}
     for indices in federation.agent_indices:
         own_x, own_y = project(train_x[indices]), view.y_train[indices]
         held = np.isin(truth, np.unique(own_y))
@@ -118,6 +137,10 @@ def votes(s: Setting, seed: int = 0) -> tuple[dict[str, Floats], npt.NDArray[np.
         for q in QUANTILES:
             voting = reach <= np.quantile(own_reach, q)
             hist[f"abstain-{q:g}"][rows[voting], label[voting]] += 1.0
+        own_share = _own_share(to_query, to_public)
+        for t in SHARES:
+            voting = own_share >= t
+            hist[f"public-{t:g}"][rows[voting], label[voting]] += 1.0
     return hist, truth
 
 

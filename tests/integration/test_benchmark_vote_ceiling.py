@@ -27,7 +27,16 @@ def test_quick_run_prints_one_line_per_rule() -> None:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {r["rule"]: r for r in map(json.loads, done.stdout.strip().splitlines())}
-    assert set(rows) == {"nearest", "oracle", "abstain-0.8", "abstain-0.9", "abstain-0.95"}
+    assert set(rows) == {
+        "nearest",
+        "oracle",
+        "abstain-0.8",
+        "abstain-0.9",
+        "abstain-0.95",
+        "public-0.05",
+        "public-0.1",
+        "public-0.2",
+    }
     sigma = {r["sigma_votes"] for r in rows.values()}
     assert len(sigma) == 1  # one calibration
     assert sigma.pop() > 1.0  # several votes of noise
@@ -38,6 +47,10 @@ def test_quick_run_prints_one_line_per_rule() -> None:
     assert rows["oracle"]["noisy_accuracy"] < 1.0
     cast = [rows[f"abstain-{q}"]["mean_votes_cast"] for q in ("0.8", "0.9", "0.95")]
     assert cast == sorted(cast)
+    assert cast[-1] < 20.0
+    # a higher share of own neighbours asked for: fewer teachers vote
+    cast = [rows[f"public-{t}"]["mean_votes_cast"] for t in ("0.05", "0.1", "0.2")]
+    assert cast == sorted(cast, reverse=True)
     assert cast[-1] < 20.0
 
 
@@ -58,6 +71,18 @@ def test_the_oracle_counts_each_querys_holders_and_nearest_votes_once_per_teache
     oracle = hist["oracle"]
     assert (oracle[np.arange(30), truth] == oracle.sum(1)).all()  # only the true class
     assert (oracle.sum(1) == 2.0).all()  # 10 agents × 2 classes / 10 classes
-    for rule in ("abstain-0.8", "abstain-0.9", "abstain-0.95"):
+    for rule in ("abstain-0.8", "abstain-0.9", "abstain-0.95", "public-0.05", "public-0.2"):
         assert (hist[rule] <= hist["nearest"]).all()  # abstaining only removes votes
     assert script.accuracy(oracle, truth, 0.0, 1) == 1.0
+
+
+def test_the_own_share_counts_the_teachers_records_among_the_nearest() -> None:
+    script = load_script(SCRIPT, "vote_ceiling", register=True)
+    k = script.NEIGHBOURS
+    # query 0: the k nearest are k/2 own records and k/2 public ones; query 1: all public;
+    # query 2: all own
+    to_own = np.array(
+        [[1.0] * (k // 2) + [9.0] * k, [9.0] * (k // 2) + [9.0] * k, [0.5] * (k // 2) + [0.5] * k]
+    )
+    to_public = np.array([[2.0] * (k // 2) + [9.0] * k, [1.0] * (3 * k // 2), [5.0] * (3 * k // 2)])
+    np.testing.assert_allclose(script._own_share(to_own, to_public), [0.5, 0.0, 1.0])
