@@ -29,6 +29,7 @@ _log = logging.getLogger(__name__)
 
 #: The kinds of tight-path failure already warned about in this process (figures blanked out).
 _warned: set[str] = set()
+_WARNED_KINDS = 256  # bounded: past this many kinds, each further kind warns every time
 _warned_lock = threading.Lock()
 _FIGURE = re.compile(r"\d[\d.]*(?:e[-+]?\d+)?")
 
@@ -175,6 +176,7 @@ def _log_fallback(reason: str) -> None:
     kind = _FIGURE.sub("#", reason)
     with _warned_lock:
         first = kind not in _warned
-        _warned.add(kind)
+        if len(_warned) < _WARNED_KINDS:
+            _warned.add(kind)
     level = logging.WARNING if first else logging.DEBUG
     _log.log(level, "tight path failed, the RDP bound is reported: %s", reason)

@@ -232,3 +232,12 @@ def test_each_kind_of_failure_is_warned_about_once(
     )
     assert compute_epsilon(_votes(2.0**24, 50), delta=DELTA).tight_error == "the library gave up"
     assert [r.levelno for r in caplog.records if "gave up" in r.message] == [logging.WARNING]
+
+
+def test_the_set_of_warned_kinds_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from dpfl.accounting import report as report_module
+
+    monkeypatch.setattr(report_module, "_warned", set())
+    for i in range(report_module._WARNED_KINDS + 50):
+        report_module._log_fallback(f"failure kind {chr(0x4E00 + i)}")  # no digits: all distinct
+    assert len(report_module._warned) == report_module._WARNED_KINDS
