@@ -210,7 +210,13 @@ def test_exact_sum_under_random_dropouts_malicious(
     for i in a3:
         expected += vectors[i]
     assert np.array_equal(result.aggregate, expected & mask)
-    assert {i for i, s in drop_at.items() if s in (Stage.CONSISTENCY, Stage.UNMASK)} <= a3
+    # counted after masking: a client that drops at consistency or unmask is in the sum exactly
+    # when it would be had it stayed (one whose neighbours all left earlier never was)
+    for i in [i for i, s in drop_at.items() if s in (Stage.CONSISTENCY, Stage.UNMASK)]:
+        others = {j: s for j, s in drop_at.items() if j != i}
+        stayed = _predict(result.graph, params, others, malicious=True)
+        assert stayed is not None
+        assert (i in a3) == (i in stayed)
 
 
 def test_dropouts_at_every_stage_with_the_solver_parameters() -> None:
