@@ -243,6 +243,7 @@ def fit_teacher_dann(
     schedule: str = "constant",
     validation_fraction: float = 0.0,
     patience: int = 0,
+    max_grad_norm: float | None = None,
     seed: int = 0,
     device: str | torch.device | None = None,
 ) -> TeacherReport:
@@ -251,8 +252,9 @@ def fit_teacher_dann(
     Every step takes a source batch and an equally large target batch (drawn with replacement
     from ``target_x``); the loss is the label cross-entropy on the source batch plus ``weight``
     times the domain classifier's logistic loss on both, reversed into the features with
-    λ = :func:`dann_lambda` of the training progress. Augmentation, schedule and the validation
-    split on the agent's own records are those of :func:`~dpfl.learning.training.fit_teacher`.
+    λ = :func:`dann_lambda` of the training progress. Augmentation, schedule, the gradient norm
+    bound (over the model and the domain classifier) and the validation split on the agent's own
+    records are those of :func:`~dpfl.learning.training.fit_teacher`.
     Deterministic by ``seed`` on a given device.
 
     Raises:
@@ -288,6 +290,8 @@ def fit_teacher_dann(
         optimizer.zero_grad(set_to_none=True)
         total = _dann_loss(model, domain, xs, ys, xd, lam=dann_lambda(progress), weight=weight)
         torch.autograd.backward(total[1])
+        if max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(optimizer.param_groups[0]["params"], max_grad_norm)
         optimizer.step()
 
     return fit_epochs(

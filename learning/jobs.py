@@ -124,6 +124,7 @@ FIELD_RANGES: Mapping[str, FieldRange] = MappingProxyType(
         "clip": _SCALE,
         "input_clip": _SCALE,
         "radius": _SCALE,
+        "teacher_max_grad_norm": _SCALE,
         "regularization": _SCALE,
         "norm": _SCALE,
         "huber_h": FieldRange(1e-6, 10.0),

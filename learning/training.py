@@ -151,6 +151,7 @@ class SgdTrainer:
         direct: without momentum or decay, update the weights directly rather than through
             ``optimizer.step()``; only for a trainer whose optimizer no LR scheduler wraps
             (torch's schedulers count ``optimizer.step()`` calls).
+        max_grad_norm: rescale each step's gradient to at most this L2 norm (None: never).
     """
 
     def __init__(
@@ -162,10 +163,12 @@ class SgdTrainer:
         weight_decay: float = 0.0,
         device: torch.device,
         direct: bool = False,
+        max_grad_norm: float | None = None,
     ) -> None:
         self.model = model.to(device)
         self.device = device
         self.direct = direct
+        self.max_grad_norm = max_grad_norm
         self.optimizer = torch.optim.SGD(
             model.parameters(),
             lr=_check_rate("learning_rate", learning_rate),
@@ -180,6 +183,8 @@ class SgdTrainer:
         logits = _forward(self.model, xb.to(self.device, non_blocking=True))
         loss = cross_entropy(logits, yb.to(self.device, non_blocking=True))
         torch.autograd.backward(loss)  # Tensor.backward itself is unannotated
+        if self.max_grad_norm is not None:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
         group = self.optimizer.param_groups[0]
         if self.direct and not group["momentum"] and not group["weight_decay"]:
             self._plain_update(group["params"], float(group["lr"]))
@@ -535,6 +540,7 @@ def fit_teacher(
     schedule: str = "constant",
     validation_fraction: float = 0.0,
     patience: int = 0,
+    max_grad_norm: float | None = None,
     seed: int = 0,
     device: str | torch.device | None = None,
 ) -> TeacherReport:
@@ -545,6 +551,8 @@ def fit_teacher(
     stratified split of the agent's OWN records picks the best epoch (stopping after
     ``patience`` epochs without improvement; 0 = run every epoch, keep the best). The split stays
     inside the agent: only the noisy votes leave it, so this costs no privacy beyond the votes.
+    ``max_grad_norm`` bounds each step: at a step size that suits most shards, a shard of few
+    classes can otherwise diverge in its first epoch and vote one class for every query.
 
     Raises:
         TrainingError: bad data or hyper-parameters.
@@ -561,6 +569,7 @@ def fit_teacher(
         momentum=momentum,
         weight_decay=weight_decay,
         device=select_device(device),
+        max_grad_norm=max_grad_norm,
     )
     augment = Augmenter(shift=augment_shift)
 

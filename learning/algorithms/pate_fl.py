@@ -75,6 +75,7 @@ class PateFlParams(VotingParams):
     teacher_schedule: Literal["constant", "cosine"] = "constant"
     teacher_validation_fraction: float = Field(default=0.0, ge=0, lt=1)
     teacher_patience: int = Field(default=0, ge=0)
+    teacher_max_grad_norm: float | None = Field(default=3.0, gt=0)
     # docs/algorithms.md#teachers-adapted-to-the-public-domain
     teacher_domain_adaptation: DomainAdaptation = DomainAdaptation()
 
@@ -114,6 +115,7 @@ class TeacherRecipe(Contract):
     schedule: Literal["constant", "cosine"] = "constant"
     validation_fraction: float = Field(default=0.0, ge=0, lt=1)
     patience: int = Field(default=0, ge=0)
+    max_grad_norm: float | None = Field(default=None, gt=0)
     domain_adaptation: DomainAdaptation = DomainAdaptation()
 
 
@@ -202,6 +204,7 @@ class PateFlCoordinator(VotingCoordinator[PateFlJob, PateFlPlan, PateFlTask]):
                 schedule=p.teacher_schedule,
                 validation_fraction=p.teacher_validation_fraction,
                 patience=p.teacher_patience,
+                max_grad_norm=p.teacher_max_grad_norm,
                 domain_adaptation=p.teacher_domain_adaptation,
             ),
         )

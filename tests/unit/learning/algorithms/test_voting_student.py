@@ -146,6 +146,7 @@ def test_bad_student_and_teacher_params_are_refused() -> None:
         ({"teacher_schedule": "linear"}, "teacher_schedule"),
         ({"teacher_validation_fraction": 1.0}, "teacher_validation_fraction"),
         ({"teacher_augment_shift": -1}, "teacher_augment_shift"),
+        ({"teacher_max_grad_norm": 0}, "teacher_max_grad_norm"),
     ]
     for params, where in cases:
         with pytest.raises(JobSpecError, match=where.replace(".", r"\.")):
@@ -179,6 +180,10 @@ def test_teacher_recipe_travels_in_the_task_and_the_agent_accepts_it(
     recipe = parsed.teacher
     assert (recipe.augment_shift, recipe.schedule) == (1.0, "cosine")
     assert (recipe.validation_fraction, recipe.patience) == (0.2, 2)
+    assert recipe.max_grad_norm == 3.0  # the default bound (docs/algorithms.md)
+    unbounded = make_pate_job(params={"queries": 40, "teacher_max_grad_norm": None})
+    bound = PATE.bind(unbounded, PATE.plan(unbounded, population=10, data=data))
+    assert bound.round_task(state, round_number=1).params.teacher.max_grad_norm is None
     config = PATE.bind(job, plan).encoding(task, participants=10, min_survivors=9)
     events = list(PATE.bind(job, plan).invitation_events(round_number=1, population=AGENTS))
     PATE.agent(parsed).check(events, config, num_clients=10, min_survivors=9, honest_fraction=1.0)
@@ -191,6 +196,7 @@ def test_teacher_recipe_travels_in_the_task_and_the_agent_accepts_it(
     assert np.all(votes.sum(axis=1) == 1.0)
     # an old task without the new recipe fields still parses (plain recipe)
     raw = task.params.to_json()
-    for key in ("augment_shift", "schedule", "validation_fraction", "patience"):
+    for key in ("augment_shift", "schedule", "validation_fraction", "patience", "max_grad_norm"):
         raw["teacher"].pop(key)
-    assert PATE.parse_task(raw).teacher.schedule == "constant"
+    old = PATE.parse_task(raw).teacher
+    assert (old.schedule, old.max_grad_norm) == ("constant", None)
