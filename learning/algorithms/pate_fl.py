@@ -32,6 +32,7 @@ from dpfl.accounting import (
 )
 from dpfl.learning.algorithms.base import AgentData, AlgorithmError, Contract
 from dpfl.learning.algorithms.parts import common, teachers
+from dpfl.learning.algorithms.parts.abstain import Abstention
 from dpfl.learning.algorithms.parts.adaptation import DomainAdaptation
 from dpfl.learning.algorithms.voting import (
     SOURCE,
@@ -76,6 +77,8 @@ class PateFlParams(VotingParams):
     teacher_validation_fraction: float = Field(default=0.0, ge=0, lt=1)
     teacher_patience: int = Field(default=0, ge=0)
     teacher_max_grad_norm: float | None = Field(default=3.0, gt=0)
+    # docs/algorithms.md#abstaining-teachers
+    teacher_abstain: Abstention = Abstention()
     # docs/algorithms.md#teachers-adapted-to-the-public-domain
     teacher_domain_adaptation: DomainAdaptation = DomainAdaptation()
 
@@ -117,6 +120,7 @@ class TeacherRecipe(Contract):
     patience: int = Field(default=0, ge=0)
     max_grad_norm: float | None = Field(default=None, gt=0)
     domain_adaptation: DomainAdaptation = DomainAdaptation()
+    abstain: Abstention = Abstention()
 
 
 class PateFlTask(VotingTask):
@@ -206,6 +210,7 @@ class PateFlCoordinator(VotingCoordinator[PateFlJob, PateFlPlan, PateFlTask]):
                 patience=p.teacher_patience,
                 max_grad_norm=p.teacher_max_grad_norm,
                 domain_adaptation=p.teacher_domain_adaptation,
+                abstain=p.teacher_abstain,
             ),
         )
 
@@ -274,7 +279,7 @@ class PateFlAgent(VotingAgent[PateFlTask]):
         assert public_x is not None  # _public_queries refused None
 
         # fit_teacher's keywords, and the teacher cache's key with the model
-        settings = recipe.model_dump(exclude={"domain_adaptation"})
+        settings = recipe.model_dump(exclude={"domain_adaptation", "abstain"})
 
         def fit() -> Any:
             net = common.build_model(t.model, data.input_shape, data.num_classes, seed=recipe.seed)
@@ -305,17 +310,26 @@ class PateFlAgent(VotingAgent[PateFlTask]):
             probs = predict_probabilities(teacher, queries, device=device).astype(np.float64)
         except LearningError as exc:
             raise AlgorithmError(f"teacher failed: {exc}") from exc
-        if probs.shape[1] != t.num_classes:
-            raise AlgorithmError("the teacher's outputs do not match the number of classes")
-        if t.vote == "one-hot":
-            votes = np.eye(t.num_classes)[probs.argmax(axis=1)]
-        else:
-            # exact probability vectors (L1 = 1, L2 ≤ 1 per query, as the sensitivities assume);
-            # the factor below absorbs the last ulps of the float normalisation
-            votes = np.clip(probs, 0.0, None)
-            votes = votes / votes.sum(axis=1, keepdims=True) * (1.0 - 2.0**-40)
+        votes = _votes(probs, vote=t.vote, num_classes=t.num_classes)
+        # an abstaining teacher sends the zero vector (parts/abstain.py)
+        votes[~recipe.abstain.voting(data.x, public_x, np.asarray(t.queries))] = 0.0
         flat: npt.NDArray[np.float64] = votes.reshape(-1).astype(np.float64)
         return flat
+
+
+def _votes(
+    probs: npt.NDArray[np.float64], *, vote: str, num_classes: int
+) -> npt.NDArray[np.float64]:
+    """A teacher's vote per query: one-hot on its top class, or its exact probabilities (L1 = 1,
+    L2 ≤ 1, as the sensitivities assume; the factor absorbs the float normalisation's last ulps)."""
+    if probs.shape[1] != num_classes:
+        raise AlgorithmError("the teacher's outputs do not match the number of classes")
+    if vote == "one-hot":
+        one_hot: npt.NDArray[np.float64] = np.eye(num_classes)[probs.argmax(axis=1)]
+        return one_hot
+    clipped = np.clip(probs, 0.0, None)
+    soft: npt.NDArray[np.float64] = clipped / clipped.sum(axis=1, keepdims=True) * (1.0 - 2.0**-40)
+    return soft
 
 
 #: The MNIST recipe's teachers, queries and student (benchmarks/utility.py, chosen on a

@@ -1,0 +1,78 @@
+"""When a PATE-FL teacher abstains: a nearest-neighbour test against the public pool.
+
+A teacher that holds a few classes votes one of them on every query, so on a query of another
+class it is wrong and outvotes the query's few holders. With ``public-share`` a teacher votes
+only on the queries whose ``neighbours`` nearest records, among its own and the public pool's
+(the query itself left out), are at least a ``share`` its own: an estimate of whether the query
+looks like its data more than like the pool's mix of every class. Distances are taken in the
+pool's first ``dim`` principal components. Abstaining sends the zero vector, whose norm is below
+any vote's, so neither the sensitivities nor the charge change
+(docs/accounting.md#abstaining-teachers).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import Field, model_validator
+
+from dpfl.learning.algorithms.base import Contract
+
+__all__ = ["Abstention", "own_share"]
+
+Floats = npt.NDArray[np.float64]
+Records = npt.NDArray[np.floating[Any]]
+
+
+class Abstention(Contract):
+    """``none`` (every teacher votes on every query) or ``public-share`` (module docstring)."""
+
+    method: Literal["none", "public-share"] = "none"
+    share: float = Field(default=0.1, gt=0, le=1)
+    neighbours: int = Field(default=20, ge=1, le=10_000)
+    dim: int = Field(default=50, ge=1, le=4096)
+
+    @model_validator(mode="after")
+    def _options_need_a_method(self) -> Abstention:
+        if self.method == "none" and (self.share, self.neighbours, self.dim) != (0.1, 20, 50):
+            raise ValueError("share, neighbours and dim only apply to method public-share")
+        return self
+
+    def voting(
+        self, own: Records, pool: Records, queries: npt.NDArray[np.int64]
+    ) -> npt.NDArray[np.bool_]:
+        """Per query (rows of ``pool`` at ``queries``), whether the teacher of ``own`` votes."""
+        if self.method == "none":
+            return np.ones(len(queries), dtype=bool)
+        share = own_share(own, pool, queries, neighbours=self.neighbours, dim=self.dim)
+        voting: npt.NDArray[np.bool_] = share >= self.share
+        return voting
+
+
+def _squared_distances(a: Floats, b: Floats) -> Floats:
+    d: Floats = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * (a @ b.T)
+    return np.maximum(d, 0.0)
+
+
+def own_share(
+    own: Records, pool: Records, queries: npt.NDArray[np.int64], *, neighbours: int, dim: int
+) -> Floats:
+    """Per query, the fraction of its ``neighbours`` nearest records (``own`` and ``pool``
+    without the query itself) that are ``own``, in ``pool``'s first ``dim`` principal
+    components. Rows are flattened records."""
+    flat_pool = pool.reshape(len(pool), -1).astype(np.float64)
+    mean = flat_pool.mean(0)
+    _, _, vt = np.linalg.svd(flat_pool - mean, full_matrices=False)
+    basis = vt[: min(dim, len(vt))].T
+    projected = (flat_pool - mean) @ basis
+    mine = (own.reshape(len(own), -1).astype(np.float64) - mean) @ basis
+    asked = projected[queries]
+    to_pool = _squared_distances(asked, projected)
+    to_pool[np.arange(len(queries)), queries] = np.inf
+    both = np.concatenate([_squared_distances(asked, mine), to_pool], axis=1)
+    k = min(neighbours, len(own) + len(pool) - 1)
+    nearest = np.argpartition(both, k - 1, axis=1)[:, :k]
+    share: Floats = (nearest < len(own)).mean(axis=1)
+    return share
