@@ -46,9 +46,7 @@ class Abstention(Contract):
         """Per query (rows of ``pool`` at ``queries``), whether the teacher of ``own`` votes."""
         if self.method == "none":
             return np.ones(len(queries), dtype=bool)
-        share = own_share(own, pool, queries, neighbours=self.neighbours, dim=self.dim)
-        voting: npt.NDArray[np.bool_] = share >= self.share
-        return voting
+        return own_share(own, pool, queries, neighbours=self.neighbours, dim=self.dim) >= self.share
 
 
 def _squared_distances(a: Floats, b: Floats) -> Floats:
