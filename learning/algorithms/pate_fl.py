@@ -352,8 +352,8 @@ class PateFl(VotingAlgorithm[PateFlJob, PateFlPlan, PateFlTask]):
     """PATE-FL; see the module docstring."""
 
     name: ClassVar[str] = "pate-fl"
-    # the MNIST recipe (docs/algorithms.md#pate-fl), with twice the queries, and with a
-    # supervised student on the labelled queries only
+    # the MNIST recipe (docs/algorithms.md#pate-fl), with twice the queries, and with teachers
+    # that abstain (the rule's defaults: vote_ceiling.py's public-0.1; docs/utility.md#recipes)
     recipe_candidates = MappingProxyType(
         {
             "cnn-teachers-consistency": {"model": "cnn", "params": MNIST_TEACHERS},
@@ -361,9 +361,9 @@ class PateFl(VotingAlgorithm[PateFlJob, PateFlPlan, PateFlTask]):
                 "model": "cnn",
                 "params": {**MNIST_TEACHERS, "queries": 200},
             },
-            "cnn-teachers-supervised": {
+            "cnn-teachers-abstaining": {
                 "model": "cnn",
-                "params": {**MNIST_TEACHERS, "student": {"method": "supervised", "steps": 2000}},
+                "params": {**MNIST_TEACHERS, "teacher_abstain": {"method": "public-share"}},
             },
         }
     )
