@@ -49,28 +49,27 @@ class Abstention(Contract):
         return own_share(own, pool, queries, neighbours=self.neighbours, dim=self.dim) >= self.share
 
 
-def _squared_distances(a: Floats, b: Floats) -> Floats:
-    d: Floats = (a * a).sum(1)[:, None] + (b * b).sum(1)[None, :] - 2.0 * (a @ b.T)
-    return np.maximum(d, 0.0)
-
-
 def own_share(
     own: Records, pool: Records, queries: npt.NDArray[np.int64], *, neighbours: int, dim: int
 ) -> Floats:
     """Per query, the fraction of its ``neighbours`` nearest records (``own`` and ``pool``
     without the query itself) that are ``own``, in ``pool``'s first ``dim`` principal
-    components. Rows are flattened records."""
+    components. Rows are flattened records. The search is Private-kNN-FL's
+    :func:`~dpfl.learning.algorithms.private_knn_fl.neighbours_of` (in chunks of queries, so
+    memory stays bounded whatever the task's sizes; ties to the lower index)."""
+    from dpfl.learning.algorithms.private_knn_fl import neighbours_of
+
     flat_pool = pool.reshape(len(pool), -1).astype(np.float64)
     mean = flat_pool.mean(0)
     _, _, vt = np.linalg.svd(flat_pool - mean, full_matrices=False)
     basis = vt[: min(dim, len(vt))].T
     projected = (flat_pool - mean) @ basis
     mine = (own.reshape(len(own), -1).astype(np.float64) - mean) @ basis
-    asked = projected[queries]
-    to_pool = _squared_distances(asked, projected)
-    to_pool[np.arange(len(queries)), queries] = np.inf
-    both = np.concatenate([_squared_distances(asked, mine), to_pool], axis=1)
     k = min(neighbours, len(own) + len(pool) - 1)
-    nearest = np.argpartition(both, k - 1, axis=1)[:, :k]
+    found = neighbours_of(np.concatenate([mine, projected]), projected[queries], k + 1)
+    itself = (len(own) + queries)[:, None]
+    # each row's k nearest other than the query itself (dropped where it is among the k + 1)
+    order = np.argsort(found == itself, axis=1, kind="stable")[:, :k]
+    nearest = np.take_along_axis(found, order, axis=1)
     share: Floats = (nearest < len(own)).mean(axis=1)
     return share

@@ -106,3 +106,21 @@ def test_an_abstaining_agent_sends_zero_votes_within_the_sensitivity(digits_publ
     assert np.all(silent | (kept.sum(axis=1) == 1.0))
     assert 0 < silent.sum() < len(kept)
     np.testing.assert_array_equal(kept[~silent], plain[~silent])
+
+
+def test_the_share_matches_its_definition_on_random_records() -> None:
+    """Against the direct definition: distances to the own records and to the pool without the
+    query, in the pool's principal components, the nearest counted."""
+    rng = np.random.default_rng(3)
+    own, pool = rng.normal(size=(200, 30)), rng.normal(size=(500, 30)) + 0.3
+    asked = rng.choice(500, 40, replace=False)
+    mean = pool.mean(0)
+    basis = np.linalg.svd(pool - mean, full_matrices=False)[2][:10].T
+    projected, mine = (pool - mean) @ basis, (own - mean) @ basis
+    expected = []
+    for i in asked:
+        to_pool = np.delete(((projected - projected[i]) ** 2).sum(1), i)
+        d = np.concatenate([((mine - projected[i]) ** 2).sum(1), to_pool])
+        expected.append(float((np.argsort(d, kind="stable")[:20] < len(own)).mean()))
+    got = own_share(own, pool, asked, neighbours=20, dim=10)
+    np.testing.assert_allclose(got, expected)
