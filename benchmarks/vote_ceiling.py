@@ -19,6 +19,9 @@ read), the pseudo-label accuracy of:
 - ``oracle``: each holder of the query's class votes for it, every other teacher abstains:
   no voting rule does better with these holders.
 
+With ``--vote-share f`` < 1 every teacher keeps only the ⌈f·Q⌉ votes it ranks first by its own
+share (the product's cap, docs/accounting.md#capped-votes), and σ is the plan's for that cap.
+
 Each row gives the noiseless plurality's accuracy and the mean over ``--noise-draws`` draws of
 the noisy one. One JSON line per rule. Run: ``python benchmarks/vote_ceiling.py`` (Fashion-MNIST,
 100 agents, shards of 3, ε 4: about a minute), or ``--quick`` (digits, seconds).
@@ -35,6 +38,7 @@ import numpy as np
 import numpy.typing as npt
 
 from dpfl.learning.algorithms.registry import get_algorithm
+from dpfl.learning.algorithms.voting import capped, vote_cap
 from dpfl.learning.data import ShardsPartition, federate, load_dataset
 from dpfl.learning.jobs import parse_job
 
@@ -55,6 +59,7 @@ class Setting:
     delta: float
     dim: int
     noise_draws: int
+    vote_share: float = 1.0
 
 
 def vote_sigma(s: Setting) -> float:
@@ -74,7 +79,7 @@ def vote_sigma(s: Setting) -> float:
                 "target_epsilon": s.epsilon,
                 "noise": "skellam",
             },
-            "params": {"queries": s.queries},
+            "params": {"queries": s.queries, "vote_share": s.vote_share},
         }
     )
     return float(get_algorithm("pate-fl").plan(job, population=s.agents).noise_multiplier)
@@ -123,24 +128,26 @@ def votes(s: Setting, seed: int = 0) -> tuple[dict[str, Floats], npt.NDArray[np.
     hist = {r: np.zeros((s.queries, classes)) for r in ("nearest", "oracle")}
     hist |= {f"abstain-{q:g}": np.zeros((s.queries, classes)) for q in QUANTILES}
     hist |= {f"public-{t:g}": np.zeros((s.queries, classes)) for t in SHARES}
+    keep = vote_cap(s.queries, s.vote_share)
     for indices in federation.agent_indices:
         own_x, own_y = project(train_x[indices]), view.y_train[indices]
-        held = np.isin(truth, np.unique(own_y))
-        hist["oracle"][rows[held], truth[held]] += 1.0
         to_query = _squared_distances(queries, own_x)
         nearest = to_query.argmin(1)
         label, reach = own_y[nearest], np.sqrt(to_query[rows, nearest])
-        hist["nearest"][rows, label] += 1.0
         among = _squared_distances(own_x, own_x)
         np.fill_diagonal(among, np.inf)
         own_reach = np.sqrt(among.min(1))
-        for q in QUANTILES:
-            voting = reach <= np.quantile(own_reach, q)
-            hist[f"abstain-{q:g}"][rows[voting], label[voting]] += 1.0
         own_share = _own_share(to_query, to_public)
-        for t in SHARES:
-            voting = own_share >= t
-            hist[f"public-{t:g}"][rows[voting], label[voting]] += 1.0
+        cast = {
+            "nearest": np.ones(s.queries, dtype=bool),
+            "oracle": np.isin(truth, np.unique(own_y)),
+        }
+        cast |= {f"abstain-{q:g}": reach <= np.quantile(own_reach, q) for q in QUANTILES}
+        cast |= {f"public-{t:g}": own_share >= t for t in SHARES}
+        for rule, voting in cast.items():
+            ballot = np.zeros((s.queries, classes))
+            ballot[rows[voting], (truth if rule == "oracle" else label)[voting]] = 1.0
+            hist[rule] += capped(ballot, (own_share,), keep)
     return hist, truth
 
 
@@ -161,6 +168,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--delta", type=float, default=1e-5)
     parser.add_argument("--dim", type=int, default=50)
     parser.add_argument("--noise-draws", type=int, default=20)
+    parser.add_argument("--vote-share", type=float, default=1.0, help="each teacher's cap")
     parser.add_argument("--quick", action="store_true", help="digits, 20 agents, 40 queries")
     args = parser.parse_args(argv)
     s = Setting(
@@ -172,6 +180,7 @@ def main(argv: list[str] | None = None) -> None:
         delta=args.delta,
         dim=10 if args.quick else args.dim,
         noise_draws=args.noise_draws,
+        vote_share=args.vote_share,
     )
     sigma = vote_sigma(s)
     hist, truth = votes(s)
@@ -181,6 +190,7 @@ def main(argv: list[str] | None = None) -> None:
             "agents": s.agents,
             "classes_per_agent": s.classes_per_agent,
             "queries": s.queries,
+            "vote_share": s.vote_share,
             "epsilon": s.epsilon,
             "sigma_votes": round(sigma, 4),
             "rule": rule,

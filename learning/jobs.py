@@ -652,12 +652,15 @@ class VotingParams(Strict):
     """What every voting job states: ``queries`` public examples, answered in ``rounds``
     batches, and ``sigma``, the noise std of the summed votes (None: calibrated from
     ``privacy.target_epsilon``). ``query_selection`` picks the queries from the public records
-    alone (free); ``student`` says how the student learns from the answers."""
+    alone (free); ``student`` says how the student learns from the answers. ``vote_share`` < 1
+    lets each agent vote on at most that share of a round's queries (agent level only), and
+    charges only those (docs/accounting.md#capped-votes)."""
 
     queries: int = Field(default=200, ge=1)
     sigma: float | None = Field(default=None, gt=0)
     query_selection: Literal["random", "kmeans"] = "random"
     student: StudentSpec = StudentSpec()
+    vote_share: float = Field(default=1.0, gt=0, le=1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -948,6 +951,12 @@ class VotingJob(JobSpec):
         if params.queries < self.rounds:
             raise ValueError(
                 f"params.queries: must be >= rounds ({self.rounds}), every round answers a batch"
+            )
+        if params.vote_share < 1 and self.privacy.unit != "agent":
+            raise ValueError(
+                f"params.vote_share {params.vote_share:g}: capped votes need privacy.unit agent "
+                f"(at unit {self.privacy.unit} one record could move which queries an agent "
+                "votes on, beyond a query's sensitivity)"
             )
         self._require_noise(params.sigma, "params.sigma")
         return self

@@ -239,7 +239,7 @@ class PateFlAgent(VotingAgent[PateFlTask]):
             num_clients=num_clients, min_survivors=min_survivors, honest_fraction=honest_fraction
         )
         event = self._claimed(events, encoding, counts)
-        count = len(t.queries)
+        count = t.vote_cap
         l1, l2 = vote_sensitivities(
             level=t.level, vote=t.vote, scale_bits=t.scale_bits, num_classes=t.num_classes
         )
@@ -262,14 +262,16 @@ class PateFlAgent(VotingAgent[PateFlTask]):
             )
         return common.check_encoding(encoding, t, total=total, **counts)
 
-    def compute(
+    def ballots(
         self,
         data: AgentData,
         *,
         model: bytes | None,
         public_x: npt.NDArray[np.float32] | None,
         device: str,
-    ) -> npt.NDArray[np.float64]:
+    ) -> tuple[npt.NDArray[np.float64], tuple[npt.NDArray[np.float64], ...]]:
+        """The teacher's votes, zero where it abstains; under a cap it keeps the queries where
+        its own share of the neighbours, then its confidence, is highest."""
         t = self.task
         queries = self._public_queries(public_x, data.num_classes)
         from dpfl.learning.training import fit_teacher, predict_probabilities
@@ -310,11 +312,11 @@ class PateFlAgent(VotingAgent[PateFlTask]):
             probs = predict_probabilities(teacher, queries, device=device).astype(np.float64)
         except LearningError as exc:
             raise AlgorithmError(f"teacher failed: {exc}") from exc
-        votes = _votes(probs, vote=t.vote, num_classes=t.num_classes)
+        votes = _votes(probs, vote=t.vote, num_classes=t.num_classes).astype(np.float64)
         # an abstaining teacher sends the zero vector (parts/abstain.py)
-        votes[~recipe.abstain.voting(data.x, public_x, np.asarray(t.queries))] = 0.0
-        flat: npt.NDArray[np.float64] = votes.reshape(-1).astype(np.float64)
-        return flat
+        shares = recipe.abstain.shares(data.x, public_x, np.asarray(t.queries))
+        votes[shares < recipe.abstain.share] = 0.0
+        return votes, (shares, probs.max(axis=1))
 
 
 def _votes(
@@ -348,22 +350,29 @@ MNIST_TEACHERS: dict[str, JsonValue] = {
 }
 
 
+_ABSTAINING: dict[str, JsonValue] = {
+    **MNIST_TEACHERS,
+    "teacher_abstain": {"method": "public-share"},
+}
+
+
 class PateFl(VotingAlgorithm[PateFlJob, PateFlPlan, PateFlTask]):
     """PATE-FL; see the module docstring."""
 
     name: ClassVar[str] = "pate-fl"
-    # the MNIST recipe (docs/algorithms.md#pate-fl), with twice the queries, and with teachers
-    # that abstain (the rule's defaults: vote_ceiling.py's public-0.1; docs/utility.md#recipes)
+    # the MNIST recipe (docs/algorithms.md#pate-fl) with teachers that abstain (the rule's
+    # defaults: vote_ceiling.py's public-0.1), alone or with each agent's votes capped at the
+    # share of queries a 3-class shard can know (docs/utility.md#recipes)
     recipe_candidates = MappingProxyType(
         {
-            "cnn-teachers-consistency": {"model": "cnn", "params": MNIST_TEACHERS},
-            "cnn-teachers-200-queries": {
+            "cnn-teachers-abstaining": {"model": "cnn", "params": _ABSTAINING},
+            "cnn-teachers-capped": {
                 "model": "cnn",
-                "params": {**MNIST_TEACHERS, "queries": 200},
+                "params": {**_ABSTAINING, "vote_share": 0.3},
             },
-            "cnn-teachers-abstaining": {
+            "cnn-teachers-capped-200": {
                 "model": "cnn",
-                "params": {**MNIST_TEACHERS, "teacher_abstain": {"method": "public-share"}},
+                "params": {**_ABSTAINING, "vote_share": 0.3, "queries": 200},
             },
         }
     )

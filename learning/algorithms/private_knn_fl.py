@@ -260,15 +260,16 @@ class PrivateKnnFlAgent(VotingAgent[PrivateKnnFlTask]):
         )
         return common.check_encoding(encoding, t, total=total, **counts)
 
-    def compute(
+    def ballots(
         self,
         data: AgentData,
         *,
         model: bytes | None,
         public_x: npt.NDArray[np.float32] | None,
         device: str,
-    ) -> npt.NDArray[np.float64]:
-        """The flattened ``Q_r × C`` block of kNN votes (module docstring)."""
+    ) -> tuple[npt.NDArray[np.float64], tuple[npt.NDArray[np.float64], ...]]:
+        """The ``Q_r × C`` kNN votes (module docstring); under a cap the agent keeps the
+        queries its neighbours agree on most."""
         t = self.task
         queries = self._public_queries(public_x, data.num_classes)
         labels = np.asarray(data.y, dtype=np.int64)
@@ -280,8 +281,7 @@ class PrivateKnnFlAgent(VotingAgent[PrivateKnnFlTask]):
         k = neighbour_count(t.k, t.k_fraction, labels.size)
         nearest = neighbours_of(extractor(data.x), extractor(queries), k)
         votes = knn_votes(labels[nearest], k=k, num_classes=t.num_classes)
-        flat: npt.NDArray[np.float64] = votes.reshape(-1)
-        return flat
+        return votes, (votes.max(axis=1),)
 
 
 class PrivateKnnFl(VotingAlgorithm[PrivateKnnFlJob, PrivateKnnFlPlan, PrivateKnnFlTask]):

@@ -24,6 +24,7 @@ from typing_extensions import TypeVar
 
 from dpfl.accounting import ComposedEvent, DataDependentVotingEvent, DpEvent, SelfComposedEvent
 from dpfl.learning.algorithms.base import (
+    AgentData,
     AgentSide,
     Algorithm,
     AlgorithmError,
@@ -50,7 +51,9 @@ __all__ = [
     "VotingPlan",
     "VotingTask",
     "batch_sizes",
+    "capped",
     "select_queries",
+    "vote_cap",
     "vote_clip",
 ]
 
@@ -66,6 +69,28 @@ def batch_sizes(queries: int, rounds: int) -> list[int]:
 def vote_clip(batch: int) -> float:
     """The encoding's clip for ``batch`` votes of L2 norm ≤ 1 each (never binding)."""
     return math.sqrt(batch) * _CLIP_SLACK
+
+
+def vote_cap(count: int, share: float) -> int:
+    """How many of a round's ``count`` queries one agent may vote on: ⌈share·count⌉, at least
+    one (the product is rounded to 9 places first, so 0.3 of 100 is 30, not 31)."""
+    return max(1, min(count, math.ceil(round(share * count, 9))))
+
+
+def capped(
+    votes: npt.NDArray[np.float64], keys: Sequence[npt.NDArray[np.float64]], keep: int
+) -> npt.NDArray[np.float64]:
+    """``votes`` (one row per query) with every row set to zero but the ``keep`` cast votes
+    ranked first by ``keys`` (most important first, higher first; ties to the lower row)."""
+    rows = len(votes)
+    cast = np.abs(votes).sum(axis=1) > 0
+    if int(cast.sum()) <= keep:
+        return votes
+    # np.lexsort sorts by its last key first: cast rows, then each key, then the row index
+    order = np.lexsort((np.arange(rows), *(-np.asarray(k) for k in reversed(keys)), ~cast))
+    out = np.zeros_like(votes)
+    out[order[:keep]] = votes[order[:keep]]
+    return out
 
 
 def select_queries(
@@ -132,6 +157,12 @@ class VotingPlan(PlanDetails):
     level: Literal["agent", "instance"]
     l1_sensitivity: float = Field(gt=0)
     l2_sensitivity: float = Field(gt=0)
+    vote_share: float = Field(default=1.0, gt=0, le=1)
+
+    def charged(self, count: int) -> int:
+        """The per-query releases a round of ``count`` queries charges each voter: the rows one
+        agent can move (docs/accounting.md#capped-votes)."""
+        return vote_cap(count, self.vote_share)
 
     def batch_event(self, count: int, sigma: float) -> DpEvent:
         """The event of ``count`` queries answered with vote noise σ (vote units); it reads the
@@ -163,6 +194,7 @@ class VotingTask(TaskParams):
     queries: tuple[int, ...] = Field(min_length=1)
     public_size: int = Field(ge=1)
     level: Literal["agent", "instance"]
+    vote_share: float = Field(default=1.0, gt=0, le=1)
 
     @model_validator(mode="after")
     def _queries_in_range(self) -> VotingTask:
@@ -175,7 +207,14 @@ class VotingTask(TaskParams):
         # replace-one releases with add/remove sensitivities (docs/accounting.md, section (d))
         if (self.level == "agent") != (self.unit == "agent"):
             raise ValueError(f"level {self.level!r} does not fit privacy unit {self.unit!r}")
+        if self.vote_share < 1 and self.level != "agent":
+            raise ValueError("vote_share: capped votes are only defined at agent level")
         return self
+
+    @property
+    def vote_cap(self) -> int:
+        """The most of this round's queries the agent votes on (every other row is zero)."""
+        return vote_cap(len(self.queries), self.vote_share)
 
     @property
     def job_key(self) -> str:
@@ -259,6 +298,7 @@ class VotingCoordinator(CoordinatorSide[SpecT, PlanT, TaskT]):
             queries=tuple(batch),
             public_size=state.details["public_size"],
             level=d.level,
+            vote_share=d.vote_share,
         )
         return RoundTask(
             params=self._task(common),
@@ -300,8 +340,9 @@ class VotingCoordinator(CoordinatorSide[SpecT, PlanT, TaskT]):
         )
 
     def round_event(self, *, queries: int) -> DpEvent:
-        """The event of one committed round answering ``queries`` queries."""
-        return self.details.batch_event(queries, self.plan.noise_multiplier)
+        """The event of one committed round answering ``queries`` queries: each voter moves at
+        most the plan's cap of them."""
+        return self.details.batch_event(self.details.charged(queries), self.plan.noise_multiplier)
 
     def round_charge(self, *, round_number: int, population: Sequence[str]) -> RoundCharge:
         """Each voter pays the event of the round's batch of queries."""
@@ -454,7 +495,7 @@ class VotingAgent(AgentSide[TaskT]):
         """The checks every voting agent makes before its own claim check; returns the one
         claimed event."""
         task = self.task
-        count = len(task.queries)
+        count = len(task.queries)  # the encoding's clip bounds the whole uncapped block
         event = common.one_claimed_event(
             events, algorithm=self.name, task_honest_fraction=task.honest_fraction, **counts
         )
@@ -466,11 +507,38 @@ class VotingAgent(AgentSide[TaskT]):
         return event
 
     def _per_query(self, event: DpEvent) -> DpEvent:
-        """The one query's release of a claimed round of ``len(task.queries)`` queries."""
-        count = len(self.task.queries)
+        """The one query's release of a claimed round: as many as the rows this agent may
+        move (its cap of the round's queries)."""
+        count = self.task.vote_cap
         if not isinstance(event, SelfComposedEvent) or event.count != count:
             raise AlgorithmError(f"expected {count} per-query events, got {event!r}")
         return event.event
+
+    def compute(
+        self,
+        data: AgentData,
+        *,
+        model: bytes | None,
+        public_x: npt.NDArray[np.float32] | None,
+        device: str,
+    ) -> npt.NDArray[np.float64]:
+        """The flattened ``Q_r × C`` votes, every row beyond the task's cap set to zero: the
+        cap is enforced here, for every voting algorithm, whatever its ballots."""
+        votes, keys = self.ballots(data, model=model, public_x=public_x, device=device)
+        flat: npt.NDArray[np.float64] = capped(votes, keys, self.task.vote_cap).reshape(-1)
+        return flat
+
+    @abc.abstractmethod
+    def ballots(
+        self,
+        data: AgentData,
+        *,
+        model: bytes | None,
+        public_x: npt.NDArray[np.float32] | None,
+        device: str,
+    ) -> tuple[npt.NDArray[np.float64], tuple[npt.NDArray[np.float64], ...]]:
+        """The ``Q_r × C`` votes before the cap (zero rows abstain), and the keys that rank
+        the rows to keep under it (most important first, higher first)."""
 
     def _public_queries(
         self, public_x: npt.NDArray[np.float32] | None, data_classes: int
@@ -519,6 +587,7 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
             scale_bits=scale.scale_bits,
             l1_sensitivity=scale.l1_sensitivity,
             l2_sensitivity=scale.l2_sensitivity,
+            vote_share=p.vote_share,
             noise=privacy.noise,
             noise_total=1.0,  # batch_event never reads the total
             secure_aggregation=spec.secagg.enabled,
@@ -527,8 +596,9 @@ class VotingAlgorithm(Algorithm[SpecT, PlanT, TaskT]):
         )
         shape = self._plan_details(spec, fields)
         given = p.sigma if p.sigma is not None else privacy.noise_multiplier
+        charged = sum(shape.charged(b) for b in shape.batch_sizes)
         sigma, record = common.calibrate_or_check(
-            lambda s: shape.batch_event(p.queries, s),
+            lambda s: shape.batch_event(charged, s),
             given=given,
             target_epsilon=privacy.target_epsilon,
             delta=privacy.delta,
