@@ -14,6 +14,7 @@ import pytest
 from support.coordination import deadlines
 
 from dpfl.accounting import SelfComposedEvent, SkellamEvent, event_from_json
+from dpfl.client.local_ledger import LocalLedger
 from dpfl.learning.jobs import parse_job
 from dpfl.simulation import Simulation
 
@@ -77,6 +78,58 @@ def test_pate_fl_ten_agents_charges_exactly_the_answered_queries(
                     )
                     assert e.unit.value == "record"
             assert store.verify_ledger().ok
+        finally:
+            await sim.close()
+
+    asyncio.run(main())
+
+
+def test_capped_votes_are_charged_the_cap_in_both_ledgers(
+    coordinator_db: str, tmp_path: Path
+) -> None:
+    """Agent level with ``vote_share`` 0.3: each round of 10 queries charges 3 one-coordinate
+    releases, on the coordinator's ledger and on each agent's own, and the job stays within its
+    target ε (docs/accounting.md#capped-votes)."""
+    doc = {
+        **JOB,
+        "name": "it-pate-capped",
+        "privacy": {"unit": "agent", "delta": 1e-5, "target_epsilon": 8.0, "noise": "skellam"},
+        "params": {**JOB["params"], "vote_share": 0.3},
+    }
+    job = parse_job(doc)
+
+    async def main() -> None:
+        sim = Simulation(
+            job,
+            agents=10,
+            transport="grpc",
+            database_url=coordinator_db,
+            workdir=tmp_path,
+            deadlines=deadlines(),
+        )
+        try:
+            result = await sim.run()
+            assert result.status == "completed", result.error
+            store = sim.coordinator.store
+            for rnd in store.list_rounds(sim.job_id):
+                for e in store.ledger_entries(round_id=rnd.id):
+                    event = event_from_json(e.event)
+                    assert isinstance(event, SelfComposedEvent)
+                    assert event.count == 3  # ⌈0.3·10⌉ of each round's 10 queries
+                    assert isinstance(event.event, SkellamEvent)
+                    assert event.event.dimension == 1
+            assert store.verify_ledger().ok
+            states = sorted((tmp_path / "agents").iterdir())
+            assert len(states) == 10
+            for state in states:
+                ledger = LocalLedger.open(state)
+                try:
+                    entries = ledger.entries()
+                    assert len(entries) == 2
+                    assert all(e.events[0].count == 3 for e in entries)  # type: ignore[attr-defined]
+                    assert ledger.epsilon(delta=1e-5) <= 8.0 + 1e-6
+                finally:
+                    ledger.close()
         finally:
             await sim.close()
 
