@@ -40,15 +40,9 @@ class Abstention(Contract):
             raise ValueError("share, neighbours and dim only apply to method public-share")
         return self
 
-    def voting(
-        self, own: Records, pool: Records, queries: npt.NDArray[np.int64]
-    ) -> npt.NDArray[np.bool_]:
-        """Per query (rows of ``pool`` at ``queries``), whether the teacher of ``own`` votes."""
-        voting: npt.NDArray[np.bool_] = self.shares(own, pool, queries) >= self.share
-        return voting
-
     def shares(self, own: Records, pool: Records, queries: npt.NDArray[np.int64]) -> Floats:
-        """Per query, the teacher's :func:`own_share` (1 everywhere with ``none``)."""
+        """Per query (rows of ``pool`` at ``queries``), the teacher's :func:`own_share` (1
+        everywhere with ``none``); it votes where this reaches ``share``."""
         if self.method == "none":
             return np.ones(len(queries), dtype=np.float64)
         return own_share(own, pool, queries, neighbours=self.neighbours, dim=self.dim)

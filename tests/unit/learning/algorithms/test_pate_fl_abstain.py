@@ -32,7 +32,7 @@ def test_the_share_counts_own_records_among_the_nearest_and_never_the_query_itse
 
 
 def test_abstention_options_are_checked() -> None:
-    assert Abstention().voting(np.zeros((2, 3)), np.zeros((4, 3)), np.array([1, 2])).all()
+    assert (Abstention().shares(np.zeros((2, 3)), np.zeros((4, 3)), np.array([1, 2])) == 1).all()
     with pytest.raises(ValueError, match="only apply to method public-share"):
         Abstention(share=0.3)
     with pytest.raises(ValueError, match="share"):
@@ -54,7 +54,7 @@ def _nearest_votes(
         own = x.reshape(len(x), -1)
         d = ((flat[asked][:, None, :] - own[None, :, :]) ** 2).sum(-1)
         label = y[d.argmin(1)]
-        voting = abstain.voting(x, pool, asked)
+        voting = abstain.shares(x, pool, asked) >= abstain.share
         hist[np.flatnonzero(voting), label[voting]] += 1.0
     return hist
 
