@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import struct
-import weakref
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -35,6 +34,7 @@ from dpfl.learning.algorithms.parts.extractors import (
     fit_artifact,
     is_learned,
 )
+from dpfl.learning.algorithms.parts.feature_cache import FEATURES
 
 __all__ = [
     "FeatureFront",
@@ -49,9 +49,6 @@ __all__ = [
 MAGIC = b"DPFLFZN1"
 _MAX_HEADER = 1 << 16
 _HEADER_KEYS = {"features", "dim", "sha256", "artifact_bytes"}
-# the coordinator's test split seen through φ, per (test array, map): evaluation runs every round
-_TEST_FEATURES: dict[tuple[int, str], tuple[weakref.ref[Any], npt.NDArray[np.float32]]] = {}
-_CACHE_SIZE = 4
 
 
 class FeaturePlanFields(BaseModel):
@@ -101,7 +98,8 @@ def agent_inputs(
 ) -> tuple[npt.NDArray[np.float32], tuple[int, ...], bytes]:
     """The agent's records as its model sees them, their shape, and the model bytes: through
     the task's φ, rebuilt from the download only when it is the map the task names (by spec
-    and, for a learned map, by the task's SHA-256, never the bundle's own).
+    and, for a learned map, by the task's SHA-256, never the bundle's own). Every download is
+    checked; the records' features are computed once per map (:data:`FEATURES`).
 
     Raises:
         AlgorithmError: a download whose map is not the task's, or a corrupted artifact.
@@ -122,8 +120,9 @@ def agent_inputs(
         raise AlgorithmError(
             f"the task names learned feature map {task.features!r} without its SHA-256"
         )
-    extractor = front.extractor(tuple(data.input_shape), sha256=task.features_sha256)
-    x: npt.NDArray[np.float32] = np.asarray(extractor(data.x), dtype=np.float32)
+    shape = tuple(data.input_shape)
+    extractor = front.extractor(shape, sha256=task.features_sha256)
+    x = FEATURES.features(data.x, front.name(shape), lambda: extractor(data.x))
     return x, (front.dim,), plain
 
 
@@ -136,6 +135,10 @@ class FeatureFront:
     dim: int
     sha256: str | None = None
     artifact: bytes | None = None
+
+    def name(self, input_shape: tuple[int, ...]) -> str:
+        """What identifies φ on inputs of ``input_shape``: its spec and artifact hash."""
+        return f"{self.spec}#{self.sha256}#{input_shape}"
 
     def extractor(self, input_shape: tuple[int, ...], *, sha256: str | None = None) -> Any:
         """φ for inputs of ``input_shape``; a learned map must hash to ``sha256`` (default:
@@ -173,9 +176,12 @@ class FeatureFront:
         """The coordinator's data as the model sees it: inputs of shape ``(dim,)`` and the test
         split through φ (computed once per test array and map); no public pool (the model
         never reads it)."""
-        test_x = data.test_x
+        test_x, shape = data.test_x, tuple(data.input_shape)
         if test_x is not None:
-            test_x = self._test_features(test_x, tuple(data.input_shape))
+            records = test_x
+            test_x = FEATURES.features(
+                records, self.name(shape), lambda: self.extractor(shape)(records)
+            )
         return replace(
             data,
             input_shape=(self.dim,),
@@ -184,19 +190,6 @@ class FeatureFront:
             public_y=None,
             agent_readable=None,
         )
-
-    def _test_features(
-        self, x: npt.NDArray[np.float32], shape: tuple[int, ...]
-    ) -> npt.NDArray[np.float32]:
-        key = (id(x), f"{self.spec}#{self.sha256}")
-        hit = _TEST_FEATURES.get(key)
-        if hit is not None and hit[0]() is x:
-            return hit[1]
-        features: npt.NDArray[np.float32] = np.asarray(self.extractor(shape)(x), np.float32)
-        if len(_TEST_FEATURES) >= _CACHE_SIZE:
-            _TEST_FEATURES.pop(next(iter(_TEST_FEATURES)))
-        _TEST_FEATURES[key] = (weakref.ref(x), features)
-        return features
 
 
 def front_for(spec: str, data: CoordinatorData) -> FeatureFront | None:
