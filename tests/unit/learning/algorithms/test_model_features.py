@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -16,6 +17,8 @@ from dpfl.learning.algorithms.dp_fed_ls import ALGORITHM as FEDLS
 from dpfl.learning.algorithms.dp_fedavg import ALGORITHM as FEDAVG
 from dpfl.learning.algorithms.dp_fedsgd import ALGORITHM as FEDSGD
 from dpfl.learning.algorithms.model_update import load_front, load_model
+from dpfl.learning.algorithms.parts import frozen_features
+from dpfl.learning.algorithms.parts.feature_cache import FEATURES
 from dpfl.learning.algorithms.parts.frozen_features import MAGIC, FeatureFront, front_for, unpack
 from dpfl.learning.jobs import parse_job
 from dpfl.learning.params import flatten_parameters
@@ -244,3 +247,48 @@ def test_dp_fedavg_behind_the_gabor_map_end_to_end() -> None:
     assert max(result.epsilon.values()) <= 8.0 + 1e-9
     assert result.accuracy is not None
     assert result.accuracy >= 0.6
+
+
+def test_an_agent_maps_its_records_once_and_still_checks_every_download(
+    digits_public_split: tuple[CoordinatorData, AgentData], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    FEATURES.clear()
+    coordinator, agent = digits_public_split
+    job = parse_job(_job("public-kmeans"))
+    plan = FEDAVG.plan(job, population=5, data=coordinator)
+    side = FEDAVG.bind(job, plan)
+    state = side.initial_state(coordinator)
+    assert state.model is not None
+    params = FEDAVG.parse_task(side.round_task(state, round_number=1).params.to_json())
+    calls: list[int] = []
+    built = FeatureFront.extractor
+
+    def counting(self: FeatureFront, shape: tuple[int, ...], **kw: Any) -> Any:
+        phi = built(self, shape, **kw)
+
+        def run(x: np.ndarray) -> Any:
+            calls.append(len(x))
+            return phi(x)
+
+        return run
+
+    monkeypatch.setattr(FeatureFront, "extractor", counting)
+    x, _, _ = frozen_features.agent_inputs(params, agent, state.model)
+    again, _, _ = frozen_features.agent_inputs(params, agent, state.model)
+    assert calls == [len(agent.x)]  # the second round reads the kept features
+    assert again is x
+    front = load_front(state)
+    assert front is not None
+    direct = np.asarray(built(front, tuple(agent.input_shape))(agent.x), np.float32)
+    np.testing.assert_array_equal(x, direct)
+    first = FEDAVG.agent(params).compute(agent, model=state.model, public_x=None, device="cpu")
+    second = FEDAVG.agent(params).compute(agent, model=state.model, public_x=None, device="cpu")
+    np.testing.assert_array_equal(first, second)  # same training on the same features
+    assert calls == [len(agent.x)]
+
+    assert front.artifact is not None
+    tampered = FeatureFront(
+        spec=front.spec, dim=front.dim, sha256=front.sha256, artifact=front.artifact[:-1] + b"\0"
+    ).pack(unpack(state.model)[1])
+    with pytest.raises(AlgorithmError, match="SHA-256"):
+        frozen_features.agent_inputs(params, agent, tampered)

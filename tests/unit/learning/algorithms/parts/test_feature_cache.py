@@ -1,5 +1,6 @@
 """Features through a frozen map are computed once per record array and map, never reused for
-another array or map, and never outlive their records; every download is still checked."""
+another array or map, and never outlive their records (the agent's use of it:
+test_model_features.py)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dpfl.learning.algorithms.base import AgentData, AlgorithmError, CoordinatorData
-from dpfl.learning.algorithms.dp_fedavg import ALGORITHM as FEDAVG
-from dpfl.learning.algorithms.model_update import load_front
-from dpfl.learning.algorithms.parts import frozen_features
-from dpfl.learning.algorithms.parts.feature_cache import FEATURES, FeatureCache
-from dpfl.learning.algorithms.parts.frozen_features import FeatureFront, unpack
-from dpfl.learning.jobs import parse_job
+from dpfl.learning.algorithms.parts.feature_cache import FeatureCache
 
 
 class _Counting:
@@ -111,70 +106,3 @@ def test_threads_get_the_same_features() -> None:
         for key, features in got:
             np.testing.assert_array_equal(features, by_id[key] * 2)
     assert cache.held_bytes == sum(x.nbytes for x in xs)
-
-
-def _job() -> dict[str, object]:
-    return {
-        "name": "cached-features",
-        "algorithm": "dp-fedavg",
-        "data": {
-            "dataset": "digits",
-            "partition": {"scheme": "shards", "classes_per_agent": 3},
-            "public": {"source": "train", "fraction": 0.2},
-        },
-        "model": "logreg",
-        "rounds": 3,
-        "privacy": {"unit": "agent", "delta": 1e-5, "target_epsilon": 8.0, "noise": "skellam"},
-        "params": {
-            "clip": 1.0,
-            "sampling_rate": 1.0,
-            "learning_rate": 0.5,
-            "features": "public-kmeans",
-            "public_kmeans": {"centroids": 16, "patch": 3, "stride": 1, "dim": 16},
-        },
-    }
-
-
-def test_an_agent_maps_its_records_once_and_still_checks_every_download(
-    digits_public_split: tuple[CoordinatorData, AgentData], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    FEATURES.clear()
-    coordinator, agent = digits_public_split
-    job = parse_job(_job())
-    plan = FEDAVG.plan(job, population=5, data=coordinator)
-    side = FEDAVG.bind(job, plan)
-    state = side.initial_state(coordinator)
-    assert state.model is not None
-    params = FEDAVG.parse_task(side.round_task(state, round_number=1).params.to_json())
-    calls: list[int] = []
-    built = FeatureFront.extractor
-
-    def counting(self: FeatureFront, shape: tuple[int, ...], **kw: Any) -> Any:
-        phi = built(self, shape, **kw)
-
-        def run(x: np.ndarray) -> Any:
-            calls.append(len(x))
-            return phi(x)
-
-        return run
-
-    monkeypatch.setattr(FeatureFront, "extractor", counting)
-    x, _, _ = frozen_features.agent_inputs(params, agent, state.model)
-    again, _, _ = frozen_features.agent_inputs(params, agent, state.model)
-    assert calls == [len(agent.x)]  # the second round reads the kept features
-    assert again is x
-    front = load_front(state)
-    assert front is not None
-    direct = np.asarray(built(front, tuple(agent.input_shape))(agent.x), np.float32)
-    np.testing.assert_array_equal(x, direct)
-    first = FEDAVG.agent(params).compute(agent, model=state.model, public_x=None, device="cpu")
-    second = FEDAVG.agent(params).compute(agent, model=state.model, public_x=None, device="cpu")
-    np.testing.assert_array_equal(first, second)  # same training on the same features
-    assert calls == [len(agent.x)]
-
-    assert front.artifact is not None
-    tampered = FeatureFront(
-        spec=front.spec, dim=front.dim, sha256=front.sha256, artifact=front.artifact[:-1] + b"\0"
-    ).pack(unpack(state.model)[1])
-    with pytest.raises(AlgorithmError, match="SHA-256"):
-        frozen_features.agent_inputs(params, agent, tampered)
