@@ -122,7 +122,8 @@ def agent_inputs(
         )
     shape = tuple(data.input_shape)
     extractor = front.extractor(shape, sha256=task.features_sha256)
-    x = FEATURES.features(data.x, front.name(shape), lambda: extractor(data.x))
+    name = front.name(shape, sha256=task.features_sha256)  # the hash checked, not the header's
+    x = FEATURES.features(data.x, name, lambda: extractor(data.x))
     return x, (front.dim,), plain
 
 
@@ -136,9 +137,10 @@ class FeatureFront:
     sha256: str | None = None
     artifact: bytes | None = None
 
-    def name(self, input_shape: tuple[int, ...]) -> str:
-        """What identifies φ on inputs of ``input_shape``: its spec and artifact hash."""
-        return f"{self.spec}#{self.sha256}#{input_shape}"
+    def name(self, input_shape: tuple[int, ...], *, sha256: str | None = None) -> str:
+        """What identifies φ on inputs of ``input_shape``: its spec and the artifact hash it was
+        checked against (default: the bundle's own, which only the coordinator may trust)."""
+        return f"{self.spec}#{self.sha256 if sha256 is None else sha256}#{input_shape}"
 
     def extractor(self, input_shape: tuple[int, ...], *, sha256: str | None = None) -> Any:
         """φ for inputs of ``input_shape``; a learned map must hash to ``sha256`` (default:

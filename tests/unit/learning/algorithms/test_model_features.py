@@ -292,3 +292,36 @@ def test_an_agent_maps_its_records_once_and_still_checks_every_download(
     ).pack(unpack(state.model)[1])
     with pytest.raises(AlgorithmError, match="SHA-256"):
         frozen_features.agent_inputs(params, agent, tampered)
+
+
+def test_a_header_that_names_a_kept_map_does_not_get_its_features(
+    digits_public_split: tuple[CoordinatorData, AgentData],
+) -> None:
+    """A coordinator whose bundle carries map B's artifact (the one the task names) under map
+    A's hash in its header: the agent keys its kept features on the hash it checked, so it
+    trains on φ_B, never on the φ_A it kept from an earlier round."""
+    FEATURES.clear()
+    coordinator, agent = digits_public_split
+    job = parse_job(_job("public-kmeans"))
+    other = replace(coordinator, public_x=np.ascontiguousarray(coordinator.public_x[::-1][:200]))
+    states, tasks = [], []
+    for data in (coordinator, other):
+        side = FEDAVG.bind(job, FEDAVG.plan(job, population=5, data=data))
+        state = side.initial_state(data)
+        states.append(state)
+        tasks.append(FEDAVG.parse_task(side.round_task(state, round_number=1).params.to_json()))
+    front_a, front_b = (load_front(s) for s in states)
+    assert front_a is not None
+    assert front_b is not None
+    assert front_a.spec == front_b.spec
+    assert front_a.sha256 != front_b.sha256
+    assert states[0].model is not None
+    assert states[1].model is not None
+    kept, _, _ = frozen_features.agent_inputs(tasks[0], agent, states[0].model)
+    lying = FeatureFront(
+        spec=front_b.spec, dim=front_b.dim, sha256=front_a.sha256, artifact=front_b.artifact
+    ).pack(unpack(states[1].model)[1])
+    x, _, _ = frozen_features.agent_inputs(tasks[1], agent, lying)
+    direct = np.asarray(front_b.extractor(tuple(agent.input_shape))(agent.x), np.float32)
+    np.testing.assert_array_equal(x, direct)
+    assert not np.array_equal(x, kept)
