@@ -373,12 +373,21 @@ def test_a_tampered_roster_entry_is_refused(world: Any) -> None:
             assert "roster entry of peer 7 does not match its advertisement" in _reason(result)
         else:
             assert isinstance(result[0], ClientSharesSent)
-    # the same tampered roster with the honest neighbour lists: the graph does not fit
+    # the same tampered roster with the honest neighbour lists: an agent whose list does not fit
+    # the tampered roster's graph refuses it; one whose list happens to fit checks the entries
+    # of its neighbours, so it refuses when 7 is one and answers otherwise
+    honest = sg.seeded_graph(N, K, sg.graph_seed(keys_state.ctx.session_id, _roster(keys_state)))
     world.close()
     results = _step_all(
         world, {i: dataclasses.replace(r, roster=tampered) for i, r in world.requests.items()}
     )
-    assert any("wrong neighbours for the seeded graph" in _reason(r) for r in results.values())
+    for i, result in results.items():
+        if set(honest.neighbours(i)) != set(graph.neighbours(i)):
+            assert "wrong neighbours for the seeded graph" in _reason(result)
+        elif 7 in graph.neighbours(i):
+            assert "roster entry of peer 7 does not match its advertisement" in _reason(result)
+        else:
+            assert isinstance(result[0], ClientSharesSent)
 
 
 @pytest.mark.parametrize(
