@@ -24,6 +24,7 @@ from torch.nn.functional import binary_cross_entropy_with_logits, cross_entropy
 
 from dpfl.learning.device import select_device
 from dpfl.learning.errors import TrainingError
+from dpfl.learning.models import seeded_initialisation
 from dpfl.learning.params import flatten_parameters
 from dpfl.learning.training import (
     EpochLoop,
@@ -87,8 +88,7 @@ def split_model(model: nn.Module) -> tuple[nn.Module, nn.Linear]:
 
 
 def _domain_classifier(width: int, hidden: int, seed: int) -> nn.Module:
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed + 7919)  # its own stream: the model's init stays the plain one
+    with seeded_initialisation(seed + 7919):  # its own stream: the model's stays the plain one
         return nn.Sequential(
             nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
             nn.Linear(hidden, 1),

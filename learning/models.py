@@ -10,8 +10,10 @@ sets (``mlp?hidden=256,128``); initialisation is a pure function of the seed.
 from __future__ import annotations
 
 import math
+import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -27,8 +29,28 @@ __all__ = [
     "Tanh",
     "build_model",
     "parse_model_spec",
+    "seeded_initialisation",
     "with_memory_format",
 ]
+
+_GLOBAL_GENERATOR = threading.Lock()
+
+
+@contextmanager
+def seeded_initialisation(seed: int) -> Iterator[None]:
+    """Layers built in the block draw their initial parameters from torch's global CPU generator
+    seeded by ``seed``; the generator is restored afterwards.
+
+    torch's layers have no generator argument, so the global one is borrowed, one thread at a
+    time: an agent host builds models on a pool of threads, and two builds that interleave
+    would draw from each other's stream. Taking turns also avoids a deadlock in torch:
+    ``get_rng_state`` allocates while it holds the generator's mutex, so a garbage collection
+    there can run a finalizer that hands the GIL to a thread which then waits on that mutex
+    while it holds the GIL (tests/unit/learning/test_models.py)."""
+    with _GLOBAL_GENERATOR, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
 
 MODEL_NAMES = ("logreg", "mlp", "cnn")
 _OPTIONS = {"logreg": (), "mlp": ("hidden", "activation"), "cnn": ("channels", "activation")}
@@ -90,8 +112,7 @@ class ModelSpec:
 
     def build(self, *, seed: int) -> nn.Module:
         """Instantiate the model with parameters drawn from a generator seeded by ``seed``."""
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+        with seeded_initialisation(seed):
             if self.name == "logreg":
                 return _logreg(self)
             if self.name == "mlp":

@@ -147,3 +147,47 @@ def test_cnn_runs_channels_last_and_its_parameters_travel_unchanged() -> None:
     x = torch.randn(5, 1, 28, 28)
     assert torch.equal(fresh(x), model(x))
     assert fresh.conv2.weight.is_contiguous(memory_format=torch.channels_last)
+
+
+def test_models_built_on_many_threads_at_once_are_those_of_their_seeds() -> None:
+    """An agent host builds its agents' models on a pool of threads. Each build seeds torch's
+    global generator, so two builds that interleave would draw from each other's stream (and
+    torch's ``get_rng_state``, which allocates under the generator's mutex, can run a finalizer
+    that hands the GIL to a thread that then waits on that mutex holding the GIL: a deadlock
+    seen in the suite). Builds take turns; every model is the one its seed gives alone."""
+    import sys
+    import threading
+
+    specs = [("cnn", (1, 12, 12)), ("mlp?hidden=64,32", (1, 12, 12))]
+    expected = {
+        (spec, seed): flatten_parameters(
+            build_model(spec, input_shape=shape, num_classes=10, seed=seed)
+        )
+        for spec, shape in specs
+        for seed in range(4)
+    }
+    got: dict[tuple[str, int], list[torch.Tensor]] = {key: [] for key in expected}
+    start = threading.Barrier(8)
+
+    def builder(index: int) -> None:
+        start.wait()
+        for round_ in range(20):
+            spec, shape = specs[(index + round_) % 2]
+            seed = (index * 7 + round_) % 4
+            model = build_model(spec, input_shape=shape, num_classes=10, seed=seed)
+            got[(spec, seed)].append(flatten_parameters(model))
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as the interpreter can
+    try:
+        threads = [threading.Thread(target=builder, args=(i,), daemon=True) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=120)
+    finally:
+        sys.setswitchinterval(interval)
+    assert not any(thread.is_alive() for thread in threads), "a build never finished"
+    assert sum(len(v) for v in got.values()) == 160
+    for key, built in got.items():
+        assert all((b == expected[key]).all() for b in built), key
