@@ -38,15 +38,10 @@ _GLOBAL_GENERATOR = threading.Lock()
 
 @contextmanager
 def seeded_initialisation(seed: int) -> Iterator[None]:
-    """Layers built in the block draw their initial parameters from torch's global CPU generator
-    seeded by ``seed``; the generator is restored afterwards.
-
-    torch's layers have no generator argument, so the global one is borrowed, one thread at a
-    time: an agent host builds models on a pool of threads, and two builds that interleave
-    would draw from each other's stream. Taking turns also avoids a deadlock in torch:
-    ``get_rng_state`` allocates while it holds the generator's mutex, so a garbage collection
-    there can run a finalizer that hands the GIL to a thread which then waits on that mutex
-    while it holds the GIL (tests/unit/learning/test_models.py)."""
+    """Layers built in the block draw from torch's global CPU generator seeded by ``seed``,
+    restored afterwards, one thread at a time: interleaved builds on an agent host's threads
+    would draw from each other's stream, and torch's ``get_rng_state`` can deadlock against
+    another thread's (docs/performance.md#building-models-on-several-threads)."""
     with _GLOBAL_GENERATOR, torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         yield
