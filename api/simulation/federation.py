@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from dpfl.client.summation import PeerCredentials
     from dpfl.client.transport import Connector, GrpcTransport
     from dpfl.server.coordinator import Coordinator
-    from dpfl.server.orchestrator import FaultHooks, Orchestrator, RoundReport
+    from dpfl.server.orchestrator import FaultHooks, JobRunner, Orchestrator, RoundReport
     from dpfl.server.settings import Settings, StageDeadlines
     from dpfl.server.store import Job
     from dpfl.simulation.inproc import InProcessCoordinator
@@ -441,14 +441,16 @@ class Simulation:
                 self._tmp.cleanup()
 
     async def run(self, *, progress: RoundProgress | None = None) -> SimulationResult:
-        """Start everything, run the job to its end, and report."""
+        """Start everything, run the job to its end, and report; ``progress`` gets every
+        round's report once, in order, the last round's included, before this returns."""
         started = time.monotonic()
         await self.start_coordinator()
         await self.start_agents()
         await self.submit()
+        feed = None if progress is None else _ReportFeed(progress)
         watcher = None
-        if progress is not None:
-            watcher = asyncio.get_running_loop().create_task(self._watch(progress))
+        if feed is not None:
+            watcher = asyncio.get_running_loop().create_task(self._watch(feed))
         try:
             await self.wait()
         finally:
@@ -456,17 +458,34 @@ class Simulation:
                 watcher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await watcher
+        if feed is not None:  # the rounds that ended after the watcher's last look
+            feed.deliver(self._orchestrator().runner(self._job_id()))
         return self.result(time.monotonic() - started)
 
-    async def _watch(self, progress: RoundProgress) -> None:
-        seen = 0
+    async def _watch(self, feed: _ReportFeed) -> None:
         while True:
             await asyncio.sleep(0.2)
-            runner = self._orchestrator().runner(self._job_id())
-            if runner is not None and len(runner.reports) > seen:
-                for report in runner.reports[seen:]:
-                    progress(report)
-                seen = len(runner.reports)
+            feed.deliver(self._orchestrator().runner(self._job_id()))
+
+
+@dataclass
+class _ReportFeed:
+    """Hands a runner's round reports to ``progress`` once each, in order; a coordinator that
+    restarted runs the job with a new runner, whose reports start afresh."""
+
+    progress: RoundProgress
+    runner: object | None = None
+    seen: int = 0
+
+    def deliver(self, runner: JobRunner | None) -> None:
+        if runner is None:
+            return
+        if runner is not self.runner:
+            self.runner, self.seen = runner, 0
+        reports = list(runner.reports)
+        for report in reports[self.seen :]:
+            self.progress(report)
+        self.seen = len(reports)
 
 
 def simulated_peers(agents: int) -> dict[int, PeerCredentials]:
