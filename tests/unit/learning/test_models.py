@@ -6,6 +6,7 @@ import pytest
 import torch
 from opacus.validators import ModuleValidator
 
+from dpfl.learning import models
 from dpfl.learning.errors import ModelError
 from dpfl.learning.models import MODEL_NAMES, build_model, parse_model_spec
 from dpfl.learning.params import flatten_parameters
@@ -54,6 +55,26 @@ def test_initialisation_is_a_function_of_the_seed_and_leaves_global_rng_alone() 
     c = flatten_parameters(build_model("cnn", input_shape=(1, 8, 8), num_classes=10, seed=5))
     assert (a == b).all()
     assert not (a == c).all()
+
+
+@pytest.mark.parametrize("name", ["logreg", "mlp", "cnn"])
+def test_a_seed_gives_the_parameters_of_torch_seeded_by_it(name: str) -> None:
+    # the seed's models stay those of torch.manual_seed(seed) then the layers, as ever
+    spec = parse_model_spec(name, input_shape=(1, 8, 8), num_classes=10)
+    layers = {"logreg": models._logreg, "mlp": models._mlp, "cnn": models._cnn}[name]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(11)
+        expected = flatten_parameters(layers(spec))
+    assert (flatten_parameters(spec.build(seed=11)) == expected).all()
+
+
+def test_building_leaves_the_cuda_generators_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    # fork_rng(devices=[]) restores the CPU generator only: reseeding CUDA's would last
+    def refuse(seed: int) -> None:
+        raise AssertionError(f"a model build reseeded the CUDA generators with {seed}")
+
+    monkeypatch.setattr(torch.cuda, "manual_seed_all", refuse)
+    build_model("cnn", input_shape=(1, 8, 8), num_classes=10, seed=3)
 
 
 @pytest.mark.parametrize(
