@@ -1,7 +1,7 @@
 """The progress that ``dpfl simulate`` and ``dpfl demo`` show: every round's report reaches the
 bar once, in order, the last round's included, so the bar ends at N/N with the last round's
-accuracy (it used to stop a round short: reports were polled, and the poller was cancelled
-when the job ended, before it saw the rounds that ended after its last look)."""
+accuracy. The reports are polled; the rounds that end after the poller's last look are handed
+over when the job ends."""
 
 from __future__ import annotations
 
@@ -10,29 +10,20 @@ from typing import Any
 
 import pytest
 from rich.console import Console
+from support.coordination import small_job
 
 from dpfl.cli.sim_report import run_with_progress
-from dpfl.learning.jobs import parse_job
 from dpfl.server.orchestrator import RoundReport
 from dpfl.simulation import Simulation, SimulationResult
 
 pytestmark = pytest.mark.slow
 
 #: Short rounds, so several end between two looks of the poller, the last one among them.
-JOB: dict[str, Any] = {
-    "name": "progress",
-    "algorithm": "dp-fedavg",
-    "data": {"dataset": "digits", "partition": {"scheme": "iid"}},
-    "model": "logreg",
-    "rounds": 4,
-    "privacy": {"unit": "agent", "delta": 1e-5, "target_epsilon": 8.0, "noise": "skellam"},
-    "secagg": {"enabled": True, "corrupt_fraction": 0.05, "dropout_fraction": 0.05},
-    "params": {"clip": 1.0, "sampling_rate": 1.0, "local_steps": 1, "learning_rate": 0.5},
-}
+JOB = small_job(name="progress", rounds=4, params={"local_steps": 1})
 
 
 async def _run(progress: Any) -> SimulationResult:
-    sim = Simulation(parse_job(JOB), agents=3, transport="inproc")
+    sim = Simulation(JOB, agents=3, transport="inproc")
     try:
         if isinstance(progress, Console):
             return await run_with_progress(sim, progress, description="rounds")
