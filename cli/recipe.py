@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import yaml
+from pydantic import BaseModel
 
 from dpfl.cmdline import Subparsers
 from dpfl.learning.errors import LearningError
@@ -111,12 +112,30 @@ def _defaults(job: JobSpec) -> dict[str, object]:
     return out
 
 
+def _null_means(job: JobSpec) -> dict[str, str]:
+    """What each field the job leaves to defaults at null stands for: its field's description
+    (``params.local_steps``: ``null: 5, unless local_epochs is given``)."""
+    out: dict[str, str] = {}
+    for path in job.recipe.defaults or ():
+        *parents, name = path.split(".")
+        owner: object = job
+        for part in parents:
+            owner = getattr(owner, part, None)
+        if not isinstance(owner, BaseModel) or getattr(owner, name, None) is not None:
+            continue
+        field = type(owner).model_fields.get(name)
+        if field is not None and field.description is not None:
+            out[path] = field.description
+    return out
+
+
 def _summary(job: JobSpec) -> dict[str, object]:
     chosen = job.recipe.chosen
     return {
         "job": job.name,
         "algorithm": job.algorithm,
         "defaults": _defaults(job),
+        "null_means": _null_means(job),
         "chosen": None if chosen is None else chosen.model_dump(mode="json"),
     }
 
@@ -138,6 +157,7 @@ def _print(job: JobSpec) -> None:
     table = Table(title=f"{job.name}: fields left to defaults ({job.algorithm})")
     table.add_column("field")
     table.add_column("value")
+    means = _null_means(job)
     for path, value in _defaults(job).items():
-        table.add_row(path, json.dumps(value))
+        table.add_row(path, means.get(path, json.dumps(value)))
     console.print(table)

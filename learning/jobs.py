@@ -657,7 +657,11 @@ class VotingParams(Strict):
     charges only those (docs/accounting.md#capped-votes)."""
 
     queries: int = Field(default=200, ge=1)
-    sigma: float | None = Field(default=None, gt=0)
+    sigma: float | None = Field(
+        default=None,
+        gt=0,
+        description="null: calibrated to privacy.target_epsilon (or privacy.noise_multiplier)",
+    )
     query_selection: Literal["random", "kmeans"] = "random"
     student: StudentSpec = StudentSpec()
     vote_share: float = Field(default=1.0, gt=0, le=1)

@@ -116,18 +116,33 @@ class DpFedAvgParams(FeatureParams):
 
     clip: float = Field(default=1.0, gt=0)
     sampling_rate: float = Field(default=1.0, gt=0, le=1)
-    local_steps: int | None = Field(default=None, ge=1)
-    local_epochs: int | None = Field(default=None, ge=1)
+    local_steps: int | None = Field(
+        default=None, ge=1, description=f"null: {DEFAULT_LOCAL_STEPS}, unless local_epochs is given"
+    )
+    local_epochs: int | None = Field(
+        default=None, ge=1, description="null: the round runs local_steps steps"
+    )
     learning_rate: float = Field(default=0.1, gt=0)
     learning_rate_decay: float = Field(default=1.0, gt=0, le=1)
     batch_size: int = Field(default=32, ge=1)
-    server_optimizer: ServerOptimizer | None = None
-    server_learning_rate: float | None = Field(default=None, gt=0)
-    server_momentum: float | None = Field(default=None, ge=0, lt=1)
+    server_optimizer: ServerOptimizer | None = Field(
+        default=None, description="null: FedAvgM from server_learning_rate and server_momentum"
+    )
+    server_learning_rate: float | None = Field(
+        default=None, gt=0, description="null: 1.0 (read only without server_optimizer)"
+    )
+    server_momentum: float | None = Field(
+        default=None,
+        ge=0,
+        lt=1,
+        description=f"null: {DEFAULT_SERVER_MOMENTUM} (read only without server_optimizer)",
+    )
     # DP-FedAvg+DA: local steps on the DANN loss against the public images the agents may read
     # (docs/algorithms.md#teachers-adapted-to-the-public-domain)
     local_domain_adaptation: DomainAdaptation = DomainAdaptation()
-    adaptive_clipping: AdaptiveClipping | None = None
+    adaptive_clipping: AdaptiveClipping | None = Field(
+        default=None, description="null: off, every round clips at clip"
+    )
 
     @model_validator(mode="after")
     def _one_way_each(self) -> Self:

@@ -119,10 +119,16 @@ class DpFedSgdParams(FeatureParams):
     local_steps: int = Field(default=5, ge=1)
     batch_sampling_rate: float = Field(default=0.05, gt=0, le=1)
     learning_rate: float = Field(default=0.1, gt=0)
-    expected_batch_size: float | None = Field(default=None, gt=0)
+    expected_batch_size: float | None = Field(
+        default=None,
+        gt=0,
+        description="null: batch_sampling_rate × the mean local data size of the job's data set",
+    )
     client_sampling_rate: float = Field(default=1.0, gt=0, le=1)
     max_local_size: int = Field(default=100_000, ge=1)
-    server_optimizer: ServerOptimizer | None = None
+    server_optimizer: ServerOptimizer | None = Field(
+        default=None, description="null: FedAvg, the mean update added at rate 1"
+    )
 
     def optimizer(self) -> SgdServer | MomentumServer | AdaptiveServer:
         """The coordinator's step on the mean model delta (default: add it, FedAvg)."""

@@ -86,8 +86,12 @@ class DpHelmetParams(FeatureParams):
     epochs: int = Field(default=10, ge=1)
     loss: Loss = "huber"
     # record level: the sensitivity 2c/(MΛ) is computed for this M; agents with fewer
-    # records refuse (None: the smallest share of the job's simulated federation)
-    min_local_size: int | None = Field(default=None, ge=1)
+    # records refuse
+    min_local_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="null: the smallest share of the job's data set among its agents",
+    )
 
 
 class DpHelmetJob(ModelUpdateJob):

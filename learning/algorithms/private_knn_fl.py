@@ -68,8 +68,10 @@ class PrivateKnnFlParams(VotingParams, FeatureParams):
     k: int = Field(default=10, ge=1)
     student_epochs: int = Field(default=30, ge=1)
     # an agent uses k_i = max(k, floor(k_fraction·M_i)) neighbours; k is the floor every
-    # participant respects, which the instance-level charge uses (None: every agent uses k)
-    k_fraction: float | None = Field(default=None, gt=0, le=1)
+    # participant respects, which the instance-level charge uses
+    k_fraction: float | None = Field(
+        default=None, gt=0, le=1, description="null: every agent uses k neighbours"
+    )
     student_learning_rate: float = Field(default=0.1, gt=0)
     batch_size: int = Field(default=32, ge=1)
 
