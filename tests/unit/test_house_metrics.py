@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-CEILINGS = {"lines": 39_425, "long_functions": 11, "any_maps": 9}
+CEILINGS = {"lines": 39_427, "long_functions": 11, "any_maps": 9}
 
 
 def _metrics_module():  # type: ignore[no-untyped-def]

@@ -51,7 +51,9 @@ class AdaptiveClipping(Contract):
 
     target_quantile: float = Field(default=0.5, gt=0, lt=1)
     clip_learning_rate: float = Field(default=0.2, gt=0, le=10)
-    count_noise: float | None = Field(default=None, gt=0)
+    count_noise: float | None = Field(
+        default=None, gt=0, description="null: m/20 for m expected participants"
+    )
 
     def count_std(self, expected_participants: float) -> float:
         """σ_b: the given one, else m/20."""

@@ -5,6 +5,7 @@ takes, and, where that value is null, what the null stands for (5 local steps, F
 from __future__ import annotations
 
 import json
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +26,20 @@ PLAIN: dict[str, Any] = {
 }
 
 
+def _models(annotation: Any) -> list[type[BaseModel]]:
+    """The models a field holds: its type, or the members of its union."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [m for member in typing.get_args(annotation) for m in _models(member)]
+
+
 def _undescribed_nulls(model: type[BaseModel], prefix: str) -> list[str]:
     out = []
     for name, field in model.model_fields.items():
         if field.default is None and field.description is None:
             out.append(prefix + name)
-        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
-            out += _undescribed_nulls(field.annotation, f"{prefix}{name}.")
+        for inner in _models(field.annotation):
+            out += _undescribed_nulls(inner, f"{prefix}{name}.")
     return out
 
 
