@@ -183,7 +183,7 @@ def recipe(console: Console, result: SimulationResult) -> None:
         )
     defaults = result.recipe.defaults_used()
     if defaults:
-        console.print("defaults used: " + ", ".join(defaults))
+        console.print("defaults used: " + ", ".join(defaults) + " (their values: dpfl recipe JOB)")
 
 
 def invitations(console: Console, result: SimulationResult) -> None:

@@ -82,6 +82,7 @@ def test_dpfl_simulate_says_which_defaults_were_used(files: RecipeFiles, tmp_pat
     assert done.returncode == 0, done.stderr
     text = " ".join((done.stdout + done.stderr).split())
     assert "defaults used: model, params.features" in text
+    assert "(their values: dpfl recipe JOB)" in text
 
 
 def _dpfl(*args: str) -> subprocess.CompletedProcess[str]:
